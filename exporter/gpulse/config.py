@@ -1,0 +1,335 @@
+"""One frozen, typed Config built from defaults < YAML file < GPULSE_* env < flags.
+
+Every setting is declared once in FIELDS. The YAML key, the flag and the env var
+are derived from its dotted name, so they cannot drift apart:
+
+    sim.scenario  ->  YAML `sim: {scenario: ...}`,  --sim.scenario,  GPULSE_SIM_SCENARIO
+
+Every error names the key and the reason in one line (ConfigError); the CLI prints
+it and exits 2.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass, make_dataclass
+from typing import Any, Callable
+
+import yaml
+
+DEFAULT_PORT = 9479
+DEFAULT_LISTEN = f":{DEFAULT_PORT}"
+
+SCENARIOS = ("balanced", "sync-stall", "straggler", "imbalance", "checkpoint", "gpu-lost", "idle")
+
+DEFAULT_WORKLOAD_LABEL_KEYS = (
+    "training.kubeflow.org/job-name",
+    "jobset.sigs.k8s.io/jobset-name",
+    "batch.kubernetes.io/job-name",
+    "volcano.sh/job-name",
+    "leaderworkerset.sigs.k8s.io/name",
+    "app.kubernetes.io/instance",
+)
+
+
+class ConfigError(ValueError):
+    """A bad setting. str() is the one line shown to the user."""
+
+
+# ---------------------------------------------------------------- value parsers
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: Any) -> float:
+    """'100ms', '1.5s', '5m', '2h' or a bare number of seconds -> seconds."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration like 100ms or 30s, got {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    m = _DURATION_RE.match(str(value))
+    if not m:
+        raise ValueError(f"expected a duration like 100ms or 30s, got {value!r}")
+    return float(m.group(1)) * _UNIT[m.group(2)]
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    s = str(value).strip().lower()
+    if s in ("1", "true", "yes", "on"):
+        return True
+    if s in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _parse_int(value: Any) -> int:
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ValueError(f"expected an integer, got {value!r}")
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise ValueError(f"expected an integer, got {value!r}") from None
+
+
+def _parse_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a number, got {value!r}") from None
+    if f != f or f in (float("inf"), float("-inf")):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return f
+
+
+def _parse_str(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise ValueError(f"expected a string, got {type(value).__name__}")
+    return str(value)
+
+
+def _parse_list(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise ValueError(f"expected a list of strings, got {value!r}")
+
+
+def parse_listen_address(value: str) -> tuple[str, int]:
+    """'HOST:PORT', ':PORT' or '[::1]:PORT' -> (host, port); empty host = all interfaces."""
+    s = str(value).strip()
+    m = re.match(r"^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]]*)):(\d{1,5})$", s)
+    if not m:
+        raise ValueError(f"expected HOST:PORT or :PORT, got {value!r}")
+    host = m.group(1) if m.group(1) is not None else (m.group(2) or "")
+    port = int(m.group(3))
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0..65535, got {port}")
+    return host, port
+
+
+# ---------------------------------------------------------------- the schema
+
+
+@dataclass(frozen=True)
+class Field:
+    key: str                       # dotted name: section.name or name
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+    choices: tuple[str, ...] | None = None
+    lo: float | None = None        # inclusive bounds for numbers/durations
+    hi: float | None = None
+    metavar: str | None = None
+    flag: bool = True              # exposed as --key
+
+    def coerce(self, raw: Any) -> Any:
+        try:
+            v = self.parse(raw)
+        except ValueError as e:
+            raise ConfigError(f"{self.key}: {e}") from None
+        if self.choices is not None and v not in self.choices:
+            raise ConfigError(f"{self.key}: must be one of {', '.join(self.choices)}; got {v!r}")
+        if self.lo is not None and v < self.lo:
+            raise ConfigError(f"{self.key}: must be >= {self.lo:g}, got {v:g}")
+        if self.hi is not None and v > self.hi:
+            raise ConfigError(f"{self.key}: must be <= {self.hi:g}, got {v:g}")
+        return v
+
+
+def _choice(*choices: str):
+    return dict(parse=_parse_str, choices=choices)
+
+
+FIELDS: tuple[Field, ...] = (
+    # --- general
+    Field("source", default="nvml", help="where samples come from", **_choice("nvml", "dcgm", "sim", "replay")),
+    Field("node_name", _parse_str, "", "value of the node label (default: $NODE_NAME, else the hostname)"),
+    Field("sample_interval", parse_duration, 0.1, "how often the source is polled", lo=0.01, hi=60, metavar="DURATION"),
+    Field("analysis_interval", parse_duration, 1.0, "how often derived metrics are recomputed", lo=0.1, hi=60, metavar="DURATION"),
+    Field("analysis_window", parse_duration, 30.0, "window for imbalance, peer deviation and gauges", lo=1, hi=3600, metavar="DURATION"),
+    Field("idle_threshold", _parse_float, 0.05, "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
+    Field("min_stall", parse_duration, 0.2, "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION"),
+    Field("activity", default="auto", help="what counts as real work: auto, power-gated, utilization, sm_active, gr_engine_active",
+          **_choice("auto", "power-gated", "utilization", "sm_active", "gr_engine_active")),
+    Field("power_gate", _parse_float, 0.3, "power-gated activity: a sample is work only above this fraction of the power reference", lo=0.0, hi=1.0),
+    Field("stale_after", parse_duration, 5.0, "no successful poll for this long marks the sampler stale", lo=0.1, hi=3600, metavar="DURATION"),
+    Field("history", parse_duration, 900.0, "how much per-GPU history the live heatmap page keeps", lo=10, hi=86400, metavar="DURATION"),
+    # --- web
+    Field("web.listen_address", _parse_str, DEFAULT_LISTEN, "address to listen on, HOST:PORT", metavar="HOST:PORT"),
+    Field("web.config_file", _parse_str, "", "exporter-toolkit web config (TLS, basic auth, headers)", metavar="FILE"),
+    Field("web.max_requests", _parse_int, 64, "concurrent requests served; more get 503", lo=1, hi=10000),
+    Field("web.timeout", parse_duration, 10.0, "per-connection read/write timeout", lo=0.1, hi=600, metavar="DURATION"),
+    Field("web.healthz_public", _parse_bool, True, "serve /healthz and /readyz without authentication"),
+    # --- logging
+    Field("log.level", default="info", help="log level", **_choice("debug", "info", "warning", "error")),
+    Field("log.format", default="text", help="log format", **_choice("text", "json")),
+    # --- simulated source
+    Field("sim.scenario", default="sync-stall", help="simulated scenario: " + ", ".join(SCENARIOS), **_choice(*SCENARIOS)),
+    Field("sim.gpus", _parse_int, 8, "number of simulated GPUs", lo=1, hi=4096),
+    Field("sim.seed", _parse_int, 1, "random seed of the simulation"),
+    # --- NVML
+    Field("nvml.wait", _parse_bool, False, "keep retrying NVML initialisation instead of exiting"),
+    Field("nvml.gpm", _parse_bool, False, "read GPM SM activity on Hopper and newer"),
+    Field("nvml.xid_events", _parse_bool, True, "count XID errors from NVML events"),
+    # --- DCGM (via dcgm-exporter)
+    Field("dcgm.url", _parse_str, "http://localhost:9400/metrics", "dcgm-exporter /metrics URL", metavar="URL"),
+    Field("dcgm.timeout", parse_duration, 2.0, "timeout for one dcgm-exporter request", lo=0.05, hi=60, metavar="DURATION"),
+    Field("dcgm.interval", parse_duration, 1.0, "how often dcgm-exporter is read", lo=0.05, hi=600, metavar="DURATION"),
+    # --- replay
+    Field("replay.file", _parse_str, "", "recorded log to replay (nvidia-smi CSV, dmon, dcgm-exporter text)", metavar="FILE"),
+    Field("replay.format", default="auto", help="format of replay.file", **_choice("auto", "nvidia-smi-csv", "dmon", "dcgm")),
+    Field("replay.speed", _parse_float, 1.0, "replay speed, 1 = real time, 0 = as fast as possible", lo=0.0, hi=1e6),
+    Field("replay.loop", _parse_bool, False, "start again at the end of the file"),
+    # --- attribution: Kubernetes
+    Field("kube.enabled", _parse_bool, False, "attribute GPUs to pods via the kubelet PodResources API"),
+    Field("kube.pod_resources_socket", _parse_str, "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet PodResources socket", metavar="PATH"),
+    Field("kube.api", _parse_bool, True, "read pod labels and owners from the Kubernetes API"),
+    Field("kube.workload_label_keys", _parse_list, DEFAULT_WORKLOAD_LABEL_KEYS, "pod label keys naming the workload, first present wins", metavar="K1,K2"),
+    Field("kube.copy_labels", _parse_list, (), "pod labels copied onto metrics (allow-list)", metavar="K1,K2"),
+    Field("kube.refresh_interval", parse_duration, 10.0, "how often attribution is refreshed", lo=1, hi=3600, metavar="DURATION"),
+    # --- attribution: Slurm
+    Field("slurm.job_map_dir", _parse_str, "", "directory with one file per GPU index holding the job id", metavar="DIR"),
+)
+
+FIELD_BY_KEY = {f.key: f for f in FIELDS}
+SECTIONS = sorted({f.key.split(".")[0] for f in FIELDS if "." in f.key})
+
+
+def env_name(key: str) -> str:
+    return "GPULSE_" + key.replace(".", "_").upper()
+
+
+# ---------------------------------------------------------------- the object
+
+
+def _build_config_class():
+    section_classes = {}
+    for sec in SECTIONS:
+        fs = [f for f in FIELDS if f.key.startswith(sec + ".")]
+        section_classes[sec] = make_dataclass(
+            sec.capitalize() + "Config",
+            [(f.key.split(".", 1)[1], Any) for f in fs],
+            frozen=True,
+        )
+    top = [(f.key, Any) for f in FIELDS if "." not in f.key]
+    top += [(sec, Any) for sec in SECTIONS]
+    return make_dataclass("Config", top, frozen=True), section_classes
+
+
+Config, _SECTION_CLASSES = _build_config_class()
+Config.__doc__ = "The whole gpulse configuration (frozen). Build it with load_config()."
+
+
+def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        if not isinstance(k, str):
+            raise ConfigError(f"{prefix}{k!r}: keys must be strings")
+        key = prefix + k
+        if k in SECTIONS and not prefix:
+            if v is None:
+                continue
+            if not isinstance(v, dict):
+                raise ConfigError(f"{key}: expected a mapping, got {type(v).__name__}")
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """Read a YAML config into {dotted key: raw value}; unknown keys are errors."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = yaml.safe_load(fh)
+    except OSError as e:
+        raise ConfigError(f"config file {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ConfigError(f"config file {path}:{where}: {problem}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {path}: top level must be a mapping")
+    flat = _flatten(doc)
+    for key in flat:
+        if key not in FIELD_BY_KEY:
+            raise ConfigError(f"{key}: unknown key in {path}")
+    return flat
+
+
+def default_node_name() -> str:
+    return os.environ.get("NODE_NAME") or socket.gethostname()
+
+
+def load_config(file: str | None = None, overrides: dict[str, Any] | None = None,
+                environ: dict[str, str] | None = None) -> Any:
+    """Defaults < file < GPULSE_* environment < overrides (flags). Raises ConfigError."""
+    environ = os.environ if environ is None else environ
+    raw: dict[str, Any] = {}
+    if file:
+        raw.update(read_config_file(file))
+    for f in FIELDS:
+        if env_name(f.key) in environ:
+            raw[f.key] = environ[env_name(f.key)]
+    for key, v in (overrides or {}).items():
+        if key not in FIELD_BY_KEY:
+            raise ConfigError(f"{key}: unknown setting")
+        if v is not None:
+            raw[key] = v
+    values = {f.key: (f.coerce(raw[f.key]) if f.key in raw else f.default) for f in FIELDS}
+    _cross_checks(values)
+    if not values["node_name"]:
+        values["node_name"] = default_node_name()
+    top = {k: v for k, v in values.items() if "." not in k}
+    for sec in SECTIONS:
+        top[sec] = _SECTION_CLASSES[sec](**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(sec + ".")})
+    return Config(**top)
+
+
+def _cross_checks(v: dict[str, Any]) -> None:
+    try:
+        parse_listen_address(v["web.listen_address"])
+    except ValueError as e:
+        raise ConfigError(f"web.listen_address: {e}") from None
+    if v["analysis_window"] < v["analysis_interval"]:
+        raise ConfigError("analysis_window: must be at least analysis_interval")
+    if v["sample_interval"] > v["analysis_interval"]:
+        raise ConfigError("sample_interval: must not exceed analysis_interval")
+    if v["source"] == "replay" and not v["replay.file"]:
+        raise ConfigError("replay.file: required when source is replay")
+
+
+def config_value(cfg: Any, key: str) -> Any:
+    """cfg.get('sim.scenario') equivalent for dotted keys."""
+    obj = cfg
+    for part in key.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def as_dict(cfg: Any) -> dict[str, Any]:
+    return {f.key: config_value(cfg, f.key) for f in FIELDS}
+
+
+def test_config(**overrides: Any) -> Any:
+    """A Config for tests and benchmarks: defaults plus dotted-key overrides
+    (use '__' for '.': sim__gpus=4), ignoring the environment."""
+    return load_config(overrides={k.replace("__", "."): v for k, v in overrides.items()}, environ={})
+
+
+test_config.__test__ = False  # not a pytest test
+
+
+__all__ = ["Config", "ConfigError", "FIELDS", "FIELD_BY_KEY", "load_config", "read_config_file",
+           "parse_duration", "parse_listen_address", "config_value", "as_dict", "test_config",
+           "DEFAULT_PORT", "DEFAULT_LISTEN", "SCENARIOS", "env_name"]

@@ -1,0 +1,97 @@
+"""The vocabulary every source speaks and every consumer reads.
+
+A source turns whatever it talks to (NVML, a dcgm-exporter endpoint, a recorded
+log, the simulator) into `Reading`s. Nothing downstream knows which source it was.
+
+Times are seconds on the source's own timeline (`Sample.t`): monotonic seconds for
+live sources, the recorded timestamps for replay. Only differences matter to the
+analysis, so the two never need to agree with the wall clock.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+# Attribution label names, in the order they appear on per-GPU series.
+ATTRIBUTION_LABELS = ("namespace", "pod", "container", "workload")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """Identity of one GPU entity (a whole GPU or one MIG instance). Never changes
+    while the entity exists; exported only on gpulse_gpu_info."""
+
+    gpu: str                 # the `gpu` label: "0", or "0/1" for MIG instance 1 of GPU 0
+    uuid: str = ""
+    model: str = ""
+    pci_bus_id: str = ""
+    driver: str = ""
+    cuda_version: str = ""
+    mig_profile: str = ""    # e.g. "3g.40gb"; empty for a whole GPU
+    gpu_instance: str = ""   # MIG GPU instance id; empty for a whole GPU
+    parent_uuid: str = ""    # the physical GPU of a MIG instance
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One instant of one GPU, fine-grained enough to integrate.
+
+    `util` is NVML-style utilisation (a kernel was running), 0..1.
+    `sm_active` is real work where the source measures it (DCGM profiling, GPM), 0..1.
+    `power_w` and `memory_used_bytes` let the analysis tell spin-waiting from work
+    and a held job from no job. Unknown values are None.
+    """
+
+    t: float
+    util: float | None = None
+    power_w: float | None = None
+    memory_used_bytes: float | None = None
+    sm_active: float | None = None
+
+
+# A labelled counter value: label values (in the catalog's label order) -> value.
+LabelledValues = Mapping[tuple[str, ...], float]
+
+
+@dataclass(slots=True)
+class Reading:
+    """What one poll learned about one GPU.
+
+    samples:  new fine-grained samples since the previous poll, ordered by t
+              (several per poll when the driver buffers them, e.g. nvmlDeviceGetSamples).
+    gauges:   latest values, keyed by catalog name (see gpulse.catalog.GAUGES).
+    counters: cumulative values as the device reports them, keyed by catalog name
+              (see gpulse.catalog.COUNTERS); a float, or {label values: float} for
+              families with extra labels (throttle reason, XID code, ...).
+    up:       False when the GPU could not be read this poll (lost, hung, error);
+              `error` then says why in one line.
+    attribution: namespace/pod/container/workload when the source knows them
+              (dcgm-exporter's pod labels); the kube/ and Slurm mappers may override.
+    holds_workload: True/False when the source knows whether a process is attached;
+              None to decide from memory use.
+    """
+
+    gpu: str
+    samples: list[Sample] = field(default_factory=list)
+    gauges: dict[str, float] = field(default_factory=dict)
+    counters: dict[str, float | dict[tuple[str, ...], float]] = field(default_factory=dict)
+    up: bool = True
+    error: str | None = None
+    attribution: dict[str, str] | None = None
+    holds_workload: bool | None = None
+
+
+@dataclass(slots=True)
+class PollResult:
+    """Everything one poll of a source returned.
+
+    devices:     the full current device list when it changed (discovery, a MIG
+                 reconfiguration), else None.
+    readings:    one Reading per GPU the source tried to read.
+    call_errors: errors by source call name since the previous poll, e.g.
+                 {"nvmlDeviceGetPowerUsage": 1}; exported as gpulse_source_errors_total.
+    """
+
+    readings: list[Reading]
+    devices: list[DeviceInfo] | None = None
+    call_errors: dict[str, int] = field(default_factory=dict)
