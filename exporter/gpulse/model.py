@@ -37,7 +37,8 @@ class Sample:
     """One instant of one GPU, fine-grained enough to integrate.
 
     `util` is NVML-style utilisation (a kernel was running), 0..1.
-    `sm_active` is real work where the source measures it (DCGM profiling, GPM), 0..1.
+    `sm_active` / `gr_active` are real-work measures where the source has them
+    (DCGM_FI_PROF_SM_ACTIVE / DCGM_FI_PROF_GR_ENGINE_ACTIVE, or NVML GPM), 0..1.
     `power_w` and `memory_used_bytes` let the analysis tell spin-waiting from work
     and a held job from no job. Unknown values are None.
     """
@@ -47,6 +48,7 @@ class Sample:
     power_w: float | None = None
     memory_used_bytes: float | None = None
     sm_active: float | None = None
+    gr_active: float | None = None
 
 
 # A labelled counter value: label values (in the catalog's label order) -> value.
