@@ -7,6 +7,14 @@ from .base import Source, SourceError
 def make_source(cfg) -> Source:
     """Build the configured source. Imports lazily so a missing optional piece of one
     source never breaks another."""
+    try:
+        return _make(cfg)
+    except ImportError as e:
+        hint = "; try --source sim to run without a GPU" if cfg.source == "nvml" else ""
+        raise SourceError(f"source {cfg.source} is not available: {e}{hint}") from None
+
+
+def _make(cfg) -> Source:
     kind = cfg.source
     if kind == "sim":
         from .sim import SimSource

