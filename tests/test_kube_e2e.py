@@ -1,0 +1,142 @@
+"""`gpulse serve` with attribution on, against a fake node: a real gRPC kubelet
+socket and a real HTTPS API server, found through the in-cluster environment
+variables exactly as in a pod."""
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+pytest.importorskip("grpc")
+pytest.importorskip("cryptography")
+
+from gpulse.kube.fake import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
+
+NODE = "gpu-node-1"
+SEED = 1
+
+
+def sim_uuid(i: int) -> str:
+    # The simulated source's UUID scheme (sources/sim.py) for seed SEED.
+    return f"GPU-{SEED:08x}-5157-4d00-8000-{i:012x}"
+
+
+def job_pod(name: str, gpus, label_key: str, job: str) -> FakePod:
+    return FakePod(name=name, namespace="research", node=NODE,
+                   devices={"trainer": {"nvidia.com/gpu": [sim_uuid(i) for i in gpus]}},
+                   labels={label_key: job, "team": "llm"})
+
+
+SERIES_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\} (\S+)$")
+
+
+def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    out = []
+    for line in text.splitlines():
+        m = SERIES_RE.match(line)
+        if m and m.group(1) == name:
+            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
+            out.append((labels, float(m.group(3))))
+    return out
+
+
+def wait_for(g, predicate, what: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = g.metrics()
+        if predicate(text):
+            return text
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}; last /metrics:\n{text[-3000:]}")
+
+
+@pytest.fixture
+def node(tmp_path):
+    cluster = FakeCluster([
+        job_pod("pretrain-0", range(4), "training.kubeflow.org/job-name", "pretrain"),
+        job_pod("finetune-0", range(4, 8), "jobset.sigs.k8s.io/jobset-name", "finetune"),
+    ])
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    kubelet = FakeKubelet(cluster, str(tmp_path / "kubelet.sock"), node=NODE)
+    api = FakeApiServer(cluster, str(sa))
+    env = {"KUBERNETES_SERVICE_HOST": api.host, "KUBERNETES_SERVICE_PORT": api.port,
+           "KUBERNETES_SERVICEACCOUNT_DIR": str(sa)}
+    args = ("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "8", "--sim.seed", str(SEED),
+            "--node-name", NODE, "--kube.enabled", "--kube.pod-resources-socket", kubelet.socket_path,
+            "--kube.refresh-interval", "1s", "--kube.copy-labels", "team",
+            "--analysis-window", "3s")
+    yield cluster, kubelet, api, env, args
+    api.stop()
+    kubelet.stop()
+
+
+def imbalance_by_workload(text: str) -> dict[str, float]:
+    return {lab.get("workload", ""): v for lab, v in series(text, "gpulse_group_imbalance_ratio")}
+
+
+def test_imbalance_is_computed_per_workload(gpulse_proc, node):
+    cluster, kubelet, api, env, args = node
+    # The same node without attribution: GPUs 0-3 at 99 %, 4-7 at 10 % is one
+    # badly imbalanced group.
+    plain = gpulse_proc("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "8",
+                        "--sim.seed", str(SEED), "--node-name", NODE, "--analysis-window", "3s")
+    text = wait_for(plain, lambda t: imbalance_by_workload(t), "node imbalance")
+    node_imbalance = imbalance_by_workload(text)
+    assert set(node_imbalance) == {""}
+    g = gpulse_proc(*args, env=env)
+    text = wait_for(g, lambda t: {"pretrain", "finetune"} <= set(imbalance_by_workload(t)),
+                    "one group per workload")
+    per_job = imbalance_by_workload(text)
+    assert "" not in per_job   # every GPU belongs to a job: no node-wide group
+    # Each job is balanced within itself; only across jobs is the load uneven.
+    assert node_imbalance[""] > 0.5
+    assert per_job["pretrain"] < 0.2 * node_imbalance[""]
+    assert per_job["finetune"] < 0.2 * node_imbalance[""]
+
+    busy = series(text, "gpulse_gpu_busy_seconds_total")
+    assert len(busy) == 8
+    by_gpu = {lab["gpu"]: lab for lab, _ in busy}
+    assert by_gpu["0"]["workload"] == "pretrain" and by_gpu["7"]["workload"] == "finetune"
+    assert by_gpu["5"]["namespace"] == "research" and by_gpu["5"]["pod"] == "finetune-0"
+    assert by_gpu["5"]["container"] == "trainer" and by_gpu["5"]["label_team"] == "llm"
+    # Cardinality: far below Mimir's default limit of 30 labels per series.
+    widest = max(len(lab) + 1 for lab, _ in busy)   # +1 for __name__
+    assert widest <= 12, widest
+    assert series(text, "gpulse_attribution_up") and series(text, "gpulse_attribution_up")[0][1] == 1
+
+    # The finetune job ends: its GPUs lose their attribution and its group goes.
+    cluster.set_pods([p for p in cluster.pods() if p.name != "finetune-0"])
+    text = wait_for(g, lambda t: "finetune" not in imbalance_by_workload(t)
+                    and 'workload="finetune"' not in t, "the finished job's series to disappear")
+    by_gpu = {lab["gpu"]: lab for lab, _ in series(text, "gpulse_gpu_busy_seconds_total")}
+    assert "pod" not in by_gpu["5"] and by_gpu["0"]["pod"] == "pretrain-0"
+    # GPUs with no workload form the idle group, which never reports imbalance.
+    assert "" not in imbalance_by_workload(text)
+
+
+def test_api_forbidden_and_missing_socket_keep_metrics_flowing(gpulse_proc, node, tmp_path):
+    cluster, kubelet, api, env, args = node
+    api.status = 403
+    g = gpulse_proc(*args, env=env)
+    text = wait_for(g, lambda t: any(lab.get("reason") == "api_forbidden" and v > 0 for lab, v in
+                                     series(t, "gpulse_attribution_errors_total"))
+                    and 'pod="finetune-0"' in t, "api_forbidden counted and pods attributed")
+    assert series(text, "gpulse_attribution_up")[0][1] == 0
+    busy = series(text, "gpulse_gpu_busy_seconds_total")
+    assert len(busy) == 8
+    # The kubelet part still names pod and container; the workload falls back to the pod.
+    assert {lab.get("workload") for lab, _ in busy} == {"pretrain-0", "finetune-0"}
+    out = g.output()
+    warnings = [line for line in out.splitlines() if "403" in line]
+    assert len(warnings) == 1 and "Traceback" not in out
+
+    missing = [a if a != kubelet.socket_path else str(tmp_path / "absent.sock") for a in args]
+    g2 = gpulse_proc(*missing, env=env)
+    text = wait_for(g2, lambda t: any(lab.get("reason") == "socket_missing" and v > 0 for lab, v in
+                                      series(t, "gpulse_attribution_errors_total")), "socket_missing counted")
+    busy = series(text, "gpulse_gpu_busy_seconds_total")
+    assert len(busy) == 8 and all("pod" not in lab for lab, _ in busy)
+    assert series(text, "gpulse_attribution_up")[0][1] == 0
