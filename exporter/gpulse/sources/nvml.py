@@ -1,0 +1,559 @@
+"""NVIDIA GPUs through NVML (nvidia-ml-py, `import pynvml`).
+
+Cadence. The sampler calls poll() every --sample-interval (0.1 s), but NVML does not
+need that: the driver buffers a utilisation sample every ~1/6 s, and
+nvmlDeviceGetSamples(..., last_seen_timestamp) returns every one since the previous
+read. So the source works in two tiers and returns an empty result in between:
+
+    fast, every 0.5 s:  utilisation samples, power samples, memory   (~10 calls/GPU/s)
+    slow, every 1 s:    temperature, clocks, clock-event reasons, power limit, fan,
+                        and one batched nvmlDeviceGetFieldValues (energy, ECC,
+                        PCIe/NVLink bytes, PCIe replays, remapped rows, memory temp)
+
+Every driver sample still reaches the engine with its own timestamp, so time
+resolution is the driver's (~0.17 s), not the poll's. Power comes from the driver's
+power-sample buffer too and is matched to each utilisation sample by time, so a
+sample taken while computing is never judged by the power of a later stall.
+
+Sample.t is the driver's timestamp (µs since the epoch) / 1e6, one timeline for all
+GPUs, which the engine needs to align GPUs and find moments when all are idle.
+
+Failures are per GPU and per call (see nvml_calls): a lost GPU is reported down and
+retried with backoff while the others keep reporting; when NVML itself goes away the
+library is re-initialised with backoff. XIDs arrive on their own thread
+(nvml_events). Per-process queries are not made at all: whether a GPU holds a job is
+judged from its memory.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import pynvml
+
+from ..catalog import THROTTLE_REASONS
+from ..model import DeviceInfo, PollResult, Reading, Sample
+from .base import Source, SourceError
+from .nvml_calls import Caller, DriverGone, GpuLost
+from .nvml_discovery import Entity, discover, discover_index
+from .nvml_events import XidWatcher
+from .nvml_gpm import GpmReader
+
+log = logging.getLogger("gpulse.sources.nvml")
+
+FAST_INTERVAL = 0.5        # utilisation/power/memory reads (the driver buffers in between)
+SLOW_INTERVAL = 1.0        # slow-changing fields
+RETRY_MIN, RETRY_MAX = 1.0, 30.0   # backoff for a lost GPU and for NVML re-initialisation
+POWER_KEEP = 30.0          # seconds of power points kept to match utilisation samples
+DEFAULT_PERIOD = 1 / 6     # driver utilisation sample period until measured
+
+UTIL_SAMPLES = "nvmlDeviceGetSamples[util]"
+POWER_SAMPLES = "nvmlDeviceGetSamples[power]"
+
+# nvmlClocksEventReason* bits, in catalog.THROTTLE_REASONS order
+REASON_BITS = tuple((1 << i, name) for i, name in enumerate(THROTTLE_REASONS))
+
+# One batched nvmlDeviceGetFieldValues per GPU per slow cycle.
+F_ENERGY = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION      # mJ
+F_MEM_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
+F_ECC_CORR = pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL
+F_ECC_UNCORR = pynvml.NVML_FI_DEV_ECC_DBE_VOL_TOTAL
+F_PCIE_REPLAY = pynvml.NVML_FI_DEV_PCIE_REPLAY_COUNTER
+F_NVLINK_TX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX  # KiB, all links
+F_NVLINK_RX = pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+F_REMAP_CORR = pynvml.NVML_FI_DEV_REMAPPED_COR
+F_REMAP_UNC = pynvml.NVML_FI_DEV_REMAPPED_UNC
+F_REMAP_PENDING = pynvml.NVML_FI_DEV_REMAPPED_PENDING
+F_PCIE_TX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES
+F_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+FIELD_IDS = (F_ENERGY, F_MEM_TEMP, F_ECC_CORR, F_ECC_UNCORR, F_PCIE_REPLAY, F_NVLINK_TX, F_NVLINK_RX,
+             F_REMAP_CORR, F_REMAP_UNC, F_REMAP_PENDING, F_PCIE_TX, F_PCIE_RX)
+
+
+def init_message(e: Exception) -> str:
+    """One line telling the user why NVML cannot be used and what to do."""
+    hint = "use --source sim to try gpulse without GPUs, or --nvml.wait to wait for the driver"
+    code = getattr(e, "value", None)
+    if code == pynvml.NVML_ERROR_LIBRARY_NOT_FOUND:
+        return ("NVML library libnvidia-ml.so.1 not found: no NVIDIA driver on this host, or it is not "
+                f"visible to this process/container; {hint}")
+    if code == pynvml.NVML_ERROR_DRIVER_NOT_LOADED:
+        return f"NVIDIA driver is not loaded (nvmlInit: {e}); {hint}"
+    if code == pynvml.NVML_ERROR_NO_PERMISSION:
+        return f"no permission to use NVML (nvmlInit: {e}); run with access to /dev/nvidia*"
+    return f"NVML initialisation failed: {e}; {hint}"
+
+
+def _value(vtype: int, v: Any) -> float:
+    """The member of an nvmlValue_t union its type code names."""
+    if vtype == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return float(v.uiVal)
+    if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return float(v.ulVal)
+    if vtype == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(v.sllVal)
+    if vtype == getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5):
+        return float(v.siVal)
+    return float(v.ullVal)
+
+
+class _State:
+    """Mutable per-entity state (source-private)."""
+
+    def __init__(self, entity: Entity, start_us: int):
+        self.entity = entity
+        self.up = entity.handle is not None
+        self.error = entity.error
+        self.retry_at = 0.0
+        self.backoff = RETRY_MIN
+        self.util_ts = start_us        # last driver utilisation timestamp consumed (µs)
+        self.power_ts = start_us
+        self.last_t = start_us / 1e6   # last Sample.t emitted
+        self.period = DEFAULT_PERIOD
+        self.power_t: deque[float] = deque()
+        self.power_w: deque[float] = deque()
+        self.gauges: dict[str, Any] = {}
+        self.counters: dict[str, Any] = {}
+        self.throttle = {name: 0.0 for name in THROTTLE_REASONS}
+        self.reasons_t: float | None = None
+        self.fields = list(FIELD_IDS)
+        self.gpm = False
+
+    def adopt(self, old: "_State") -> None:
+        """Keep what must survive an NVML re-initialisation: our own accumulators and
+        the sample timeline, so counters stay monotonic and no sample repeats."""
+        self.util_ts, self.power_ts, self.last_t = old.util_ts, old.power_ts, old.last_t
+        self.period = old.period
+        self.throttle = old.throttle
+        if "throttle_seconds_total" in old.counters:
+            self.counters["throttle_seconds_total"] = old.counters["throttle_seconds_total"]
+
+    def add_power(self, t: float, w: float) -> None:
+        if self.power_t and t <= self.power_t[-1]:
+            return
+        self.power_t.append(t)
+        self.power_w.append(w)
+        while self.power_t and self.power_t[0] < t - POWER_KEEP:
+            self.power_t.popleft()
+            self.power_w.popleft()
+
+    def power_at(self, t: float) -> float | None:
+        """The power point nearest in time to t."""
+        pts = self.power_t
+        if not pts:
+            return None
+        i = bisect.bisect_left(pts, t)
+        if i == 0:
+            return self.power_w[0]
+        if i == len(pts):
+            return self.power_w[-1]
+        return self.power_w[i] if pts[i] - t < t - pts[i - 1] else self.power_w[i - 1]
+
+
+class NvmlSource(Source):
+    name = "nvml"
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.fast_interval = max(cfg.sample_interval, FAST_INTERVAL)
+        self.slow_interval = max(self.fast_interval, SLOW_INTERVAL)
+        self.caller = Caller()
+        self.states: list[_State] = []
+        self.xid: XidWatcher | None = None
+        self.gpm: GpmReader | None = None
+        self.has_sm_active = False
+        self._inited = False
+        self._lib_error: str | None = None
+        self._reinit_at = 0.0
+        self._reinit_backoff = RETRY_MIN
+        self._next_fast = 0.0
+        self._next_slow = 0.0
+        self._devices_changed = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> list[DeviceInfo]:
+        try:
+            self._start()
+        except (pynvml.NVMLError, DriverGone) as e:
+            msg = init_message(e) if isinstance(e, pynvml.NVMLError) else f"NVML unusable: {e}"
+            if not self.cfg.nvml.wait:
+                raise SourceError(msg) from None
+            log.warning("%s; retrying with backoff (--nvml.wait)", msg)
+            self._lib_error = msg
+            self._reinit_at = time.monotonic() + self._reinit_backoff
+            return []
+        return self.devices()
+
+    def devices(self) -> list[DeviceInfo]:
+        return [s.entity.info for s in self.states]
+
+    def _start(self, previous: list[_State] | None = None) -> None:
+        """nvmlInit, discover, start XID events and GPM. Raises NVMLError/DriverGone."""
+        pynvml.nvmlInit()
+        self._inited = True
+        try:
+            entities = discover(self.caller)
+        except BaseException:
+            self._shutdown()
+            raise
+        start_us = int(time.time() * 1e6)
+        old = {s.entity.info.uuid or s.entity.key: s for s in previous or ()}
+        states = []
+        for e in entities:
+            st = _State(e, start_us)
+            prev = old.get(e.info.uuid or e.key)
+            if prev is not None:
+                st.adopt(prev)
+            states.append(st)
+        self.states = states
+        self.has_sm_active = False
+        if self.cfg.nvml.gpm:
+            self.gpm = GpmReader(self.caller)
+            for st in states:
+                st.gpm = self.gpm.supported(st.entity)
+                self.has_sm_active = self.has_sm_active or st.gpm
+        old_xid = self.xid.all_counts() if self.xid is not None else {}
+        if self.cfg.nvml.xid_events:
+            self.xid = XidWatcher(entities, self.caller.count)
+            self.xid.seed(old_xid)
+            self.xid.start()
+        n_gpu = sum(1 for e in entities if not e.is_mig)
+        n_mig = len(entities) - n_gpu
+        driver = entities[0].info.driver if entities else "?"
+        log.info("NVML: %d GPU(s)%s, driver %s", n_gpu, f", {n_mig} MIG instance(s)" if n_mig else "", driver)
+        if not entities:
+            log.warning("NVML reports no GPUs on this host")
+
+    def _shutdown(self) -> None:
+        if self.xid is not None:
+            self.xid.stop()
+        if self.gpm is not None:
+            self.gpm.close()
+            self.gpm = None
+        if self._inited:
+            self._inited = False
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._shutdown()
+
+    # ------------------------------------------------------------------ polling
+
+    def poll(self, now: float) -> PollResult:
+        if self._lib_error is not None:
+            if now < self._reinit_at:
+                return self._all_down(now)
+            if not self._reinit(now):
+                return self._all_down(now)
+        # the driver buffers samples: polls between the fast reads have nothing to do
+        if now + self.cfg.sample_interval / 2 < self._next_fast:
+            return PollResult([])
+        self._next_fast = max(self._next_fast + self.fast_interval, now + self.fast_interval / 2)
+        slow = now + self.cfg.sample_interval / 2 >= self._next_slow
+        if slow:
+            self._next_slow = max(self._next_slow + self.slow_interval, now + self.slow_interval / 2)
+        wall = time.time()
+        readings = []
+        try:
+            for st in list(self.states):
+                readings.append(self._read(st, now, wall, slow))
+        except DriverGone as e:
+            self._driver_gone(str(e), now)
+            return self._all_down(now)
+        physical = [s for s in self.states if not s.entity.is_mig]
+        if physical and not any(s.up for s in physical) and all(now - s.retry_at > -RETRY_MIN for s in physical):
+            # every GPU gone at once looks like a driver reload: start over
+            self._driver_gone("every GPU stopped answering", now)
+        devices = None
+        if self._devices_changed:
+            self._devices_changed = False
+            devices = self.devices()
+        return PollResult(readings, devices=devices, call_errors=self.caller.drain_errors())
+
+    def _all_down(self, now: float) -> PollResult:
+        err = self._lib_error or "NVML unavailable"
+        readings = [Reading(s.entity.key, up=False, error=err, counters=self._counters(s)) for s in self.states]
+        devices = None
+        if self._devices_changed:
+            self._devices_changed = False
+            devices = self.devices()
+        return PollResult(readings, devices=devices, call_errors=self.caller.drain_errors())
+
+    def _driver_gone(self, why: str, now: float) -> None:
+        if self._lib_error is None:
+            log.warning("NVML stopped working (%s); re-initialising with backoff", why)
+        self._lib_error = f"NVML unavailable: {why}"
+        for st in self.states:
+            st.up = False
+            st.error = self._lib_error
+        self._shutdown()
+        self._reinit_at = now + self._reinit_backoff
+
+    def _reinit(self, now: float) -> bool:
+        before = [s.entity.info for s in self.states]
+        try:
+            self._start(previous=self.states)
+        except (pynvml.NVMLError, DriverGone) as e:
+            self._reinit_backoff = min(RETRY_MAX, self._reinit_backoff * 2)
+            self._reinit_at = now + self._reinit_backoff
+            self._lib_error = init_message(e) if isinstance(e, pynvml.NVMLError) else f"NVML unavailable: {e}"
+            return False
+        log.info("NVML is back")
+        self._lib_error = None
+        self._reinit_backoff = RETRY_MIN
+        self._next_fast = self._next_slow = 0.0
+        if self.devices() != before:
+            self._devices_changed = True
+        return True
+
+    def _counters(self, st: _State) -> dict[str, Any]:
+        c = dict(st.counters)
+        if self.xid is not None:
+            x = self.xid.counts(st.entity.key)
+            if x:
+                c["xid_errors_total"] = x
+        return c
+
+    def _read(self, st: _State, now: float, wall: float, slow: bool) -> Reading:
+        e = st.entity
+        if not st.up and now < st.retry_at:
+            return Reading(e.key, up=False, error=st.error, counters=self._counters(st))
+        try:
+            if e.handle is None:
+                self._reopen(st)
+                e = st.entity
+            samples = self._fast(st, wall)
+            if slow and not e.is_mig:
+                self._slow(st, wall)
+        except GpuLost as err:
+            if st.up:
+                log.warning("GPU %s is down: %s", e.key, err)
+            st.up = False
+            st.error = f"GPU unreachable: {err}"
+            st.retry_at = now + st.backoff
+            st.backoff = min(RETRY_MAX, st.backoff * 2)
+            st.reasons_t = None
+            if self.gpm is not None:
+                self.gpm.reset(e.key)
+            return Reading(e.key, up=False, error=st.error, counters=self._counters(st))
+        if not st.up:
+            log.info("GPU %s answers again", e.key)
+            st.up = True
+            st.error = None
+            st.backoff = RETRY_MIN
+        return Reading(e.key, samples=samples, gauges=dict(st.gauges), counters=self._counters(st))
+
+    def _reopen(self, st: _State) -> None:
+        """A GPU that could not be opened at discovery: try again (raises GpuLost)."""
+        e = st.entity
+        info = e.info
+        found = discover_index(self.caller, e.index, info.driver, info.cuda_version)
+        st.entity = found[0]
+        start_us = int(time.time() * 1e6)
+        extra = [_State(f, start_us) for f in found[1:]]
+        if found[0].info != info or extra:
+            at = self.states.index(st) + 1
+            self.states[at:at] = extra
+            self._devices_changed = True
+
+    # ------------------------------------------------------------------ fast tier
+
+    def _fast(self, st: _State, wall: float) -> list[Sample]:
+        e, c = st.entity, self.caller
+        mem = c.call(e.key, pynvml.nvmlDeviceGetMemoryInfo, e.handle)
+        used = None
+        if mem is not None:
+            used = float(mem.used)
+            st.gauges["memory_used_bytes"] = used
+            st.gauges["memory_total_bytes"] = float(mem.total)
+        gpm = self.gpm.read(e) if st.gpm and self.gpm is not None else None
+        if e.is_mig:
+            # NVML has no utilisation for MIG instances; GPM is their only activity signal
+            if gpm is None:
+                return []
+            t = max(wall, st.last_t + 1e-6)
+            st.last_t = t
+            return [Sample(t, memory_used_bytes=used, sm_active=gpm[0], gr_active=gpm[1])]
+        self._read_power(st, wall)
+        utils = self._read_util(st, wall)
+        sm, gr = gpm if gpm is not None else (None, None)
+        return [Sample(t, util=u, power_w=st.power_at(t), memory_used_bytes=used, sm_active=sm, gr_active=gr)
+                for t, u in utils]
+
+    def _samples(self, st: _State, name: str, kind: int, since_us: int) -> list | None:
+        """nvmlDeviceGetSamples since a timestamp: [] when nothing is new, None when
+        this GPU cannot give this kind of sample."""
+        key = st.entity.key
+        if not self.caller.supported(key, name):
+            return None
+        try:
+            _, raw = pynvml.nvmlDeviceGetSamples(st.entity.handle, kind, since_us)
+        except pynvml.NVMLError as err:
+            if err.value == pynvml.NVML_ERROR_NOT_FOUND:    # nothing since since_us
+                return []
+            self.caller.fail(key, name, err)
+            return None if not self.caller.supported(key, name) else []
+        return sorted(raw, key=lambda s: s.timeStamp)
+
+    def _read_power(self, st: _State, wall: float) -> None:
+        e = st.entity
+        raw = self._samples(st, POWER_SAMPLES, pynvml.NVML_TOTAL_POWER_SAMPLES, st.power_ts)
+        if raw is None:
+            mw = self.caller.call(e.key, pynvml.nvmlDeviceGetPowerUsage, e.handle)
+            if mw is not None:
+                st.add_power(wall, mw / 1000.0)
+                st.gauges["power_watts"] = mw / 1000.0
+            return
+        for s in raw:
+            if s.timeStamp > st.power_ts:
+                st.power_ts = s.timeStamp
+                st.add_power(s.timeStamp / 1e6, _value(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, s.sampleValue) / 1000.0)
+        if st.power_w:
+            st.gauges["power_watts"] = st.power_w[-1]
+
+    def _read_util(self, st: _State, wall: float) -> list[tuple[float, float]]:
+        e = st.entity
+        raw = self._samples(st, UTIL_SAMPLES, pynvml.NVML_GPU_UTILIZATION_SAMPLES, st.util_ts)
+        out: list[tuple[float, float]] = []
+        for s in raw or ():
+            ts = s.timeStamp
+            if ts <= st.util_ts:
+                continue
+            gap = (ts - st.util_ts) / 1e6
+            if 0 < gap < 2 * st.period:      # learn the driver's sample period
+                st.period = 0.8 * st.period + 0.2 * gap
+            st.util_ts = ts
+            t = ts / 1e6
+            if t <= st.last_t:               # already covered by a fallback reading
+                continue
+            st.last_t = t
+            out.append((t, min(1.0, s.sampleValue.uiVal / 100.0)))
+        if out:
+            return out
+        # No new driver sample for several periods: the buffer is empty on an idle GPU
+        # (or the driver keeps none). Read the instantaneous rate instead, stamped now,
+        # without moving util_ts, so driver samples are picked up again when they return.
+        if wall - st.util_ts / 1e6 < max(1.0, 3 * st.period):
+            return out
+        rates = self.caller.call(e.key, pynvml.nvmlDeviceGetUtilizationRates, e.handle)
+        if rates is None:
+            return out
+        t = max(wall, st.last_t + 1e-6)
+        st.last_t = t
+        return [(t, min(1.0, rates.gpu / 100.0))]
+
+    # ------------------------------------------------------------------ slow tier
+
+    def _slow(self, st: _State, wall: float) -> None:
+        e, c, g = st.entity, self.caller, st.gauges
+        h, k = e.handle, e.key
+        temp = c.call(k, pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
+        if temp is not None:
+            g["temperature_celsius"] = float(temp)
+        sm = c.call(k, pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM, name="nvmlDeviceGetClockInfo[sm]")
+        if sm is not None:
+            g["sm_clock_hertz"] = sm * 1e6
+        mem = c.call(k, pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM, name="nvmlDeviceGetClockInfo[mem]")
+        if mem is not None:
+            g["memory_clock_hertz"] = mem * 1e6
+        limit = c.call(k, pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+        if limit is not None:
+            g["power_limit_watts"] = limit / 1000.0
+        fan = c.call(k, pynvml.nvmlDeviceGetFanSpeed, h)
+        if fan is not None:
+            g["fan_speed_ratio"] = fan / 100.0
+        self._throttle(st, wall)
+        self._fields(st)
+
+    def _throttle(self, st: _State, wall: float) -> None:
+        """Clock-event reasons are a bitmask of *now*; integrate them into seconds per
+        reason, crediting each interval between reads to the mask read at its end."""
+        c, e = self.caller, st.entity
+        mask = c.call(e.key, pynvml.nvmlDeviceGetCurrentClocksEventReasons, e.handle)
+        if mask is None and not c.supported(e.key, "nvmlDeviceGetCurrentClocksEventReasons"):
+            mask = c.call(e.key, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, e.handle)  # older drivers
+        if mask is None:
+            return
+        if st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.slow_interval:
+            dt = wall - st.reasons_t
+            for bit, name in REASON_BITS:
+                if mask & bit:
+                    st.throttle[name] += dt
+        st.reasons_t = wall
+        st.counters["throttle_seconds_total"] = {(n,): v for n, v in st.throttle.items()}
+
+    def _fields(self, st: _State) -> None:
+        e, c = st.entity, self.caller
+        if not st.fields:
+            return
+        if not c.supported(e.key, "nvmlDeviceGetFieldValues"):
+            self._fields_one_by_one(st)
+            return
+        values = c.call(e.key, pynvml.nvmlDeviceGetFieldValues, e.handle, st.fields)
+        if values is None:
+            return
+        got: dict[int, float] = {}
+        for fv in values:
+            if fv.nvmlReturn == pynvml.NVML_SUCCESS:
+                got[fv.fieldId] = _value(fv.valueType, fv.value)
+                continue
+            try:
+                c.fail(e.key, f"nvmlDeviceGetFieldValues[{fv.fieldId}]", pynvml.NVMLError(fv.nvmlReturn))
+            finally:
+                if not c.supported(e.key, f"nvmlDeviceGetFieldValues[{fv.fieldId}]"):
+                    st.fields.remove(fv.fieldId)
+        self._apply_fields(st, got)
+
+    def _fields_one_by_one(self, st: _State) -> None:
+        """Drivers without nvmlDeviceGetFieldValues: the same values, call by call."""
+        e, c = st.entity, self.caller
+        h, k = e.handle, e.key
+        got: dict[int, float] = {}
+        mj = c.call(k, pynvml.nvmlDeviceGetTotalEnergyConsumption, h)
+        if mj is not None:
+            got[F_ENERGY] = float(mj)
+        for fid, kind in ((F_ECC_CORR, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
+                          (F_ECC_UNCORR, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
+            n = c.call(k, pynvml.nvmlDeviceGetTotalEccErrors, h, kind, pynvml.NVML_VOLATILE_ECC)
+            if n is not None:
+                got[fid] = float(n)
+        rows = c.call(k, pynvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            got[F_REMAP_CORR], got[F_REMAP_UNC], got[F_REMAP_PENDING] = map(float, rows[:3])
+        self._apply_fields(st, got)
+
+    @staticmethod
+    def _apply_fields(st: _State, got: dict[int, float]) -> None:
+        g, cn = st.gauges, st.counters
+        if F_ENERGY in got:
+            cn["energy_joules_total"] = got[F_ENERGY] / 1000.0
+        if F_MEM_TEMP in got and got[F_MEM_TEMP] > 0:
+            g["memory_temperature_celsius"] = got[F_MEM_TEMP]
+        if F_ECC_CORR in got or F_ECC_UNCORR in got:
+            cn["ecc_errors_total"] = {(t,): got[f] for t, f in (("corrected", F_ECC_CORR), ("uncorrected", F_ECC_UNCORR))
+                                      if f in got}
+        if F_PCIE_REPLAY in got:
+            cn["pcie_replays_total"] = got[F_PCIE_REPLAY]
+        if F_PCIE_TX in got or F_PCIE_RX in got:
+            cn["pcie_bytes_total"] = {(d,): got[f] for d, f in (("tx", F_PCIE_TX), ("rx", F_PCIE_RX)) if f in got}
+        if F_NVLINK_TX in got or F_NVLINK_RX in got:
+            cn["nvlink_bytes_total"] = {(d,): got[f] * 1024.0 for d, f in (("tx", F_NVLINK_TX), ("rx", F_NVLINK_RX))
+                                        if f in got}
+        if F_REMAP_CORR in got or F_REMAP_UNC in got:
+            g["remapped_rows"] = {(t,): got[f] for t, f in (("correctable", F_REMAP_CORR), ("uncorrectable", F_REMAP_UNC))
+                                  if f in got}
+        if F_REMAP_PENDING in got:
+            g["remapping_pending"] = 1.0 if got[F_REMAP_PENDING] else 0.0
