@@ -1,0 +1,67 @@
+"""Shared bench plumbing: start `gpulse serve` as its own process, read its CPU and RSS."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_gpulse(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    e = dict(os.environ, PYTHONPATH=str(ROOT / "exporter"))
+    e.update(env or {})
+    p = subprocess.Popen([sys.executable, "-m", "gpulse", "serve", "--web.listen-address",
+                          f"127.0.0.1:{port}", "--log.level", "warning", *args],
+                         env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url + "/readyz", timeout=1).status_code == 200:
+                return p, url
+        except requests.RequestException:
+            pass
+        time.sleep(0.05)
+    p.kill()
+    raise SystemExit(f"gpulse {' '.join(args)} did not become ready")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK   # utime + stime
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
+def fds(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def percentile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
