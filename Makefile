@@ -24,3 +24,11 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out tests/fakenvml/build
+
+# Container image (needs a Docker engine): make image IMAGE=registry.example.com/gpulse:0.1.0
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE   ?= gpulse:$(VERSION)
+DOCKER  ?= docker
+.PHONY: image
+image:
+	$(DOCKER) build -t $(IMAGE) .

@@ -1,0 +1,685 @@
+"""The Helm chart, rendered and linted by Helm's own engine (helm-python-sdk).
+
+Every rendered manifest is validated in strict mode: built-in kinds with
+kubernetes-validate for each Kubernetes release from 1.28 to the newest it
+knows, and the Prometheus Operator kinds against the operator's published CRD
+schema (cloudcoil's generated models), made strict the same way. Consistency
+tests tie the chart to the rest of the repository: the rule and dashboard files,
+the exporter's real flags and HTTP paths, and the Dockerfile.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python")
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+from kubernetes_validate import utils as kv_utils  # noqa: E402  (all_versions lives here)
+
+from conftest import ROOT  # noqa: E402
+
+CHART = ROOT / "helm" / "gpulse"
+RULES = ROOT / "prometheus" / "rules"
+DASHBOARDS = ROOT / "grafana" / "dashboards"
+MIN_KUBE = "1.28"
+RELEASE, NAMESPACE = "gpulse", "monitoring"
+OPERATOR_API = ["monitoring.coreos.com/v1"]
+
+
+# ------------------------------------------------------------------ rendering
+
+@pytest.fixture(scope="module")
+def chart():
+    with helm.Chart.load(CHART) as c:
+        yield c
+
+
+def render(chart, values: dict | None = None, *, api_versions: list[str] | None = None,
+           kube_version: str | None = None) -> dict[str, str]:
+    """Template path -> rendered text, like `helm template --api-versions ...`.
+
+    Chart.render() has no way to pass the cluster's API versions, which the
+    chart reads to decide on the Prometheus Operator kinds, so this goes one
+    level down to the same native call with the options the library accepts.
+    """
+    from helm_python import _native
+    opts: dict = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True}
+    if api_versions:
+        opts["api_versions"] = api_versions
+    if kube_version:
+        opts["kube_version"] = kube_version
+    out = _native.call_string("helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts))
+    return json.loads(out)
+
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: the rules are large
+
+
+def docs(rendered: dict[str, str]) -> list[dict]:
+    out = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        out += [d for d in yaml.load_all(text, Loader=_LOADER) if d]
+    return out
+
+
+def by_kind(manifests: list[dict], kind: str) -> list[dict]:
+    return [d for d in manifests if d["kind"] == kind]
+
+
+def one(manifests: list[dict], kind: str) -> dict:
+    found = by_kind(manifests, kind)
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def container(manifests: list[dict]) -> dict:
+    (c,) = one(manifests, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def rule_files() -> list[Path]:
+    files = sorted(p for p in RULES.iterdir() if p.suffix in (".yml", ".yaml")) if RULES.is_dir() else []
+    assert files, f"no rule files in {RULES}: the chart ships its PrometheusRules from there"
+    return files
+
+
+def dashboard_files() -> list[Path]:
+    files = sorted(DASHBOARDS.glob("*.json")) if DASHBOARDS.is_dir() else []
+    assert files, f"no dashboards in {DASHBOARDS}: the chart ships its ConfigMaps from there"
+    return files
+
+
+# ------------------------------------------------------------------ validation
+
+def kube_versions() -> list[str]:
+    from packaging.version import Version
+    versions = sorted({v for v in kv_utils.all_versions()}, key=Version)
+    wanted = [v for v in versions if Version(v) >= Version(MIN_KUBE)]
+    assert wanted, f"kubernetes-validate {kubernetes_validate.__version__} knows no release >= {MIN_KUBE}"
+    return wanted
+
+
+def _strict(schema):
+    """Forbid unknown fields wherever an object lists its fields, as
+    kubernetes-validate's strict schemas do."""
+    if isinstance(schema, dict):
+        if "properties" in schema and "additionalProperties" not in schema:
+            schema["additionalProperties"] = False
+        for v in schema.values():
+            _strict(v)
+    elif isinstance(schema, list):
+        for v in schema:
+            _strict(v)
+    return schema
+
+
+@functools.lru_cache(maxsize=None)
+def operator_validator(kind: str):
+    """A strict JSON Schema validator for a monitoring.coreos.com/v1 kind."""
+    import jsonschema
+    models = pytest.importorskip("cloudcoil.models.prometheus_operator.v1")
+    from pydantic import TypeAdapter
+    schema = _strict(TypeAdapter(getattr(models, kind)).json_schema(by_alias=True))
+    return jsonschema.Draft202012Validator(schema)
+
+
+# kubernetes-validate re-reads its schema files from disk for every object; the
+# files never change during a run, so read each once.
+kv_utils.schema_contents = functools.lru_cache(maxsize=None)(kv_utils.schema_contents)
+
+
+def validate_manifest(doc: dict) -> None:
+    _validate_once(json.dumps(doc, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=None)
+def _validate_once(text: str) -> None:
+    """Objects repeat across the values matrix (the dashboards, say): check each once."""
+    doc = json.loads(text)
+    kind, name = doc["kind"], doc["metadata"]["name"]
+    if doc["apiVersion"] == "monitoring.coreos.com/v1":
+        errors = sorted(operator_validator(kind).iter_errors(doc), key=lambda e: list(e.path))
+        assert not errors, f"{kind}/{name}: " + "; ".join(
+            f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors[:5])
+        return
+    for version in kube_versions():
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{kind}/{name} invalid for Kubernetes {version}: "
+                        f"{'.'.join(map(str, e.path))}: {e.message}")
+
+
+# ------------------------------------------------------------------ the values matrix
+
+def _an_alert_to_tune() -> tuple[str, str, str]:
+    """(alert, text in its expr, replacement) for the first alert with a numeric threshold."""
+    for f in rule_files():
+        for group in yaml.safe_load(f.read_text())["groups"]:
+            for rule in group["rules"]:
+                m = re.search(r"[<>]=?\s*(\d+(?:\.\d+)?)", rule.get("expr", "")) if "alert" in rule else None
+                if m:
+                    return rule["alert"], m.group(0), m.group(0).replace(m.group(1), m.group(1) + "1")
+    pytest.fail("no alert with a numeric threshold in prometheus/rules")
+
+
+def _last_group() -> str:
+    return yaml.safe_load(rule_files()[-1].read_text())["groups"][-1]["name"]
+
+
+def matrix() -> dict[str, tuple[dict, list[str]]]:
+    """name -> (values, api versions the cluster serves)."""
+    alert, old, new = _an_alert_to_tune()
+    return {
+        "defaults": ({}, []),
+        "with-operator": ({"serviceMonitor": {"additionalLabels": {"release": "kube-prometheus-stack"}},
+                           "prometheusRule": {"additionalLabels": {"release": "kube-prometheus-stack"}}},
+                          OPERATOR_API),
+        "attribution": ({"attribution": {"enabled": True},
+                         "config": {"kube": {"copy_labels": ["team", "queue"], "refresh_interval": "30s"}}},
+                        OPERATOR_API),
+        "attribution-socket-only": ({"attribution": {"enabled": True, "kubeApi": False, "runAsRoot": False},
+                                     "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                                            "supplementalGroups": [993],
+                                                            "seccompProfile": {"type": "RuntimeDefault"}}}, []),
+        "tls-basic-auth": ({"webConfig": {"config": {
+                                "tls_server_config": {"cert_file": "/etc/gpulse/tls/tls.crt",
+                                                      "key_file": "/etc/gpulse/tls/tls.key"},
+                                "basic_auth_users": {"prometheus": "$2y$10$abcdefghijklmnopqrstuv"}},
+                                "tlsSecret": "gpulse-tls"},
+                            "serviceMonitor": {"force": True, "tlsConfig": {"insecureSkipVerify": True},
+                                               "basicAuth": {"username": {"name": "gpulse-scrape", "key": "user"},
+                                                             "password": {"name": "gpulse-scrape", "key": "pass"}}}},
+                           []),
+        "existing-web-config": ({"webConfig": {"existingSecret": "my-web-config", "tls": True}}, OPERATOR_API),
+        "podmonitor": ({"podMonitor": {"enabled": True, "force": True, "interval": "30s", "scrapeTimeout": "20s",
+                                       "relabelings": [{"action": "labeldrop", "regex": "container"}]},
+                        "serviceMonitor": {"enabled": False}, "service": {"enabled": False}}, []),
+        "scheduling": ({"runtimeClassName": "nvidia", "priorityClassName": "", "fullnameOverride": "gpu-metrics",
+                        "nodeSelector": {"node-role.kubernetes.io/gpu": ""},
+                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [
+                                {"key": "pool", "operator": "In", "values": ["h100"]}]}]}}},
+                        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+                        "podAnnotations": {"example.com/team": "ml-platform"}, "podLabels": {"tier": "monitoring"},
+                        "commonLabels": {"cost-center": "gpu"},
+                        "imagePullSecrets": [{"name": "regcred"}],
+                        "image": {"repository": "registry.example.com/gpulse", "digest": "sha256:" + "a" * 64},
+                        "extraArgs": ["--nvml.gpm"], "extraEnv": [{"name": "TZ", "value": "UTC"}],
+                        "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
+                        "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "20%"}}},
+                       OPERATOR_API),
+        "dcgm-source": ({"config": {"source": "dcgm", "dcgm": {"interval": "2s", "timeout": 1.5},
+                                    "activity": "sm_active", "nvml": {"xid_events": False}},
+                         "extraArgs": ["--dcgm.url=http://$(HOST_IP):9400/metrics"]}, OPERATOR_API),
+        "rules-tuned": ({"prometheusRule": {"disabledGroups": [_last_group()],
+                                            "alerts": {alert: {"for": "30m", "keep_firing_for": "15m",
+                                                               "labels": {"team": "ml-platform"},
+                                                               "thresholds": {old: new}}}}}, OPERATOR_API),
+        "everything-off": ({"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+                            "dashboards": {"enabled": False}, "gpuNodeAffinity": {"enabled": False},
+                            "tolerations": [], "resources": {}, "priorityClassName": ""}, OPERATOR_API),
+    }
+
+
+CASES = ["defaults", "with-operator", "attribution", "attribution-socket-only", "tls-basic-auth",
+         "existing-web-config", "podmonitor", "scheduling", "dcgm-source", "rules-tuned", "everything-off"]
+
+
+def test_matrix_names_are_all_tested():
+    assert sorted(CASES) == sorted(matrix())
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_renders_and_validates_strictly(chart, case):
+    values, apis = matrix()[case]
+    manifests = docs(render(chart, values, api_versions=apis))
+    assert by_kind(manifests, "DaemonSet"), "no DaemonSet rendered"
+    for doc in manifests:
+        assert doc["metadata"]["name"], doc
+        validate_manifest(doc)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_lint_strict(case):
+    values, _ = matrix()[case]
+    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert not problems, problems
+
+
+def test_renders_for_each_kubernetes_release(chart):
+    for version in kube_versions():
+        manifests = docs(render(chart, {}, kube_version=f"v{version}.0"))
+        assert one(manifests, "DaemonSet")
+
+
+def test_chart_declares_the_oldest_release_tested(chart):
+    # Helm refuses installs on clusters outside kubeVersion; keep it equal to
+    # the oldest release the manifests are validated against.
+    assert chart.metadata["kubeVersion"] == f">={MIN_KUBE}.0-0"
+
+
+# ------------------------------------------------------------------ defaults: GPU nodes, security
+
+def test_default_daemonset_runs_on_gpu_nodes_only(chart):
+    ds = one(docs(render(chart)), "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    keys = {(e["key"], e["operator"], tuple(e["values"])) for t in terms for e in t["matchExpressions"]}
+    assert keys == {("nvidia.com/gpu.present", "In", ("true",)),
+                    ("feature.node.kubernetes.io/pci-10de.present", "In", ("true",))}
+    assert len(terms) == 2, "the two labels are alternatives: one term each (terms are ORed)"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in pod["tolerations"]
+    assert pod["priorityClassName"] == "system-node-critical"
+    assert "runtimeClassName" not in pod
+    assert ds["spec"]["updateStrategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e for e in container([ds])["env"]}
+    assert env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert env["NVIDIA_VISIBLE_DEVICES"]["value"] == "all"
+    # The exporter must not request GPUs: that would take them from training jobs.
+    limits = container([ds])["resources"].get("limits", {})
+    assert not any(k.startswith("nvidia.com/") for k in limits)
+
+
+def test_default_security_context_is_locked_down(chart):
+    manifests = docs(render(chart))
+    pod = one(manifests, "DaemonSet")["spec"]["template"]["spec"]
+    sc = container(manifests)["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc.get("privileged", False) is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and not sc["capabilities"].get("add")
+    assert pod["automountServiceAccountToken"] is False
+    assert not any(v.get("hostPath") for v in pod["volumes"])
+    assert not pod.get("hostNetwork") and not pod.get("hostPID")
+    kinds = {d["kind"] for d in manifests}
+    assert not kinds & {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}, kinds
+
+
+def test_resources_have_requests_and_limits(chart):
+    res = container(docs(render(chart)))["resources"]
+    for key in ("cpu", "memory"):
+        assert res["requests"][key] and res["limits"][key]
+
+
+def test_runtime_class_is_optional(chart):
+    pod = one(docs(render(chart, {"runtimeClassName": "nvidia"})), "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["runtimeClassName"] == "nvidia"
+
+
+def test_user_node_affinity_replaces_the_gpu_default(chart):
+    values, _ = matrix()["scheduling"]
+    pod = one(docs(render(chart, values)), "DaemonSet")["spec"]["template"]["spec"]
+    assert pod["affinity"] == values["affinity"]
+    assert pod["nodeSelector"] == values["nodeSelector"]
+    assert pod["tolerations"] == values["tolerations"]
+    assert "priorityClassName" not in pod
+    assert container([one(docs(render(chart, values)), "DaemonSet")])["image"] == \
+        "registry.example.com/gpulse@sha256:" + "a" * 64
+
+
+# ------------------------------------------------------------------ attribution and RBAC
+
+def test_attribution_mounts_the_socket_read_only_and_grants_pod_reads(chart):
+    manifests = docs(render(chart, {"attribution": {"enabled": True}}))
+    ds = one(manifests, "DaemonSet")
+    pod = ds["spec"]["template"]["spec"]
+    c = container(manifests)
+    (vol,) = [v for v in pod["volumes"] if v.get("hostPath")]
+    assert vol["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == vol["name"]]
+    assert mount["readOnly"] is True and mount["mountPath"] == "/var/lib/kubelet/pod-resources"
+    assert "--kube.enabled" in c["args"]
+    assert "--kube.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in c["args"]
+    assert "--kube.api" in c["args"]
+    # The socket is root-only; root here still has no capabilities.
+    assert c["securityContext"]["runAsUser"] == 0 and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    role = one(manifests, "ClusterRole")
+    assert role["rules"][0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
+    assert all(v in ("get", "list", "watch") for r in role["rules"] for v in r["verbs"])
+    binding = one(manifests, "ClusterRoleBinding")
+    sa = one(manifests, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
+    assert pod["serviceAccountName"] == sa["metadata"]["name"]
+    assert pod["automountServiceAccountToken"] is True
+
+
+def test_attribution_without_api_needs_no_rbac(chart):
+    values, _ = matrix()["attribution-socket-only"]
+    manifests = docs(render(chart, values))
+    kinds = {d["kind"] for d in manifests}
+    assert not kinds & {"ServiceAccount", "ClusterRole", "ClusterRoleBinding"}, kinds
+    c = container(manifests)
+    assert "--no-kube.api" in c["args"]
+    assert "runAsUser" not in c["securityContext"]
+    assert one(manifests, "DaemonSet")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+
+
+# ------------------------------------------------------------------ web config
+
+def test_inline_web_config_becomes_a_mounted_secret(chart):
+    values, _ = matrix()["tls-basic-auth"]
+    manifests = docs(render(chart, values))
+    secret = one(manifests, "Secret")
+    assert yaml.safe_load(secret["stringData"]["web-config.yml"]) == values["webConfig"]["config"]
+    c = container(manifests)
+    assert "--web.config-file=/etc/gpulse/web/web-config.yml" in c["args"]
+    pod = one(manifests, "DaemonSet")["spec"]["template"]["spec"]
+    secrets = {v["secret"]["secretName"]: v["name"] for v in pod["volumes"] if "secret" in v}
+    assert set(secrets) == {secret["metadata"]["name"], "gpulse-tls"}
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts[secrets["gpulse-tls"]] == "/etc/gpulse/tls"
+    assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    endpoint = one(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["scheme"] == "https" and endpoint["basicAuth"]["username"]["name"] == "gpulse-scrape"
+    # A changed web config must roll the pods.
+    ann = one(manifests, "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
+    other = copy.deepcopy(values)
+    other["webConfig"]["config"]["basic_auth_users"]["prometheus"] = "$2y$10$zyxwvutsrqponmlkjihgfe"
+    ann2 = one(docs(render(chart, other)), "DaemonSet")["spec"]["template"]["metadata"]["annotations"]
+    assert ann["checksum/web-config"] != ann2["checksum/web-config"]
+
+
+def test_existing_web_config_secret_is_used_not_written(chart):
+    manifests = docs(render(chart, {"webConfig": {"existingSecret": "my-web-config", "tls": True}}))
+    assert not by_kind(manifests, "Secret")
+    pod = one(manifests, "DaemonSet")["spec"]["template"]["spec"]
+    assert {"name": "web-config", "secret": {"secretName": "my-web-config"}} in pod["volumes"]
+    assert container(manifests)["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+
+
+# ------------------------------------------------------------------ Prometheus Operator objects
+
+def test_operator_objects_render_only_when_the_api_exists_or_forced(chart):
+    kinds = lambda m: {d["kind"] for d in m}  # noqa: E731
+    plain = docs(render(chart))
+    assert not kinds(plain) & {"ServiceMonitor", "PodMonitor", "PrometheusRule"}
+    with_api = docs(render(chart, api_versions=OPERATOR_API))
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds(with_api)
+    with_kind = docs(render(chart, api_versions=["monitoring.coreos.com/v1/ServiceMonitor"]))
+    assert "ServiceMonitor" in kinds(with_kind)
+    forced = docs(render(chart, {"serviceMonitor": {"force": True}, "prometheusRule": {"force": True}}))
+    assert {"ServiceMonitor", "PrometheusRule"} <= kinds(forced)
+    off = docs(render(chart, {"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False}},
+                      api_versions=OPERATOR_API))
+    assert not kinds(off) & {"ServiceMonitor", "PrometheusRule"}
+    notes = render(chart)["gpulse/templates/NOTES.txt"]
+    assert "ServiceMonitor was not created" in notes and "PrometheusRule was not created" in notes
+
+
+def test_servicemonitor_selects_the_service_and_its_port(chart):
+    values = {"serviceMonitor": {"additionalLabels": {"release": "kube-prometheus-stack"}, "interval": "30s",
+                                 "scrapeTimeout": "25s",
+                                 "relabelings": [{"action": "replace", "targetLabel": "cluster", "replacement": "a"}]}}
+    manifests = docs(render(chart, values, api_versions=OPERATOR_API))
+    svc, sm, ds = one(manifests, "Service"), one(manifests, "ServiceMonitor"), one(manifests, "DaemonSet")
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    assert svc["metadata"]["namespace"] in sm["spec"]["namespaceSelector"]["matchNames"]
+    svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] in svc_ports
+    # The Service reaches the pods: its selector matches them and its target is the container's port.
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert svc["spec"]["selector"].items() <= pod_labels.items()
+    assert svc_ports[endpoint["port"]]["targetPort"] in {p["name"] for p in container(manifests)["ports"]}
+    assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("30s", "25s")
+    assert endpoint["honorLabels"] is True
+    # The chart's node relabeling first, then the user's.
+    assert endpoint["relabelings"][0]["targetLabel"] == "node"
+    assert endpoint["relabelings"][1]["targetLabel"] == "cluster"
+    # job="gpulse" whatever the release is called: the rules match on it.
+    assert svc["metadata"]["labels"][sm["spec"]["jobLabel"]] == "gpulse"
+
+
+def test_podmonitor_selects_the_pods_and_their_port(chart):
+    values, apis = matrix()["podmonitor"]
+    manifests = docs(render(chart, values, api_versions=apis))
+    pm, ds = one(manifests, "PodMonitor"), one(manifests, "DaemonSet")
+    pod_labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] in {p["name"] for p in container(manifests)["ports"]}
+    assert pod_labels[pm["spec"]["jobLabel"]] == "gpulse"
+    assert not by_kind(manifests, "Service") and not by_kind(manifests, "ServiceMonitor")
+
+
+def test_servicemonitor_and_podmonitor_together_are_refused(chart):
+    with pytest.raises(helm.HelmError, match="serviceMonitor.enabled and podMonitor.enabled"):
+        render(chart, {"podMonitor": {"enabled": True}}, api_versions=OPERATOR_API)
+
+
+# ------------------------------------------------------------------ rules and dashboards come from their folders
+
+def test_chart_links_to_the_rule_and_dashboard_folders():
+    for link, target in ((CHART / "files" / "rules", RULES), (CHART / "files" / "dashboards", DASHBOARDS)):
+        assert link.is_symlink(), f"{link} must be a link, never a copy"
+        assert link.resolve() == target.resolve()
+    rule_files()
+    dashboard_files()
+
+
+def _rules_by_source(manifests: list[dict]) -> dict[str, list]:
+    return {d["metadata"]["annotations"]["gpulse/source-file"]: d["spec"]["groups"]
+            for d in by_kind(manifests, "PrometheusRule")}
+
+
+def test_prometheusrule_groups_equal_the_rule_files(chart):
+    manifests = docs(render(chart, api_versions=OPERATOR_API))
+    rendered = _rules_by_source(manifests)
+    expected = {f"prometheus/rules/{f.name}": yaml.safe_load(f.read_text())["groups"] for f in rule_files()}
+    assert rendered == expected
+    names = [d["metadata"]["name"] for d in by_kind(manifests, "PrometheusRule")]
+    assert len(set(names)) == len(names)
+
+
+def test_prometheusrule_groups_can_be_switched_off_and_alerts_tuned(chart):
+    values, apis = matrix()["rules-tuned"]
+    alert, old, new = _an_alert_to_tune()
+    disabled = values["prometheusRule"]["disabledGroups"][0]
+    groups = [g for gs in _rules_by_source(docs(render(chart, values, api_versions=apis))).values() for g in gs]
+    assert disabled not in {g["name"] for g in groups}
+    # An alert name may head several rules (one per severity): the change applies to each.
+    tuned = [r for g in groups for r in g["rules"] if r.get("alert") == alert]
+    originals = [r for f in rule_files() for g in yaml.safe_load(f.read_text())["groups"]
+                 if g["name"] != disabled for r in g["rules"] if r.get("alert") == alert]
+    assert tuned and len(tuned) == len(originals)
+    for rule, original in zip(tuned, originals):
+        assert rule["for"] == "30m" and rule["keep_firing_for"] == "15m"
+        assert rule["labels"] == {**original.get("labels", {}), "team": "ml-platform"}
+        assert rule["expr"] == original["expr"].replace(old, new)
+        assert rule["annotations"] == original["annotations"]
+    assert any(r["expr"] != o["expr"] for r, o in zip(tuned, originals))
+    # enabled: false drops the alert alone
+    off = docs(render(chart, {"prometheusRule": {"alerts": {alert: {"enabled": False}}}}, api_versions=apis))
+    alerts = {r.get("alert") for gs in _rules_by_source(off).values() for g in gs for r in g["rules"]}
+    assert alert not in alerts and len(alerts) > 1
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"alerts": {"GpulseNoSuchAlert": {"for": "1m"}}}, "prometheusRule.alerts.GpulseNoSuchAlert: no such alert"),
+    ({"disabledGroups": ["no.such.group"]}, 'prometheusRule.disabledGroups: no rule group "no.such.group"'),
+])
+def test_rule_overrides_naming_nothing_fail(chart, values, message):
+    with pytest.raises(helm.HelmError, match=re.escape(message)):
+        render(chart, {"prometheusRule": values}, api_versions=OPERATOR_API)
+
+
+def test_stale_threshold_override_fails(chart):
+    alert, _, _ = _an_alert_to_tune()
+    with pytest.raises(helm.HelmError, match=re.escape(f"prometheusRule.alerts.{alert}.thresholds")):
+        render(chart, {"prometheusRule": {"alerts": {alert: {"thresholds": {"> 12345.678": "> 1"}}}}},
+               api_versions=OPERATOR_API)
+
+
+def test_dashboard_configmaps_equal_the_dashboard_files(chart):
+    values = {"dashboards": {"folder": "Training", "namespace": "grafana", "additionalLabels": {"team": "ml"}}}
+    cms = by_kind(docs(render(chart, values)), "ConfigMap")
+    data = {}
+    for cm in cms:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["labels"]["team"] == "ml"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "Training"}
+        assert cm["metadata"]["namespace"] == "grafana"
+        assert len(cm["data"]) == 1
+        data.update(cm["data"])
+    assert data == {f.name: f.read_text(encoding="utf-8") for f in dashboard_files()}
+    for name, text in data.items():
+        assert json.loads(text)["uid"], name
+
+
+def test_dashboard_sidecar_label_is_configurable(chart):
+    values = {"dashboards": {"label": "grafana.com/dashboard", "labelValue": "gpulse", "folderAnnotation": ""}}
+    for cm in by_kind(docs(render(chart, values)), "ConfigMap"):
+        assert cm["metadata"]["labels"]["grafana.com/dashboard"] == "gpulse"
+        assert "grafana_dashboard" not in cm["metadata"]["labels"]
+        assert not cm["metadata"].get("annotations")
+
+
+# ------------------------------------------------------------------ the exporter accepts what the chart passes
+
+@functools.lru_cache(maxsize=None)
+def serve_flags() -> frozenset[str]:
+    """Every flag `gpulse serve --help` lists."""
+    env = {"PYTHONPATH": str(ROOT / "exporter")}
+    out = subprocess.run([sys.executable, "-m", "gpulse", "serve", "--help"], capture_output=True, text=True,
+                         env={**__import__("os").environ, **env}, timeout=60, check=True).stdout
+    flags = frozenset(re.findall(r"(?<![\w-])(--[a-z][\w.-]*)", out))
+    assert "--web.listen-address" in flags, out
+    return flags
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_container_args_are_flags_gpulse_serve_accepts(chart, case):
+    values, apis = matrix()[case]
+    args = container(docs(render(chart, values, api_versions=apis)))["args"]
+    assert args
+    for arg in args:
+        assert arg.startswith("--"), arg
+        name = arg.split("=", 1)[0]
+        assert name in serve_flags(), f"{case}: {arg!r} is not a flag of `gpulse serve`"
+        if "=" not in arg:  # a switch: only booleans may go without a value
+            positive = name.replace("--no-", "--", 1)
+            assert f"--no-{positive[2:]}" in serve_flags(), f"{case}: {arg!r} needs a value"
+
+
+def test_config_values_become_the_flags_gpulse_expects(chart):
+    values = {"config": {"source": "sim", "idle_threshold": 0.25, "analysis_window": 60, "sim": {"gpus": 4},
+                         "kube": {"workload_label_keys": ["a/b", "c"]}, "nvml": {"gpm": True, "xid_events": False}}}
+    args = container(docs(render(chart, values)))["args"]
+    for expected in ("--source=sim", "--idle-threshold=0.25", "--analysis-window=60", "--sim.gpus=4",
+                     "--kube.workload-label-keys=a/b,c", "--nvml.gpm", "--no-nvml.xid-events"):
+        assert expected in args
+
+
+def test_rendered_args_start_gpulse_and_the_probes_hit_served_paths(chart, gpulse_proc):
+    """Run the real exporter with the chart's own args and GET its probe paths."""
+    import requests
+    values = {"config": {"source": "sim", "sim": {"gpus": 2}, "analysis_interval": "500ms",
+                         "nvml": {"xid_events": False}}}
+    c = container(docs(render(chart, values)))
+    port_arg = f"--web.listen-address=:{c['ports'][0]['containerPort']}"
+    assert port_arg in c["args"], "the exporter must listen on the port the pod declares"
+    # The fixture binds a free loopback port; the chart's listen address is checked above.
+    g = gpulse_proc(*[a for a in c["args"] if a != port_arg])
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        assert get["port"] in ports and get["scheme"] == "HTTP"
+        r = requests.get(g.url + get["path"], timeout=5)
+        assert r.status_code == 200, f"{probe} {get['path']}: {r.status_code}"
+    assert "gpulse_gpu_up" in g.metrics()
+
+
+# ------------------------------------------------------------------ the image
+
+def _dockerfile() -> dict[str, list[str]]:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    out: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.setdefault(word.upper(), []).append(rest.strip())
+    return out
+
+
+def test_dockerfile_matches_the_chart():
+    from gpulse.config import DEFAULT_PORT
+    d = _dockerfile()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert len(d["FROM"]) >= 2, "multi-stage: build in one image, ship a slim one"
+    assert json.loads(d["ENTRYPOINT"][-1]) == ["gpulse", "serve"]
+    assert d["EXPOSE"][-1] == str(DEFAULT_PORT) == str(values["containerPort"])
+    user = d["USER"][-1].split(":")[0]
+    assert user.isdigit() and int(user) != 0, "a numeric non-root USER lets runAsNonRoot verify it"
+    assert int(user) == values["podSecurityContext"]["runAsUser"]
+
+
+def test_make_image_target_exists():
+    makefile = ROOT / "Makefile"
+    if not makefile.exists():
+        pytest.skip("no Makefile yet")
+    text = makefile.read_text()
+    assert re.search(r"^image:", text, re.M), "make image builds the container image"
+    assert "docker build" in text or "$(DOCKER) build" in text
+
+
+def _documented_installs() -> list[list[str]]:
+    doc = (ROOT / "docs" / "kubernetes.md").read_text()
+    text = re.sub(r"\\\n\s*", " ", doc)  # join continued shell lines
+    commands = [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("helm ")]
+    return [c for c in commands if c[1] in ("install", "upgrade") and "./helm/gpulse" in c]
+
+
+def test_documented_install_commands_render(chart, tmp_path):
+    """Each `helm install ./helm/gpulse ...` in docs/kubernetes.md, with its --set
+    and -f values, passes the schema and renders valid manifests."""
+    installs = _documented_installs()
+    assert len(installs) >= 3, "docs/kubernetes.md shows the plain, kube-prometheus-stack and attribution installs"
+    doc = (ROOT / "docs" / "kubernetes.md").read_text()
+    for cmd in installs:
+        values: dict = {}
+        for i, arg in enumerate(cmd):
+            if arg == "--set":
+                values = _merge(values, helm.parse_set_string(cmd[i + 1]))
+            elif arg == "--set-string":
+                values = _merge(values, helm.parse_set_string_values(cmd[i + 1]))
+            elif arg in ("-f", "--values"):
+                values = _merge(values, _values_file_from_doc(doc, cmd[i + 1]))
+        chart.validate_schema(values)
+        for d in docs(render(chart, values, api_versions=OPERATOR_API)):
+            validate_manifest(d)
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _values_file_from_doc(doc: str, name: str) -> dict:
+    """The YAML block the doc shows right under a line naming the file."""
+    m = re.search(re.escape(name) + r"[^\n]*\n+```ya?ml\n(.*?)```", doc, re.S)
+    assert m, f"docs/kubernetes.md uses -f {name} but shows no YAML block for it"
+    return yaml.safe_load(m.group(1))
