@@ -73,12 +73,13 @@ def preload() -> ctypes.CDLL:
     return _preloaded
 
 
-def use_scenario(text: str, path: Path) -> Path:
-    """Write a scenario and point this process's next nvmlInit at it. A new path
-    (or changed file) makes the fake reload it and restart its clock at t = 0."""
-    path.write_text(text)
-    os.environ["FAKENVML_SCENARIO"] = str(path)
-    return path
+def calls(name: str | None = None) -> int:
+    """In this process (after preload): calls of one NVML symbol so far, or of all
+    device-level symbols when name is None."""
+    fn = preload().fakenvml_calls
+    fn.restype = ctypes.c_ulonglong
+    fn.argtypes = [ctypes.c_char_p]
+    return int(fn(name.encode() if name else None))
 
 
 def read_stats(path: Path | str) -> dict:

@@ -265,6 +265,17 @@ static void count_call(int *sid, const char *name, int on_device) {
     pthread_mutex_unlock(&L);
 }
 
+/* For tests in the same process: calls of one symbol so far (NULL: all device calls). */
+EXPORT unsigned long long fakenvml_calls(const char *name) {
+    unsigned long long n = 0;
+    pthread_mutex_lock(&L);
+    if (!name) n = device_calls;
+    for (int i = 0; name && i < nsyms; i++)
+        if (strcmp(sym_name[i], name) == 0) n = sym_calls[i];
+    pthread_mutex_unlock(&L);
+    return n;
+}
+
 __attribute__((destructor)) static void fake_fini(void) {
     pthread_mutex_lock(&L);
     write_stats_locked();

@@ -47,6 +47,10 @@ log = logging.getLogger("gpulse.sources.nvml")
 FAST_INTERVAL = 0.5        # utilisation/power/memory reads (the driver buffers in between)
 SLOW_INTERVAL = 1.0        # slow-changing fields
 RETRY_MIN, RETRY_MAX = 1.0, 30.0   # backoff for a lost GPU and for NVML re-initialisation
+# Every GPU down this long looks like a driver reload: re-initialise NVML, at most
+# this often (a single lost GPU on a one-GPU host must not cause a re-init loop).
+ALL_DOWN_REINIT = 10.0
+ALL_DOWN_REINIT_EVERY = 60.0
 POWER_KEEP = 30.0          # seconds of power points kept to match utilisation samples
 DEFAULT_PERIOD = 1 / 6     # driver utilisation sample period until measured
 
@@ -100,6 +104,12 @@ def _value(vtype: int, v: Any) -> float:
     if vtype == getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5):
         return float(v.siVal)
     return float(v.ullVal)
+
+
+def _next_tick(due: float, interval: float, now: float) -> float:
+    """Keep a fixed grid; after a late poll (or the first), restart it from now."""
+    nxt = due + interval
+    return nxt if nxt > now + interval / 2 else now + interval
 
 
 class _State:
@@ -175,6 +185,8 @@ class NvmlSource(Source):
         self._next_slow = 0.0
         self._devices_changed = False
         self._closed = False
+        self._all_down_since: float | None = None
+        self._last_all_down_reinit = float("-inf")
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -261,10 +273,10 @@ class NvmlSource(Source):
         # the driver buffers samples: polls between the fast reads have nothing to do
         if now + self.cfg.sample_interval / 2 < self._next_fast:
             return PollResult([])
-        self._next_fast = max(self._next_fast + self.fast_interval, now + self.fast_interval / 2)
+        self._next_fast = _next_tick(self._next_fast, self.fast_interval, now)
         slow = now + self.cfg.sample_interval / 2 >= self._next_slow
         if slow:
-            self._next_slow = max(self._next_slow + self.slow_interval, now + self.slow_interval / 2)
+            self._next_slow = _next_tick(self._next_slow, self.slow_interval, now)
         wall = time.time()
         readings = []
         try:
@@ -273,15 +285,25 @@ class NvmlSource(Source):
         except DriverGone as e:
             self._driver_gone(str(e), now)
             return self._all_down(now)
-        physical = [s for s in self.states if not s.entity.is_mig]
-        if physical and not any(s.up for s in physical) and all(now - s.retry_at > -RETRY_MIN for s in physical):
-            # every GPU gone at once looks like a driver reload: start over
-            self._driver_gone("every GPU stopped answering", now)
+        self._check_all_down(now)
         devices = None
         if self._devices_changed:
             self._devices_changed = False
             devices = self.devices()
         return PollResult(readings, devices=devices, call_errors=self.caller.drain_errors())
+
+    def _check_all_down(self, now: float) -> None:
+        physical = [s for s in self.states if not s.entity.is_mig]
+        if not physical or any(s.up for s in physical):
+            self._all_down_since = None
+            return
+        if self._all_down_since is None:
+            self._all_down_since = now
+        if (now - self._all_down_since >= ALL_DOWN_REINIT
+                and now - self._last_all_down_reinit >= ALL_DOWN_REINIT_EVERY):
+            self._last_all_down_reinit = now
+            self._all_down_since = None
+            self._driver_gone("every GPU stopped answering", now)
 
     def _all_down(self, now: float) -> PollResult:
         err = self._lib_error or "NVML unavailable"
