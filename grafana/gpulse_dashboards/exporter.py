@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
-from .common import COUNT, PER_SECOND, SECONDS, label_variable, new_dashboard, query
+from .common import COUNT, PER_SECOND, SECONDS, alerts_annotation, label_variable, new_dashboard, query
 from .panels import merge_table, stat_panel, state_timeline, table_panel, time_series, value_text
 
 UID = "gpulse-exporter-health"
@@ -16,7 +16,8 @@ def build() -> db.Dashboard:
                        "errors?", time_from="now-3h")
          .with_variable(label_variable("job", "Job", "label_values(gpulse_build_info, job)"))
          .with_variable(label_variable("instance", "Instance",
-                                       'label_values(gpulse_build_info{job=~"$job"}, instance)')))
+                                       'label_values(gpulse_build_info{job=~"$job"}, instance)'))
+         .annotation(alerts_annotation('instance=~"$instance"')))
 
     d = (d
          .with_panel(stat_panel(
@@ -75,7 +76,8 @@ def build() -> db.Dashboard:
              "attribution labels; a sudden jump is new label values.", COUNT,
              query(f"scrape_samples_scraped{{{SEL}}}", "{{instance}}"), min_val=0))
          .with_panel(table_panel(
-             "Build", "Version and GPU source of each exporter.", COUNT,
+             "Build", "Version, GPU source and Python of each exporter: exporters on different versions "
+             "can disagree on metric names during a rollout.", COUNT,
              query(f"gpulse_build_info{{{SEL}}}", "", instant=True, table=True),
              transformations=merge_table({}, hide=("Time", "__name__", "Value")))))
     return d

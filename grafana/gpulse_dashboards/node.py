@@ -69,7 +69,8 @@ def build() -> db.Dashboard:
 
     d = (d.with_row(db.Row("Thermals and clocks"))
          .with_panel(time_series(
-             "Temperature", "GPU die and memory (HBM) temperature.", CELSIUS,
+             "Temperature", "GPU die and memory (HBM) temperature. Thermal slowdown starts in the high 80s "
+             "(die) and mid 90s (HBM); a GPU much hotter than its neighbours will straggle.", CELSIUS,
              query(f"gpulse_gpu_temperature_celsius{{{SEL}}}", "GPU {{gpu}} die", "A"),
              query(f"gpulse_gpu_memory_temperature_celsius{{{SEL}}}", "GPU {{gpu}} memory", "B"),
              w=8))
