@@ -278,7 +278,7 @@ def detect_format(lines: list[str]) -> str | None:
     if any(_EXPOSITION.match(m) for m in meaningful[:5]):
         return "dcgm"
     if "," in first:
-        names = [c.strip().lower() for c in first.split(",")]
+        names = [c.strip().strip('"').lower() for c in first.split(",")]
         if any(n.startswith("dcgm_fi_") for n in names) or {"value"} <= set(names) and (
                 {"metric", "__name__", "name", "field"} & set(names)):
             return "dcgm"
@@ -843,7 +843,7 @@ def read_log(path: str, fmt: str = "auto", interval: float = 1.0) -> RecordedRun
         why = f" (first problem: line {first_err.line}: {first_err.message})" if first_err else ""
         raise err.fatal(0, f"no usable {fmt} rows{why}")
     return RecordedRun(path=path, format=fmt, devices=_devices(parsed["devices"]), records=records,
-                       errors=err.items, error_count=err.count, timed=parsed["timed"],
+                       errors=sorted(err.items, key=lambda e: e.line), error_count=err.count, timed=parsed["timed"],
                        has_sm_active=parsed.get("has_sm_active", False),
                        nodes=tuple(parsed.get("nodes", ())))
 
