@@ -1,0 +1,192 @@
+"""Drive the exporter's Engine over a whole run and keep what the report needs.
+
+The engine keeps only a window and a bounded history (it is built to run for
+months). A post-mortem needs the whole run, so after every analysis tick this
+module copies the tick's share of each GPU's integrals (the difference of the
+cumulative `GpuView.totals`), the engine's own peer deviations, and per peer group
+the holding state, the tick's sync-stall seconds, the windowed imbalance and every
+new stall episode. Nothing is recomputed: these are the engine's numbers.
+
+Storage is compact (`array('f')`, 4 bytes a value), so a 4-hour, 64-GPU run at 1 s
+ticks costs about 30 MB.
+"""
+from __future__ import annotations
+
+import math
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from ..analysis.coidle import Episode
+from ..engine import Engine, Snapshot
+from ..sources.logs import gpu_sort_key
+
+NAN = float("nan")
+
+# The per-tick integrals kept for every GPU (seconds within the tick).
+FIELDS = ("busy", "active", "spin_wait", "idle", "sampled")
+
+
+@dataclass
+class GpuTrack:
+    key: str                  # the engine's GPU key ("3", or "node-b:3" for a second node)
+    node: str
+    gpu: str
+    workload: str = ""
+    busy: array = field(default_factory=lambda: array("f"))
+    active: array = field(default_factory=lambda: array("f"))
+    spin_wait: array = field(default_factory=lambda: array("f"))
+    idle: array = field(default_factory=lambda: array("f"))
+    sampled: array = field(default_factory=lambda: array("f"))
+    dev_busy: array = field(default_factory=lambda: array("f"))     # engine's windowed robust z
+    dev_active: array = field(default_factory=lambda: array("f"))
+    prev: tuple[float, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.node} GPU {self.gpu}" if self.node else f"GPU {self.gpu}"
+
+    def pad(self, n: int) -> None:
+        for name in FIELDS + ("dev_busy", "dev_active"):
+            a = getattr(self, name)
+            if len(a) < n:
+                a.extend([NAN] * (n - len(a)))
+
+    def fraction(self, name: str, i: int) -> float:
+        """Share of tick i's sampled time spent `name` (busy, active...); NaN without data."""
+        s = self.sampled[i]
+        return getattr(self, name)[i] / s if s > 0 else NAN
+
+
+@dataclass
+class GroupTrack:
+    workload: str
+    gpus: list[str] = field(default_factory=list)             # GPU keys, sorted
+    holding: bytearray = field(default_factory=bytearray)     # 1 while the group held a workload
+    stall: array = field(default_factory=lambda: array("f"))  # sync-stall seconds within the tick
+    imbalance: array = field(default_factory=lambda: array("f"))
+    episodes: list[Episode] = field(default_factory=list)     # every episode, in order
+    prev_stall: float = 0.0
+    tracker: Any = None
+    seen: int = 0
+
+    def pad(self, n: int) -> None:
+        if len(self.holding) < n:
+            self.holding.extend(b"\0" * (n - len(self.holding)))
+        for a in (self.stall, self.imbalance):
+            if len(a) < n:
+                a.extend([NAN] * (n - len(a)))
+
+
+@dataclass
+class Recording:
+    """Per-tick tracks of a whole run. Tick i covers (times[i] - interval, times[i]]."""
+
+    source: str                   # what was read, for the report header
+    interval: float               # seconds per tick
+    idle_threshold: float
+    activity: str                 # the engine's activity measure
+    gpus: dict[str, GpuTrack] = field(default_factory=dict)
+    groups: dict[str, GroupTrack] = field(default_factory=dict)
+    times: array = field(default_factory=lambda: array("d"))
+    epoch: bool = True            # times are Unix seconds (a clock was recorded)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ticks(self) -> int:
+        return len(self.times)
+
+    def ordered_gpus(self) -> list[GpuTrack]:
+        return sorted(self.gpus.values(), key=lambda g: (gpu_sort_key(g.node + ":" + g.gpu)))
+
+
+class Collector:
+    """Feed it every (engine, snapshot) pair run_offline yields."""
+
+    def __init__(self, rec: Recording, node_and_gpu: Callable[[str], tuple[str, str]]):
+        self.rec = rec
+        self.node_and_gpu = node_and_gpu
+        self._last_t: float | None = None
+
+    def add(self, engine: Engine, snap: Snapshot) -> None:
+        rec = self.rec
+        i = rec.ticks
+        # ticks are evenly spaced on the source timeline even across gaps, where the
+        # engine's clock (the latest sample) stands still
+        if i == 0:
+            t = snap.t if snap.t is not None else 0.0
+        else:
+            t = rec.times[-1] + rec.interval
+            if snap.t is not None and snap.t > t:   # a final, partial tick
+                t = snap.t
+        rec.times.append(t)
+        for v in snap.gpus:
+            k = v.info.gpu
+            g = rec.gpus.get(k)
+            if g is None:
+                node, gpu = self.node_and_gpu(k)
+                g = rec.gpus[k] = GpuTrack(k, node, gpu)
+                g.pad(i)
+            g.workload = v.workload or g.workload
+            tot = v.totals
+            cur = (tot.busy, tot.active, tot.spin_wait, tot.idle, tot.sampled)
+            prev = g.prev
+            if prev is None or cur[4] < prev[4]:     # first tick, or the GPU was re-adopted
+                prev = (0.0,) * 5
+            g.busy.append(cur[0] - prev[0])
+            g.active.append(cur[1] - prev[1])
+            g.spin_wait.append(cur[2] - prev[2])
+            g.idle.append(cur[3] - prev[3])
+            g.sampled.append(cur[4] - prev[4])
+            g.dev_busy.append(NAN if v.deviation_busy is None else v.deviation_busy)
+            g.dev_active.append(NAN if v.deviation_active is None else v.deviation_active)
+            g.prev = cur
+        for gv in snap.groups:
+            gr = rec.groups.get(gv.workload)
+            if gr is None:
+                gr = rec.groups[gv.workload] = GroupTrack(gv.workload)
+                gr.pad(i)
+            gr.gpus = sorted(set(gr.gpus) | set(gv.gpus), key=gpu_sort_key)
+            gr.holding.append(1 if gv.holding else 0)
+            if gv.stall_seconds < gr.prev_stall:       # the group ended and came back
+                gr.prev_stall = 0.0
+            gr.stall.append(gv.stall_seconds - gr.prev_stall)
+            gr.prev_stall = gv.stall_seconds
+            gr.imbalance.append(NAN if gv.imbalance is None else gv.imbalance)
+            self._take_episodes(engine, gr)
+        n = i + 1
+        for g in rec.gpus.values():
+            g.pad(n)
+        for gr in rec.groups.values():
+            gr.pad(n)
+
+    @staticmethod
+    def _take_episodes(engine: Engine, gr: GroupTrack) -> None:
+        """Copy the episodes the group's tracker closed since the last tick (its own
+        deque keeps only the latest few hundred)."""
+        tracker = engine.trackers.get(gr.workload)
+        if tracker is None:
+            return
+        if tracker is not gr.tracker:
+            gr.tracker, gr.seen = tracker, 0
+        new = tracker.stalls_total - gr.seen
+        if new > 0:
+            gr.episodes.extend(list(tracker.episodes)[-new:])
+            gr.seen = tracker.stalls_total
+
+
+def collect(pairs: Iterable[tuple[Engine, Snapshot]], rec: Recording,
+            node_and_gpu: Callable[[str], tuple[str, str]],
+            progress: Callable[[float], None] | None = None) -> Recording:
+    c = Collector(rec, node_and_gpu)
+    for n, (engine, snap) in enumerate(pairs):
+        c.add(engine, snap)
+        if progress is not None and n % 500 == 0 and snap.t is not None:
+            progress(snap.t)
+    if rec.ticks and not any(g.sampled[i] > 0 for g in rec.gpus.values() for i in range(rec.ticks)):
+        rec.notes.append("no GPU delivered two samples in a row: nothing to integrate")
+    return rec
+
+
+def finite(x: float) -> bool:
+    return not math.isnan(x)

@@ -1,0 +1,642 @@
+"""From a Recording to findings in plain words, each with its remedy.
+
+Everything measured comes from the engine (stall episodes, per-tick integrals, peer
+deviations, imbalance); this module decides what a whole run *means*:
+
+Phases of a peer group
+    A *segment* is a stretch in which the group held a workload (memory allocated or
+    a process attached). Inside it, *work* runs from the first to the last stretch of
+    at least WORK_SUSTAIN seconds in which some GPU was busy ≥ WORK_BUSY. Before that
+    is *start-up* (loading, compiling, NCCL set-up), after it the *exit*. Between
+    segments the GPUs held nothing: a *no-job gap* (crash and restart, requeue), or a
+    *no-data gap* when nothing was recorded. Only work time can hold sync stalls, so
+    start-up and restarts are never reported as stall problems.
+
+Stall episodes
+    The engine's episodes (every GPU of the group inactive at once, ≥ --min-stall)
+    that start inside work. Episodes separated by less than MERGE_CAP seconds and by
+    less than the longer of the two sides are one episode: a checkpoint during which
+    one rank's GPU flickers just above the idle threshold is one long stall, not
+    forty short ones, while stalls of 0.3 s every 2 s stay apart. For each episode
+    spanning a whole tick, members busy ≥ WORK_BUSY during it were spin-waiting and
+    the others were off the GPU: the rank(s) everybody waited for.
+
+Recurrence
+    Episodes of similar length (within a factor DURATION_RATIO) form a pattern. Its
+    period is analysis.stall_period over the episode starts of each segment (≥ 3
+    episodes), or, for exactly two, their spacing when their lengths agree and the
+    work before the first and after the second is too short to hide another one.
+
+Stragglers
+    Per-GPU fractions over work time go through analysis.peer_deviation (robust z).
+    A GPU with |z| ≥ Z_STRAGGLER that the engine also saw deviating the same way
+    (|z| ≥ Z_STRAGGLER in its analysis window) for at least PERSISTENCE of the work
+    ticks is a straggler: "busier" (it computes while peers wait) or "idler" (its
+    rank is busy elsewhere while peers spin-wait for it).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+from ..analysis import imbalance as imbalance_of, load_balance, peer_deviation, stall_period
+from ..analysis.coidle import Episode
+from .collect import GpuTrack, GroupTrack, Recording
+
+WORK_BUSY = 0.5
+WORK_SUSTAIN = 5.0
+MERGE_CAP = 5.0
+DURATION_RATIO = 3.0
+Z_STRAGGLER = 3.0
+PERSISTENCE = 0.5
+SPIN_WAITING = 0.5          # share of busy time spent spin-waiting that reads "at idle-level power"
+STALL_NOTABLE = 0.02        # stall share of work time worth a finding without a rhythm
+IMBALANCE_NOTABLE = 0.5     # whole-run (max - min) / max of active fractions
+SCHEMA_ID = "gpulse-findings/1"
+
+
+@dataclass
+class Span:
+    kind: str               # startup, work, exit, held_idle, no_job, no_data
+    a: int                  # first tick
+    b: int                  # last tick (inclusive)
+    workload: str = ""
+
+
+@dataclass
+class StallEp:
+    start: float
+    end: float
+    stalled: float
+    fragments: int
+    workload: str
+    segment: int
+    gpus: list[str]
+    waiting: list[str] = field(default_factory=list)
+    off: list[str] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Finding:
+    kind: str
+    severity: str           # high, medium, info
+    text: str
+    remedy: str = ""
+
+
+def _nanmean(xs: list[float]) -> float:
+    v = [x for x in xs if not math.isnan(x)]
+    return sum(v) / len(v) if v else math.nan
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f} %"
+
+
+def _secs(x: float) -> str:
+    if x >= 600:
+        return f"{x / 60:.0f} min" if x < 5400 else f"{x / 3600:.1f} h"
+    return f"{x:.0f} s" if x >= 10 else f"{x:.1f} s"
+
+
+class Analysis:
+    """All findings of one Recording; `as_json()` is findings.json."""
+
+    def __init__(self, rec: Recording):
+        self.rec = rec
+        self.iv = rec.interval
+        self.t0 = (rec.times[0] - self.iv) if rec.ticks else 0.0
+        self.spans: list[Span] = []
+        self.work_ticks: dict[str, list[int]] = {}
+        self.episodes: list[StallEp] = []
+        self.patterns: list[dict[str, Any]] = []
+        self.stragglers: list[dict[str, Any]] = []
+        self.gpu_stats: dict[str, dict[str, float]] = {}
+        self.findings: list[Finding] = []
+        self.imbalance: dict[str, Any] = {}
+        for gr in rec.groups.values():
+            self._group(gr)
+        self._gpu_fractions()
+        self._stragglers()
+        self._imbalance()
+        self._patterns()
+        self._words()
+
+    # ------------------------------------------------------------ time helpers
+
+    def tick_start(self, i: int) -> float:
+        return self.rec.times[i] - self.iv
+
+    def tick_end(self, i: int) -> float:
+        return self.rec.times[i]
+
+    def label(self, key: str) -> str:
+        return self.rec.gpus[key].label if key in self.rec.gpus else f"GPU {key}"
+
+    def labels(self, keys: list[str]) -> str:
+        """'GPU 0', 'GPUs 1–7', 'GPUs 0, 2 and 5'; per node when there are several."""
+        by_node: dict[str, list[int | str]] = {}
+        for k in keys:
+            g = self.rec.gpus.get(k)
+            node, gpu = (g.node, g.gpu) if g else ("", k)
+            by_node.setdefault(node, []).append(int(gpu) if gpu.isdigit() else gpu)
+        multi = len({g.node for g in self.rec.gpus.values()}) > 1
+        parts = []
+        for node, ids in by_node.items():
+            nums = sorted(i for i in ids if isinstance(i, int))
+            runs: list[str] = []
+            j = 0
+            while j < len(nums):
+                k = j
+                while k + 1 < len(nums) and nums[k + 1] == nums[k] + 1:
+                    k += 1
+                runs.append(f"{nums[j]}–{nums[k]}" if k - j >= 2 else ", ".join(str(n) for n in nums[j:k + 1]))
+                j = k + 1
+            runs += [str(i) for i in ids if not isinstance(i, int)]
+            word = "GPU" if len(ids) == 1 else "GPUs"
+            text = f"{word} " + (", ".join(runs[:-1]) + " and " + runs[-1] if len(runs) > 1 else runs[0])
+            parts.append(f"{node} {text}" if multi and node else text)
+        return "; ".join(parts)
+
+    # ------------------------------------------------------------ phases
+
+    def _group(self, gr: GroupTrack) -> None:
+        rec = self.rec
+        members = [rec.gpus[k] for k in gr.gpus if k in rec.gpus]
+        n = rec.ticks
+        covered = [any(g.sampled[i] > 0 for g in members) for i in range(n)]
+        maxbusy = [max((g.busy[i] / g.sampled[i] for g in members if g.sampled[i] > 0), default=0.0) for i in range(n)]
+        need = max(1, math.ceil(WORK_SUSTAIN / self.iv))
+        segments: list[tuple[int, int]] = []
+        i = 0
+        while i < n:
+            if gr.holding[i]:
+                j = i
+                while j + 1 < n and gr.holding[j + 1]:
+                    j += 1
+                segments.append((i, j))
+                i = j + 1
+            else:
+                i += 1
+        work: list[int] = []
+        seg_work: list[tuple[int, int] | None] = []
+        prev_end = -1
+        for si, (a, b) in enumerate(segments):
+            if a > prev_end + 1 and prev_end >= 0:
+                self._gap(prev_end + 1, a - 1, covered, gr.workload, restart=True)
+            prev_end = b
+            runs = []
+            k = a
+            while k <= b:
+                if maxbusy[k] >= WORK_BUSY:
+                    m = k
+                    while m + 1 <= b and maxbusy[m + 1] >= WORK_BUSY:
+                        m += 1
+                    if m - k + 1 >= need:
+                        runs.append((k, m))
+                    k = m + 1
+                else:
+                    k += 1
+            if not runs:
+                self.spans.append(Span("held_idle", a, b, gr.workload))
+                seg_work.append(None)
+                continue
+            ws, we = runs[0][0], runs[-1][1]
+            if ws > a:
+                self.spans.append(Span("startup", a, ws - 1, gr.workload))
+            self.spans.append(Span("work", ws, we, gr.workload))
+            if we < b:
+                self.spans.append(Span("exit", we + 1, b, gr.workload))
+            work.extend(range(ws, we + 1))
+            seg_work.append((ws, we))
+        if segments and segments[0][0] > 0:
+            self._gap(0, segments[0][0] - 1, covered, gr.workload, restart=False)
+        if segments and segments[-1][1] < n - 1:
+            self._gap(segments[-1][1] + 1, n - 1, covered, gr.workload, restart=False)
+        self.work_ticks[gr.workload] = work
+        self._stall_episodes(gr, members, seg_work)
+
+    def _gap(self, a: int, b: int, covered: list[bool], workload: str, restart: bool) -> None:
+        """Ticks a..b without a held workload: no data at all, or no job."""
+        nodata = sum(1 for i in range(a, b + 1) if not covered[i])
+        kind = "no_data" if nodata > (b - a + 1) / 2 else "no_job"
+        span = Span(kind, a, b, workload)
+        span.restart = restart  # type: ignore[attr-defined]
+        self.spans.append(span)
+
+    # ------------------------------------------------------------ stalls
+
+    def _stall_episodes(self, gr: GroupTrack, members: list[GpuTrack],
+                        seg_work: list[tuple[int, int] | None]) -> None:
+        windows = [(si, self.tick_start(w[0]), self.tick_end(w[1])) for si, w in enumerate(seg_work) if w]
+        merged: list[StallEp] = []
+        for ep in gr.episodes:
+            win = next((w for w in windows if w[1] <= ep.start < w[2]), None)
+            if win is None:
+                continue            # start-up, exit: not a stall of the running job
+            last = merged[-1] if merged else None
+            gap = ep.start - last.end if last else math.inf
+            if last is not None and last.segment == win[0] and gap <= min(MERGE_CAP, max(last.duration, ep.duration)):
+                last.end = max(last.end, ep.start + ep.duration)
+                last.stalled += ep.duration
+                last.fragments += 1
+            else:
+                merged.append(StallEp(ep.start, ep.start + ep.duration, ep.duration, 1, gr.workload, win[0],
+                                      list(gr.gpus)))
+        for e in merged:
+            self._who_waited(e, members)
+        self.episodes.extend(merged)
+
+    def _who_waited(self, e: StallEp, members: list[GpuTrack]) -> None:
+        """Members busy during the stall were spin-waiting; the rest were off the GPU."""
+        ticks = [i for i in self._ticks_between(e.start, e.end)
+                 if self.tick_start(i) >= e.start - 1e-6 and self.tick_end(i) <= e.end + 1e-6]
+        if not ticks:
+            return
+        for g in members:
+            b = _nanmean([g.fraction("busy", i) for i in ticks])
+            if math.isnan(b):
+                continue
+            (e.waiting if b >= WORK_BUSY else e.off).append(g.key)
+        if not e.waiting:
+            e.off = []          # everybody idle: nobody in particular was waited for
+
+    def _ticks_between(self, a: float, b: float) -> range:
+        if not self.rec.ticks:
+            return range(0)
+        first = max(0, int(math.floor((a - self.rec.times[0]) / self.iv)))
+        last = min(self.rec.ticks - 1, int(math.ceil((b - self.rec.times[0]) / self.iv)) + 1)
+        return range(first, last + 1)
+
+    def _patterns(self) -> None:
+        eps = sorted(self.episodes, key=lambda e: e.duration)
+        families: list[list[StallEp]] = []
+        for e in eps:
+            if families and e.duration <= DURATION_RATIO * max(families[-1][0].duration, 1e-9):
+                families[-1].append(e)
+            else:
+                families.append([e])
+        for fam in families:
+            fam.sort(key=lambda e: e.start)
+            periods = []
+            for si in sorted({e.segment for e in fam}):
+                starts = [e.start for e in fam if e.segment == si]
+                span = next((s for s in self.spans if s.kind == "work" and self.tick_start(s.a) <= starts[0] < self.tick_end(s.b)), None)
+                if span is None:
+                    continue
+                p = self._period(starts, [e for e in fam if e.segment == si],
+                                 self.tick_start(span.a), self.tick_end(span.b))
+                if p is not None:
+                    periods.append(p)
+            offs = [tuple(e.off) for e in fam if e.off]
+            common_off = max(set(offs), key=offs.count) if offs else ()
+            spinners = [e for e in fam if e.waiting]
+            self.patterns.append({
+                "count": len(fam),
+                "duration_seconds": median(e.duration for e in fam),
+                "stalled_seconds": sum(e.stalled for e in fam),
+                "period_seconds": median(periods) if periods else None,
+                "off_gpu": list(common_off) if offs and offs.count(common_off) * 2 >= len(fam) else [],
+                "spin_waiting": bool(spinners) and len(spinners) * 2 >= len(fam),
+                "workloads": sorted({e.workload for e in fam}),
+            })
+        self.patterns.sort(key=lambda p: -p["stalled_seconds"])
+
+    @staticmethod
+    def _period(starts: list[float], eps: list[StallEp], work_start: float, work_end: float) -> float | None:
+        if len(starts) >= 3:
+            return stall_period(starts, now=work_end)
+        if len(starts) == 2:
+            p = starts[1] - starts[0]
+            d0, d1 = eps[0].duration, eps[1].duration
+            if p <= 0 or max(d0, d1) > 2 * min(d0, d1):
+                return None
+            # nowhere in the work before the first or after the second could another hide
+            if starts[0] - work_start > 1.5 * p or work_end - starts[1] > 1.5 * p:
+                return None
+            return p
+        return None
+
+    # ------------------------------------------------------------ per GPU
+
+    def _all_work(self) -> dict[str, list[int]]:
+        """Work ticks of each GPU's group."""
+        out = {}
+        for gr in self.rec.groups.values():
+            for k in gr.gpus:
+                out[k] = self.work_ticks.get(gr.workload, [])
+        return out
+
+    def _gpu_fractions(self) -> None:
+        work = self._all_work()
+        for k, g in self.rec.gpus.items():
+            ticks = work.get(k, [])
+            sums = {f: 0.0 for f in ("busy", "active", "spin_wait", "idle", "sampled")}
+            for i in ticks:
+                if g.sampled[i] > 0:
+                    for f in sums:
+                        sums[f] += getattr(g, f)[i]
+            s = sums["sampled"]
+            self.gpu_stats[k] = {
+                "busy_fraction": sums["busy"] / s if s else None,
+                "active_fraction": sums["active"] / s if s else None,
+                "spin_wait_fraction": sums["spin_wait"] / s if s else None,
+                "idle_fraction": sums["idle"] / s if s else None,
+                "sampled_seconds": s,
+            }
+
+    def _stragglers(self) -> None:
+        work = self._all_work()
+        for gr in self.rec.groups.values():
+            keys = [k for k in gr.gpus if self.gpu_stats.get(k, {}).get("busy_fraction") is not None]
+            if len(keys) < 3:
+                continue          # two GPUs: who deviates from whom is undefined
+            best: dict[str, dict[str, Any]] = {}
+            for signal in ("busy", "active"):
+                xs = {k: self.gpu_stats[k][f"{signal}_fraction"] for k in keys}
+                zs = peer_deviation(xs)
+                for k, z in zs.items():
+                    if abs(z) < Z_STRAGGLER:
+                        continue
+                    g = self.rec.gpus[k]
+                    dev = g.dev_busy if signal == "busy" else g.dev_active
+                    ticks = work.get(k, [])
+                    same = sum(1 for i in ticks if not math.isnan(dev[i]) and dev[i] * z > 0
+                               and abs(dev[i]) >= Z_STRAGGLER)
+                    persistence = same / len(ticks) if ticks else 0.0
+                    if persistence < PERSISTENCE:
+                        continue
+                    peers = median(v for kk, v in xs.items() if kk != k)
+                    cand = {"key": k, "node": g.node, "gpu": g.gpu, "workload": gr.workload,
+                            "direction": "busier" if z > 0 else "idler", "signal": signal,
+                            "gap": abs(xs[k] - peers), "fraction": xs[k], "peer_median": peers,
+                            "z": z, "persistence": persistence}
+                    if k not in best or abs(z) > abs(best[k]["z"]):
+                        best[k] = cand
+            self.stragglers.extend(best.values())
+
+    def _imbalance(self) -> None:
+        vals: list[float] = []
+        for gr in self.rec.groups.values():
+            vals += [gr.imbalance[i] for i in self.work_ticks.get(gr.workload, []) if not math.isnan(gr.imbalance[i])]
+        acts = [s["active_fraction"] for s in self.gpu_stats.values() if s["active_fraction"] is not None]
+        vals.sort()
+
+        def q(p: float) -> float | None:
+            return vals[min(len(vals) - 1, int(p * len(vals)))] if vals else None
+        self.imbalance = {
+            "whole_run": imbalance_of(acts, self.rec.idle_threshold) if acts else None,
+            "load_balance": load_balance(acts, self.rec.idle_threshold) if acts else None,
+            "mean": sum(vals) / len(vals) if vals else None,
+            "p50": q(0.5), "p90": q(0.9), "max": vals[-1] if vals else None,
+        }
+
+    # ------------------------------------------------------------ words
+
+    def work_seconds(self, workload: str | None = None) -> float:
+        return sum(self.tick_end(s.b) - self.tick_start(s.a) for s in self.spans
+                   if s.kind == "work" and (workload is None or s.workload == workload))
+
+    def _words(self) -> None:
+        F = self.findings
+        for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
+            F.append(self._straggler_words(st))
+        imb = self._imbalance_words()
+        if imb:
+            F.append(imb)
+        for p in self.patterns:
+            f = self._pattern_words(p)
+            if f:
+                F.append(f)
+        F.extend(self._phase_words())
+        if not any(f.severity in ("high", "medium") for f in F):
+            w = self.work_seconds()
+            if w > 0:
+                busy = [s["busy_fraction"] for s in self.gpu_stats.values() if s["busy_fraction"] is not None]
+                F.insert(0, Finding("healthy", "info",
+                                    f"No sync-stall or imbalance problem found: over {_secs(w)} of work the GPUs were "
+                                    f"busy {_pct(median(busy))} (median) and evenly loaded."))
+            elif not any(f.kind == "no_work" for f in F):
+                F.insert(0, Finding("no_work", "info", "The GPUs never worked: no GPU was busy for a sustained "
+                                    f"stretch ({_pct(WORK_BUSY)} or more for {WORK_SUSTAIN:g} s).",
+                                    "check that the job ran on these GPUs and the time range is right"))
+        order = {"high": 0, "medium": 1, "info": 2}
+        F.sort(key=lambda f: order[f.severity])
+
+    def _straggler_words(self, st: dict[str, Any]) -> Finding:
+        k = st["key"]
+        gr = self.rec.groups.get(st["workload"])
+        peers = [p for p in (gr.gpus if gr else []) if p != k]
+        me = self.gpu_stats[k]
+        peer_busy = median(self.gpu_stats[p]["busy_fraction"] for p in peers
+                           if self.gpu_stats[p]["busy_fraction"] is not None)
+        peer_spin = median((self.gpu_stats[p]["spin_wait_fraction"] or 0.0) for p in peers)
+        rank = st["gpu"] if st["gpu"].isdigit() else k
+        sev = "high" if st["gap"] >= 0.3 else "medium"
+        if st["direction"] == "idler":
+            power = (f" at idle-level power (spin-waiting {_pct(peer_spin)} of the time)"
+                     if peer_busy > 0 and peer_spin >= SPIN_WAITING * peer_busy else "")
+            if peer_busy >= 0.8:
+                text = (f"{self.label(k)} was idle {_pct(me['idle_fraction'])} of the work time while "
+                        f"{self.labels(peers)} read {_pct(peer_busy)} busy{power}, i.e. waiting for it: "
+                        f"rank {rank} is the bottleneck and its work is off the GPU (checkpointing, data loading, "
+                        "host-side preprocessing).")
+                remedy = ("move that work off the critical path: asynchronous checkpointing, more data-loader "
+                          "workers and prefetching, or spread the host-side work over all ranks")
+            else:
+                text = (f"{self.label(k)} was busy only {_pct(me['busy_fraction'])} of the work time against "
+                        f"{_pct(peer_busy)} for {self.labels(peers)}: it gets too little work.")
+                remedy = "rebalance the work across ranks (shard sizes, parallel layout)"
+            return Finding("straggler", sev, text, remedy)
+        peer_act = median(self.gpu_stats[p]["active_fraction"] or 0.0 for p in peers)
+        wait = f", spending {_pct(peer_spin)} of the time spin-waiting" if peer_spin >= 0.05 else ""
+        text = (f"{self.label(k)} worked {_pct(me['active_fraction'])} of the work time against {_pct(peer_act)} "
+                f"for {self.labels(peers)}{wait}: they wait for it at every synchronisation point.")
+        remedy = ("its rank has more work (uneven data shards or sequence lengths, an extra role such as logging "
+                  "or evaluation) or its GPU is slower (check clocks, throttling, temperature, PCIe/NVLink errors): "
+                  "give it less work or fix the GPU")
+        return Finding("straggler", sev, text, remedy)
+
+    def _imbalance_words(self) -> Finding | None:
+        imb = self.imbalance.get("whole_run")
+        if imb is None or imb < IMBALANCE_NOTABLE:
+            return None
+        acts = {k: s["active_fraction"] for k, s in self.gpu_stats.items() if s["active_fraction"] is not None}
+        hi_v, lo_v = max(acts.values()), min(acts.values())
+        mid = (hi_v + lo_v) / 2
+        hi = sorted((k for k, v in acts.items() if v >= mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
+        lo = sorted((k for k, v in acts.items() if v < mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
+        flagged = {s["key"] for s in self.stragglers}
+        if flagged and (set(lo) <= flagged or set(hi) <= flagged):
+            return None           # one straggler explains it; its finding says more
+        text = (f"{self.labels(hi)} at {_pct(min(acts[k] for k in hi))}"
+                f"{'' if len(hi) == 1 else ' or more'} and {self.labels(lo)} under "
+                f"{_pct(max(acts[k] for k in lo) + 0.005)} (real work over the whole run; imbalance "
+                f"{imb:.2f}, load balance {self.imbalance['load_balance']:.2f}): work is unevenly distributed.")
+        remedy = ("rebalance: data/pipeline/tensor parallel sizing, dynamic load balancing; more GPUs or "
+                  "overclocking will not help")
+        return Finding("imbalance", "high" if imb >= 0.7 else "medium", text, remedy)
+
+    def _pattern_words(self, p: dict[str, Any]) -> Finding | None:
+        work = self.work_seconds()
+        share = p["stalled_seconds"] / work if work > 0 else 0.0
+        d = p["duration_seconds"]
+        period = p["period_seconds"]
+        if period is None and share < STALL_NOTABLE:
+            return None
+        who = ""
+        if p["off_gpu"]:
+            all_keys = sorted({k for gr in self.rec.groups.values() for k in gr.gpus})
+            waiting = [k for k in all_keys if k not in p["off_gpu"]]
+            ranks = ", ".join(self.rec.gpus[k].gpu for k in p["off_gpu"] if k in self.rec.gpus)
+            who = (f"; during them {self.labels(p['off_gpu'])} work{'s' if len(p['off_gpu']) == 1 else ''} off "
+                   f"the GPU while {self.labels(waiting)} spin-wait for {'it' if len(p['off_gpu']) == 1 else 'them'}")
+            cause = f"consistent with periodic checkpointing by rank {ranks}" if period else \
+                f"rank {ranks} holds everybody up with work off the GPU"
+        elif period is not None and period >= 30:
+            cause = "consistent with periodic checkpointing, evaluation or logging"
+        elif period is not None:
+            cause = "consistent with a step-level wait: the input pipeline not keeping up or exposed communication"
+        else:
+            cause = "the whole job waits together without a steady rhythm (input pipeline, I/O, host-side work)"
+        rhythm = f" every ~{_secs(period)}" if period else ""
+        times = f"{p['count']} time{'s' if p['count'] != 1 else ''}"
+        text = (f"All GPUs stall together for ~{_secs(d)}{rhythm} ({times}, {_pct(share)} of the work time)"
+                f"{who}: {cause}.")
+        if p["off_gpu"] or (period is not None and period >= 30):
+            remedy = ("make checkpointing asynchronous (snapshot to host memory, write in the background), "
+                      "checkpoint less often, or write to faster storage")
+        elif period is not None:
+            remedy = ("more data-loader workers, prefetching and pinned memory; overlap communication with "
+                      "computation (bucketed all-reduce) or use larger steps")
+        else:
+            remedy = "profile a stall (torch profiler, nsys) to see what every rank waits on"
+        sev = "high" if share >= 0.05 else "medium" if share >= STALL_NOTABLE or period else "info"
+        return Finding("sync_stall", sev, text, remedy)
+
+    def _phase_words(self) -> list[Finding]:
+        out = []
+        for s in self.spans:
+            dur = self.tick_end(s.b) - self.tick_start(s.a)
+            when = self._when(self.tick_start(s.a))
+            if s.kind == "no_job" and getattr(s, "restart", False):
+                out.append(Finding("gap", "medium",
+                                   f"No job for {_secs(dur)} from {when}: the job exited and a new run started "
+                                   f"afterwards — a crash and restart (or requeue), reported as a gap, not as a "
+                                   "sync stall.",
+                                   "find why the job exited (its logs, XID errors, OOM kills); resume from the "
+                                   "last checkpoint sooner"))
+            elif s.kind == "no_data":
+                out.append(Finding("gap", "info", f"No samples for {_secs(dur)} from {when}: a gap in the data; "
+                                   "nothing is concluded about it."))
+            elif s.kind == "startup" and dur >= 10:
+                out.append(Finding("startup", "info",
+                                   f"Start-up took {_secs(dur)} from {when} (memory held, no sustained work: "
+                                   "loading, compiling, communicator set-up); it is not counted as stalls.",
+                                   "if it matters: cache the dataset and compiled kernels, load checkpoints in "
+                                   "parallel"))
+            elif s.kind == "held_idle" and dur >= 10:
+                out.append(Finding("held_idle", "info",
+                                   f"Memory held for {_secs(dur)} from {when} without sustained work."))
+        return out
+
+    def _when(self, t: float) -> str:
+        off = f"+{_secs(t - self.t0)}"
+        if self.rec.epoch:
+            return time.strftime("%H:%M:%S", time.gmtime(t)) + f" ({off})"
+        return off
+
+    # ------------------------------------------------------------ JSON
+
+    def _gpu_ref(self, key: str) -> dict[str, str]:
+        g = self.rec.gpus.get(key)
+        return {"node": g.node if g else "", "gpu": g.gpu if g else key}
+
+    def _time(self, t: float) -> tuple[float, str | None]:
+        iso = (time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int((t % 1) * 1000):03d}Z"
+               if self.rec.epoch else None)
+        return round(t - self.t0, 3), iso
+
+    def as_json(self) -> dict[str, Any]:
+        rec = self.rec
+        end = rec.times[-1] if rec.ticks else self.t0
+        work = self.work_seconds()
+        stalled = sum(e.stalled for e in self.episodes)
+        start_iso = self._time(self.t0)[1]
+        doc: dict[str, Any] = {
+            "schema": SCHEMA_ID,
+            "source": rec.source,
+            "run": {
+                "start_time": start_iso,
+                "end_time": self._time(end)[1],
+                "duration_seconds": round(end - self.t0, 3),
+                "work_seconds": round(work, 3),
+                "tick_seconds": rec.interval,
+                "activity": rec.activity,
+                "idle_threshold": rec.idle_threshold,
+                "gpus": len(rec.gpus),
+            },
+            "gpus": [],
+            "phases": [],
+            "gaps": [],
+            "stall_episodes": [],
+            "stall_fraction": round(stalled / work, 6) if work > 0 else None,
+            "stall_period_seconds": None,
+            "stall_patterns": [],
+            "stragglers": [],
+            "imbalance": {k: (round(v, 6) if v is not None else None) for k, v in self.imbalance.items()},
+            "findings": [{"kind": f.kind, "severity": f.severity, "text": f.text, "remedy": f.remedy}
+                         for f in self.findings],
+            "recommendations": [],
+            "notes": list(rec.notes),
+        }
+        for g in rec.ordered_gpus():
+            st = self.gpu_stats.get(g.key, {})
+            doc["gpus"].append({"node": g.node, "gpu": g.gpu, "workload": g.workload,
+                                **{k: (round(v, 6) if v is not None else None) for k, v in st.items()}})
+        for s in sorted(self.spans, key=lambda s: (s.a, s.workload)):
+            start, iso = self._time(self.tick_start(s.a))
+            item = {"kind": s.kind, "start": start, "start_time": iso,
+                    "duration_seconds": round(self.tick_end(s.b) - self.tick_start(s.a), 3), "workload": s.workload}
+            doc["phases"].append(item)
+            if s.kind in ("no_job", "no_data"):
+                doc["gaps"].append({**item, "restart": bool(getattr(s, "restart", False))})
+        for e in sorted(self.episodes, key=lambda e: e.start):
+            start, iso = self._time(e.start)
+            doc["stall_episodes"].append({
+                "start": start, "start_time": iso, "duration_seconds": round(e.duration, 3),
+                "stalled_seconds": round(e.stalled, 3), "fragments": e.fragments, "workload": e.workload,
+                "gpus": [self._gpu_ref(k) for k in e.gpus],
+                "waiting_gpus": [self._gpu_ref(k) for k in e.waiting],
+                "off_gpu": [self._gpu_ref(k) for k in e.off],
+            })
+        for p in self.patterns:
+            doc["stall_patterns"].append({
+                "count": p["count"], "duration_seconds": round(p["duration_seconds"], 3),
+                "stalled_seconds": round(p["stalled_seconds"], 3),
+                "period_seconds": round(p["period_seconds"], 3) if p["period_seconds"] is not None else None,
+                "off_gpu": [self._gpu_ref(k) for k in p["off_gpu"]], "workloads": p["workloads"],
+            })
+        recurring = [p for p in self.patterns if p["period_seconds"] is not None]
+        if recurring:
+            doc["stall_period_seconds"] = round(recurring[0]["period_seconds"], 3)
+        for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
+            doc["stragglers"].append({k: (round(v, 6) if isinstance(v, float) else v)
+                                      for k, v in st.items() if k != "key"})
+        seen = set()
+        for f in self.findings:
+            if f.remedy and f.remedy not in seen:
+                seen.add(f.remedy)
+                doc["recommendations"].append(f.remedy)
+        return doc
+
+
+def analyse(rec: Recording) -> Analysis:
+    return Analysis(rec)

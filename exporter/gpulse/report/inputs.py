@@ -1,0 +1,114 @@
+"""Turn a recorded log or a Prometheus range into a Recording, through the Engine.
+
+Both paths build an ordinary gpulse Config (so the analysis settings mean what they
+mean for `gpulse serve`), open a Source, and let engine.run_offline drive it in
+virtual time; collect.py keeps the per-tick results.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from ..config import ConfigError, load_config
+from ..engine import run_offline
+from ..sources.base import SourceError
+from . import prom
+from .collect import Recording, collect
+from .errors import ReportError
+
+Progress = Callable[[str], None]
+
+# analysis settings a report may override, as config keys
+ANALYSIS_KEYS = ("idle_threshold", "min_stall", "activity", "power_gate", "analysis_window")
+
+
+def _config(overrides: dict[str, Any]) -> Any:
+    try:
+        return load_config(overrides={k: v for k, v in overrides.items() if v is not None}, environ={})
+    except ConfigError as e:
+        raise ReportError(str(e)) from None
+
+
+def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[str, Any] | None = None,
+             progress: Progress | None = None) -> Recording:
+    """Any log `gpulse serve --source replay` reads, replayed as fast as the CPU allows."""
+    from ..sources.replay import ReplaySource
+    if not os.path.exists(path):
+        raise ReportError(f"{path}: no such file")
+    cfg = _config({"source": "replay", "replay.file": path, "replay.format": fmt, "replay.speed": 0,
+                   "history": 10, **(analysis or {})})
+    source = ReplaySource(cfg)
+    rec = Recording(source=os.path.basename(path), interval=cfg.analysis_interval,
+                    idle_threshold=cfg.idle_threshold, activity=cfg.activity)
+
+    def node_and_gpu(key: str) -> tuple[str, str]:
+        run = source.run
+        if ":" in key:
+            node, _, gpu = key.rpartition(":")
+            return node, gpu
+        return node_name or (run.nodes[0] if run is not None and run.nodes else ""), key
+
+    span: list[float] = []
+
+    def tick(t: float) -> None:
+        if progress is None or source.run is None:
+            return
+        if not span:
+            span.extend([source.run.start or 0.0, source.run.end or 0.0])
+        whole = max(span[1] - span[0], 1e-9)
+        progress(f"analysed {min(100.0, 100.0 * (t - span[0]) / whole):.0f} % of {rec.source}")
+
+    try:
+        pairs = run_offline(source, cfg)
+        collect(pairs, rec, node_and_gpu, tick)
+    except SourceError as e:
+        raise ReportError(str(e)) from None
+    run = source.run
+    if run is not None:
+        rec.source = f"{os.path.basename(path)} ({run.format})"
+        rec.epoch = run.timed and (run.start or 0) > 1e8
+        if run.error_count:
+            first = f" (first: {run.errors[0]})" if run.errors else ""
+            rec.notes.append(f"{run.error_count} unusable line(s) or value(s) in {os.path.basename(path)} "
+                             f"were skipped{first}")
+    rec.activity = _engine_activity(cfg, getattr(source, "has_sm_active", False))
+    return rec
+
+
+def _engine_activity(cfg: Any, has_sm: bool) -> str:
+    if cfg.activity != "auto":
+        return cfg.activity
+    return "sm_active" if has_sm else "power-gated"
+
+
+def from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Auth = prom.Auth(),
+                    step: float | None = None, max_points: int = prom.PROM_MAX_POINTS,
+                    analysis: dict[str, Any] | None = None, timeout: float = 30.0,
+                    progress: Progress | None = None) -> Recording:
+    if end <= start:
+        raise ReportError(f"empty time range: the start {_iso(start)} is not before the end {_iso(end)}")
+    client = prom.PromClient(url, auth, timeout)
+    if step is None:
+        step = prom.choose_step(start, end, prom.scrape_interval(client, sel, start, end))
+    if step > 60:
+        raise ReportError(f"--step {step:g}s is too coarse (at most 60s; long ranges are split instead)")
+    data = prom.fetch(client, sel, start, end, step, max_points, progress)
+    if not data.get("sampled"):
+        raise ReportError(f"no gpulse series match {sel} between {_iso(start)} and {_iso(end)} "
+                          f"at {url}: check --node/--workload/--selector and that Prometheus scrapes gpulse")
+    window = max(30.0, 2 * step)
+    cfg = _config({"source": "sim", "sample_interval": step, "analysis_interval": step, "history": 10,
+                   "analysis_window": window, **(analysis or {})})
+    source = prom.PromRangeSource(data, start, end, step)
+    rec = Recording(source=f"{url} {sel}", interval=step, idle_threshold=cfg.idle_threshold,
+                    activity=_engine_activity(cfg, True))
+    collect(run_offline(source, cfg), rec, source.node_and_gpu)
+    if not any(any(x > 0 for x in g.sampled) for g in rec.gpus.values()):
+        raise ReportError(f"the gpulse series matching {sel} have fewer than two scrapes between "
+                          f"{_iso(start)} and {_iso(end)}: nothing to analyse")
+    return rec
+
+
+def _iso(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
