@@ -4,7 +4,7 @@ import math
 import pytest
 
 from gpulse.analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
-                             load_balance, robust_z, stall_period)
+                             load_balance, robust_z, spin_gate_watts, stall_period)
 from gpulse.model import Sample
 
 
@@ -46,13 +46,25 @@ def test_power_gated_activity_separates_spin_from_work():
     spin = Sample(0, util=1.0, power_w=150)
     work = Sample(0, util=0.98, power_w=550)
     light = Sample(0, util=0.15, power_w=160)
-    assert activity_of(spin, "power-gated", 700, 0.3) == 0.0
-    assert activity_of(work, "power-gated", 700, 0.3) == 0.98
-    assert activity_of(light, "power-gated", 700, 0.3) == 0.15   # low power *and* low util: real
-    assert activity_of(spin, "utilization", 700, 0.3) == 1.0
-    assert activity_of(Sample(0, util=1.0, sm_active=0.05), "sm_active", None, 0.3) == 0.05
+    g = spin_gate_watts(0.3, 700, None, None)
+    assert g == pytest.approx(210)
+    assert activity_of(spin, "power-gated", g) == 0.0
+    assert activity_of(work, "power-gated", g) == 0.98
+    assert activity_of(light, "power-gated", g) == 0.15   # low power *and* low util: real
+    assert activity_of(spin, "utilization", g) == 1.0
+    assert activity_of(Sample(0, util=1.0, sm_active=0.05), "sm_active", None) == 0.05
     # a source without SM activity falls back to power-gating
-    assert activity_of(spin, "sm_active", 700, 0.3) == 0.0
+    assert activity_of(spin, "sm_active", g) == 0.0
+
+
+def test_spin_gate_without_a_power_limit():
+    # ckpt1.csv: never computes at full power (peak ~300 W), idled at ~70 W at start-up
+    assert spin_gate_watts(0.3, None, 297, 70) == pytest.approx(210)
+    # ckpt1000.csv: computes at ~600 W
+    assert spin_gate_watts(0.3, None, 600, 65) == pytest.approx(195)
+    # never idle in the log: only the peak is known
+    assert spin_gate_watts(0.3, None, 600, None) == pytest.approx(180)
+    assert spin_gate_watts(0.3, None, None, None) is None
 
 
 def test_integration_counts_spin_idle_and_coverage():
@@ -73,15 +85,19 @@ def _runs(pattern, holds=True, dt=0.1, t0=0.0):
     return out
 
 
+WARM = "#" * 50      # 5 s of work: the job has started
+SETTLE = "#" * 60    # 6 s of work: the last episode can no longer merge, it is final
+
+
 def test_stall_tracker_counts_only_common_idle():
     tr = StallTracker(min_stall=0.2)
-    a = _runs("####...####.#####")
-    b = _runs("#####..###..#####")   # common idle: indices 5,6 (0.2 s) and 11 (0.1 s)
-    tr.advance([a, b], until=1.7)
+    a = _runs(WARM + "####...####.#####" + SETTLE)
+    b = _runs(WARM + "#####..###..#####" + SETTLE)   # common idle: 0.2 s at 5.5 s and 0.1 s at 6.1 s
+    tr.advance([a, b], until=len(a) * 0.1)
     assert tr.stall_seconds == pytest.approx(0.3)
     assert tr.stalls_total == 1
-    assert tr.episodes[0].start == pytest.approx(0.5)
-    assert tr.holding_seconds == pytest.approx(1.7)
+    assert tr.episodes[0].start == pytest.approx(5.5)
+    assert tr.holding_seconds == pytest.approx(len(a) * 0.1)
 
 
 def test_stall_tracker_no_job_and_startup_are_not_stalls():
@@ -89,20 +105,53 @@ def test_stall_tracker_no_job_and_startup_are_not_stalls():
     # memory released: all idle is "no job"
     tr.advance([_runs("......", holds=False), _runs("......", holds=False)], until=0.6)
     assert tr.stall_seconds == 0 and tr.holding_seconds == 0
-    # job holds memory but has not computed yet (start-up): not a stall
-    tr.advance([_runs("....##..##", t0=0.6), _runs("....##..##", t0=0.6)], until=1.6)
-    assert tr.stall_seconds == pytest.approx(0.2)   # only the dip after the first work
+    # job holds memory, blips of activity while it starts: not a stall until it has worked 5 s
+    start = "....#....##......#..."
+    tr.advance([_runs(start, t0=0.6), _runs(start, t0=0.6)], until=0.6 + len(start) * 0.1)
+    assert tr.stall_seconds == 0
+    rest = WARM + "...." + SETTLE
+    t1 = 0.6 + len(start) * 0.1
+    tr.advance([_runs(rest, t0=t1), _runs(rest, t0=t1)], until=t1 + len(rest) * 0.1)
+    assert tr.stall_seconds == pytest.approx(0.4)
     assert tr.stalls_total == 1
 
 
+def test_fragments_of_one_long_stall_are_one_episode():
+    tr = StallTracker(min_stall=0.2)
+    # 0.6 s stall, 1.4 s of a blip, then 15 s: one checkpoint, one episode
+    pat = WARM + "." * 6 + "#" * 14 + "." * 150 + SETTLE
+    tr.advance([_runs(pat), _runs(pat)], until=len(pat) * 0.1)
+    assert tr.stalls_total == 1
+    assert tr.episodes[0].start == pytest.approx(5.0)
+    assert tr.episodes[0].duration == pytest.approx(17.0)
+    assert tr.stall_seconds == pytest.approx(15.6)
+    # short stalls far apart (relative to their length) stay separate
+    tr = StallTracker(min_stall=0.2)
+    pat = WARM + ("..." + "#" * 17) * 5 + SETTLE
+    tr.advance([_runs(pat), _runs(pat)], until=len(pat) * 0.1)
+    assert tr.stalls_total == 5
+
+
+def test_a_stall_that_ends_in_release_is_not_an_episode():
+    tr = StallTracker(min_stall=0.2)
+    a = _runs(WARM + "." * 30) + _runs("." * 20, holds=False, t0=8.0)
+    tr.advance([a, a], until=10.0)
+    assert tr.stall_seconds == pytest.approx(3.0)
+    assert tr.stalls_total == 0
+
+
 def test_stall_tracker_incremental_equals_batch():
-    a = _runs("##....####....##...#" * 3)
-    b = _runs("##....###.....##...#" * 3)
+    a = _runs(WARM + "##....####....##...#" * 3 + SETTLE)
+    b = _runs(WARM + "##....###.....##...#" * 3 + SETTLE)
+    end = len(a) * 0.1
     whole = StallTracker(0.2)
-    whole.advance([a, b], until=6.0)
+    whole.advance([a, b], until=end)
     parts = StallTracker(0.2)
-    for k in range(1, 13):
+    k = 1
+    while k * 0.5 < end:
         parts.advance([a, b], until=k * 0.5)
+        k += 1
+    parts.advance([a, b], until=end)
     assert parts.stall_seconds == pytest.approx(whole.stall_seconds)
     assert parts.stalls_total == whole.stalls_total
     assert [e.start for e in parts.episodes] == pytest.approx([e.start for e in whole.episodes])
@@ -110,9 +159,9 @@ def test_stall_tracker_incremental_equals_batch():
 
 def test_gaps_never_fabricate_a_stall():
     tr = StallTracker(0.1)
-    a = _runs("##" + "." * 8)
-    b = _runs("##")   # b stops reporting: a gap, not idleness
-    tr.advance([a, b], until=1.0)
+    a = _runs(WARM + "##" + "." * 8)
+    b = _runs(WARM + "##")   # b stops reporting: a gap, not idleness
+    tr.advance([a, b], until=len(a) * 0.1)
     assert tr.stall_seconds == 0
 
 
@@ -122,3 +171,6 @@ def test_stall_period():
     assert stall_period([0, 1, 5, 6, 20, 21]) is None            # no steady rhythm
     assert stall_period([0, 10, 20, 30], now=200) is None        # the rhythm stopped
     assert math.isclose(stall_period([0, 10, 20, 30], now=35), 10)
+    # two alike long stalls (a run that checkpointed twice) give a period; unlike ones don't
+    assert stall_period([347.2, 599.3], now=620, durations=[17.3, 17.0]) == pytest.approx(252.1)
+    assert stall_period([347.2, 599.3], now=620, durations=[0.4, 17.0]) is None

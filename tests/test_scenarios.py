@@ -44,7 +44,8 @@ def test_sync_stall_fraction_and_period():
     rate = (group(last).stall_seconds - group(first).stall_seconds) / span
     assert 0.10 <= rate <= 0.20
     assert group(last).stall_period == pytest.approx(2.0, rel=0.10)
-    assert group(last).stalls_total >= 25
+    # episodes are counted once they can no longer merge (at most 20 s late)
+    assert group(last).stalls_total >= 15
 
 
 def test_checkpoint_spin_wait_stall_period_and_cold_rank():

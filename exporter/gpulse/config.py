@@ -154,7 +154,7 @@ FIELDS: tuple[Field, ...] = (
     Field("sample_interval", parse_duration, 0.1, "how often the source is polled", lo=0.01, hi=60, metavar="DURATION"),
     Field("analysis_interval", parse_duration, 1.0, "how often derived metrics are recomputed", lo=0.1, hi=60, metavar="DURATION"),
     Field("analysis_window", parse_duration, 30.0, "window for imbalance, peer deviation and gauges", lo=1, hi=3600, metavar="DURATION"),
-    Field("idle_threshold", _parse_float, 0.05, "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
+    Field("idle_threshold", _parse_float, 0.10, "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
     Field("min_stall", parse_duration, 0.2, "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION"),
     Field("activity", default="auto", help="what counts as real work: auto, power-gated, utilization, sm_active, gr_engine_active",
           **_choice("auto", "power-gated", "utilization", "sm_active", "gr_engine_active")),
@@ -184,7 +184,7 @@ FIELDS: tuple[Field, ...] = (
     Field("dcgm.interval", parse_duration, 1.0, "how often dcgm-exporter is read", lo=0.05, hi=600, metavar="DURATION"),
     # --- replay
     Field("replay.file", _parse_str, "", "recorded log to replay (nvidia-smi CSV, dmon, dcgm-exporter text)", metavar="FILE"),
-    Field("replay.format", default="auto", help="format of replay.file", **_choice("auto", "nvidia-smi-csv", "dmon", "dcgm")),
+    Field("replay.format", default="auto", help="format of replay.file", **_choice("auto", "nvidia-smi-csv", "dmon", "nvidia-smi-q", "dcgm")),
     Field("replay.speed", _parse_float, 1.0, "replay speed, 1 = real time, 0 = as fast as possible", lo=0.0, hi=1e6),
     Field("replay.loop", _parse_bool, False, "start again at the end of the file"),
     # --- attribution: Kubernetes

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
-                       load_balance, peer_deviation, power_reference, stall_period)
+                       load_balance, peer_deviation, spin_gate_watts, stall_period)
 from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
@@ -72,7 +72,7 @@ class _Gpu:
     """Mutable per-GPU state (engine-private)."""
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
-                 "win", "max_power", "gauges", "counters", "src_attr", "holds_hint", "runs",
+                 "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
                  "history")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
@@ -86,6 +86,7 @@ class _Gpu:
         self.window: deque[Integrals] = deque()
         self.win = Integrals()
         self.max_power: float | None = None
+        self.idle_floor: float | None = None   # lowest power seen at idle utilisation
         self.gauges: dict[str, float] = {}
         self.counters: dict[str, Any] = {}
         self.src_attr: dict[str, str] | None = None
@@ -166,8 +167,11 @@ class Engine:
         mem_total = g.gauges.get("memory_total_bytes")
         hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
         for s in r.samples:
-            if s.power_w is not None and (g.max_power is None or s.power_w > g.max_power):
-                g.max_power = s.power_w
+            if s.power_w is not None and s.power_w > 1.0:
+                if g.max_power is None or s.power_w > g.max_power:
+                    g.max_power = s.power_w
+                if s.util is not None and s.util < self.idle_thr and (g.idle_floor is None or s.power_w < g.idle_floor):
+                    g.idle_floor = s.power_w
             prev = g.last_t
             if prev is not None and s.t <= prev:
                 if s.t < prev - self.max_gap:   # the clock jumped back: start over from here
@@ -180,7 +184,7 @@ class Engine:
             if prev is None or s.t - prev > self.max_gap:
                 continue                          # first sample after start or a gap: anchor only
             dt = s.t - prev
-            act = activity_of(s, self.activity_mode, power_reference(limit, g.max_power), self.gate)
+            act = activity_of(s, self.activity_mode, spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor))
             util = s.util if s.util is not None else act
             if util is None:
                 continue
@@ -268,7 +272,7 @@ class Engine:
                 in_stall=tracker.in_stall,
                 imbalance=imb,
                 load_balance=lb,
-                stall_period=stall_period(tracker.episode_starts(), now=tracker.processed_until),
+                stall_period=_period(tracker),
             ))
         for gone in set(self.trackers) - set(members):   # the job ended: its series go too
             del self.trackers[gone]
@@ -304,13 +308,20 @@ class Engine:
         return {k: list(g.history) for k, g in self.gpus.items()}
 
 
+def _period(tracker: StallTracker) -> float | None:
+    eps = tracker.recent_episodes()
+    return stall_period([e.start for e in eps], now=tracker.processed_until,
+                        durations=[e.duration for e in eps])
+
+
 def _attr_label_names(a: dict[str, str]) -> list[str]:
     return list(ATTRIBUTION_LABELS) + sorted(n for n in a if n.startswith("label_"))
 
 
 def _gpu_sort_key(k: str) -> tuple:
     """'2' < '10'; MIG '0/1' sorts under GPU 0."""
-    return tuple(int(p) if p.isdigit() else math.inf for p in k.split("/")) + (k,)
+    # one (number, text) pair per part, so '0' and '0/1' compare without mixing types
+    return tuple((int(p), "") if p.isdigit() else (math.inf, p) for p in k.split("/"))
 
 
 def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:

@@ -5,14 +5,19 @@ runs a spinning kernel, so it reads ~100 % while doing nothing useful. In the re
 8×H100 traces, GPUs 1–7 read 100 % at ~150 W while rank 0 checkpoints, against
 ~550 W when computing (700 W limit, ~70 W idle). Power tells the two apart:
 
-    power-gated:  active = 0            if util >= SPIN_UTIL and power < gate × P_ref
+    power-gated:  active = 0            if util >= SPIN_UTIL and power < G
                   active = util         otherwise
-                  gate = --power-gate (default 0.3), P_ref = the enforced power limit when
-                  known, else the highest power this GPU has drawn so far.
-                  On the H100 traces P_ref ≈ 700 W → 210 W, which sits between spin-waiting
-                  (~150 W) and work (~550 W). The gate only applies to high utilisation:
-                  light real work (15 % at 160 W) is low power *and* low utilisation, and
-                  stays active.
+                  G = --power-gate (default 0.3) × the enforced power limit when known
+                  (NVML, DCGM, the simulator): 210 W on a 700 W H100, which sits between
+                  spin-waiting (~150 W) and work (~550 W).
+                  Without a limit (a recorded nvidia-smi log) G = max(power-gate × the
+                  highest power seen, IDLE_MULT × the idle floor), the idle floor being the
+                  lowest power seen at idle utilisation. The second term matters when a GPU
+                  never computes at full power during the log: in ckpt1.csv GPUs 1–7 spin
+                  at ~150 W almost the whole run and peak at ~300 W, but idled at ~70 W
+                  while the job started, so G = 210 W.
+                  The gate only applies to high utilisation: light real work (15 % at
+                  160 W) is low power *and* low utilisation, and stays active.
     utilization:  active = util (raw; cannot see spin-waits)
     sm_active:    active = SM activity (DCGM_FI_PROF_SM_ACTIVE / GPM), the best signal
     gr_engine_active: active = graphics-engine activity (DCGM_FI_PROF_GR_ENGINE_ACTIVE);
@@ -27,29 +32,34 @@ from ..model import Sample
 
 # Spin-waiting is only plausible at high reported utilisation.
 SPIN_UTIL = 0.5
+# Spin-waiting draws about twice idle power on the H100 traces, work six to eight times.
+IDLE_MULT = 3.0
 
 
-def power_reference(power_limit_w: float | None, max_power_seen_w: float | None) -> float | None:
-    """P_ref = enforced power limit when known, else the highest power seen so far."""
+def spin_gate_watts(gate: float, power_limit_w: float | None, max_power_seen_w: float | None,
+                    idle_floor_w: float | None) -> float | None:
+    """G, the power below which a highly utilised GPU is spin-waiting (see module doc)."""
     if power_limit_w and power_limit_w > 0:
-        return power_limit_w
-    if max_power_seen_w and max_power_seen_w > 0:
-        return max_power_seen_w
-    return None
+        return gate * power_limit_w
+    g = gate * max_power_seen_w if max_power_seen_w and max_power_seen_w > 0 else None
+    if idle_floor_w and idle_floor_w > 0:
+        g = max(g or 0.0, IDLE_MULT * idle_floor_w)
+    return g
 
 
-def _power_gated(s: Sample, p_ref: float | None, gate: float) -> float | None:
+def _power_gated(s: Sample, gate_w: float | None) -> float | None:
     if s.util is None:
         return None
-    if s.util >= SPIN_UTIL and s.power_w is not None and p_ref is not None and s.power_w < gate * p_ref:
+    if s.util >= SPIN_UTIL and s.power_w is not None and gate_w is not None and s.power_w < gate_w:
         return 0.0
     return s.util
 
 
-def activity_of(s: Sample, mode: str, p_ref: float | None, gate: float) -> float | None:
+def activity_of(s: Sample, mode: str, gate_w: float | None) -> float | None:
     """The active fraction (0..1) of one sample under `mode`; None when unknown.
 
-    mode is one of: power-gated, utilization, sm_active, gr_engine_active.
+    mode is one of: power-gated, utilization, sm_active, gr_engine_active; gate_w is G
+    from spin_gate_watts().
     """
     if mode == "sm_active" and s.sm_active is not None:
         return s.sm_active
@@ -57,4 +67,4 @@ def activity_of(s: Sample, mode: str, p_ref: float | None, gate: float) -> float
         return s.gr_active
     if mode == "utilization":
         return s.util
-    return _power_gated(s, p_ref, gate)
+    return _power_gated(s, gate_w)

@@ -5,18 +5,26 @@ Each GPU's history is a list of Runs — maximal stretches with the same state
 process attached). The tracker sweeps the runs of all members in time order:
 
     holding(t)  = at least one member holds a workload
-    worked(t)   = some member has been active since the group last started holding
-    stalled(t)  = holding(t) ∧ worked(t) ∧ every member inactive at t
+    warmed(t)   = since the group last started holding, some member has been active
+                  for at least WARMUP_ACTIVE seconds in total
+    stalled(t)  = holding(t) ∧ warmed(t) ∧ every member inactive at t
 
-    sync_stall_seconds += |{t : stalled(t)}|         (every co-inactive moment)
-    sync_stalls        += 1 per maximal stalled stretch of length ≥ min_stall
+    sync_stall_seconds += |{t : stalled(t)}|         (every co-inactive moment, live)
     holding_seconds    += |{t : holding(t)}|         (denominator of the stall fraction)
+    sync_stalls        += 1 per episode at least min_stall long
 
-Why `worked`: a job that has allocated memory but not started computing (loading
-data, compiling, the first minutes of a run) is not stalling; nor is anything after
-all memory was released ("no job": start-up, crash, restart). A stretch that ends
-because the job released its memory is the job ending, not a stall episode: its
-seconds were already counted live but it is not counted as an episode.
+An *episode* is a stalled stretch, merged with the next one when the activity between
+them is short against the stalls themselves (gap < MERGE_RATIO × the longer stretch,
+at most MAX_MERGE_GAP): a checkpoint during which rank 0 touches the GPU for a moment
+is one 17 s stall, not three, while 0.3 s stalls 1.7 s apart stay separate. An episode
+is therefore counted once nothing can merge with it any more: MAX_MERGE_GAP after the
+last stall, or MAX_PENDING after it ended while short stalls keep coming.
+
+Why `warmed`: a job that has allocated memory but not started computing (loading data,
+compiling, the first minutes of a run, with the odd blip of activity) is not stalling;
+nor is anything after all memory was released ("no job": start-up, crash, restart).
+An episode that ends with the job releasing its memory is the job ending: its seconds
+were already counted live, but it is not counted as an episode.
 
 A member with no samples in a stretch (a gap) counts as active and not holding, so
 missing data can never fabricate a stall.
@@ -38,7 +46,14 @@ class Run:
 @dataclass(frozen=True, slots=True)
 class Episode:
     start: float
-    duration: float
+    duration: float      # from the first to the last stalled moment
+    stalled: float       # stalled seconds within it
+
+
+WARMUP_ACTIVE = 5.0
+MERGE_RATIO = 0.25
+MAX_MERGE_GAP = 5.0
+MAX_PENDING = 20.0   # an episode is counted at the latest this long after it ended
 
 
 class StallTracker:
@@ -52,9 +67,14 @@ class StallTracker:
         self.processed_until: float | None = None
         self.episodes: deque[Episode] = deque(maxlen=keep_episodes)
         self.holding = False
-        self._worked = False
-        self._open_start: float | None = None
+        self._active_since_hold = 0.0
+        self._open_start: float | None = None   # the stalled stretch in progress
         self._open_len = 0.0
+        self._pending: list[Episode] = []         # closed, may still merge with what follows
+
+    @property
+    def warmed(self) -> bool:
+        return self._active_since_hold >= WARMUP_ACTIVE
 
     @property
     def in_stall(self) -> bool:
@@ -108,29 +128,59 @@ class StallTracker:
     def _segment(self, a: float, b: float, all_inactive: bool, holding: bool, someone_active: bool) -> None:
         dt = b - a
         if not holding:
-            if self._open_start is not None:      # ended by the job releasing its memory
-                self._open_start = None
-                self._open_len = 0.0
-            self._worked = False
+            # the job released its memory: a stall in progress, or one that ended just
+            # before, is the job ending, not a sync stall episode
+            last = self._pending[-1] if self._pending else None
+            if last is not None and a - (last.start + last.duration) > MAX_MERGE_GAP:
+                self._finalize(before=a)
+            self._pending.clear()
+            self._open_start = None
+            self._open_len = 0.0
+            self._active_since_hold = 0.0
             self.holding = False
             return
         self.holding = True
         self.holding_seconds += dt
         if someone_active:
-            self._worked = True
-        if all_inactive and self._worked:
+            self._active_since_hold += dt
+        if all_inactive and self.warmed:
             if self._open_start is None:
                 self._open_start = a
                 self._open_len = 0.0
             self._open_len += dt
             self.stall_seconds += dt
-        elif self._open_start is not None:
-            # durations are multiples of the sample spacing: compare with a little slack
-            if self._open_len >= self.min_stall * (1 - 1e-6):
-                self.stalls_total += 1
-                self.episodes.append(Episode(self._open_start, self._open_len))
-            self._open_start = None
-            self._open_len = 0.0
+            return
+        if self._open_start is not None:
+            self._close(a)
+        if self._pending:
+            if b - (self._pending[-1].start + self._pending[-1].duration) > MAX_MERGE_GAP:
+                self._finalize(before=b)
+            else:
+                self._finalize(before=b - MAX_PENDING)
 
-    def episode_starts(self) -> list[float]:
-        return [e.start for e in self.episodes]
+    def _close(self, end: float) -> None:
+        """Add the stretch that just ended, then merge backwards while the activity
+        between neighbours is short against them (a merge can enable another)."""
+        p = self._pending
+        p.append(Episode(self._open_start, end - self._open_start, self._open_len))
+        self._open_start = None
+        self._open_len = 0.0
+        while len(p) >= 2:
+            x, y = p[-2], p[-1]
+            gap = y.start - (x.start + x.duration)
+            if gap >= min(MAX_MERGE_GAP, MERGE_RATIO * max(x.duration, y.duration)):
+                break
+            p[-2:] = [Episode(x.start, y.start + y.duration - x.start, x.stalled + y.stalled)]
+
+    def _finalize(self, before: float) -> None:
+        """Count the pending episodes that ended before `before`."""
+        while self._pending and self._pending[0].start + self._pending[0].duration < before:
+            e = self._pending.pop(0)
+            # durations are multiples of the sample spacing: compare with a little slack
+            if e.duration >= self.min_stall * (1 - 1e-6):
+                self.stalls_total += 1
+                self.episodes.append(e)
+
+    def recent_episodes(self) -> list[Episode]:
+        """Counted episodes plus those still waiting to be final (for the period)."""
+        return list(self.episodes) + list(self._pending)

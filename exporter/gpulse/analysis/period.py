@@ -7,6 +7,9 @@
     so pairs of stalls far apart are not a short period —, and the last episode started no longer
     than `stale_factor` periods before `now` (a rhythm that stopped is not reported).
 
+Two episodes alone give a period only when they are alike — both at least 1 s and
+neither more than twice the other (two checkpoints of a run that checkpoints twice).
+
 Returns None when there is no steady rhythm; the exporter then omits the gauge.
 """
 from __future__ import annotations
@@ -16,7 +19,15 @@ from typing import Sequence
 
 
 def stall_period(starts: Sequence[float], now: float | None = None,
+                 durations: Sequence[float] | None = None,
                  tolerance: float = 0.2, stale_factor: float = 3.0) -> float | None:
+    if len(starts) == 2 and durations is not None and len(durations) == 2:
+        a, b = durations
+        p = starts[1] - starts[0]
+        if min(a, b) >= 1.0 and min(a, b) >= 0.5 * max(a, b) and p > 0:
+            if now is None or now - starts[-1] <= stale_factor * p:
+                return p
+        return None
     if len(starts) < 3:
         return None
     d = [b - a for a, b in zip(starts, starts[1:]) if b > a]

@@ -56,7 +56,7 @@ SCENARIOS: dict[str, Scenario] = {
     "balanced": Scenario("balanced", level=0.93, dip_period=2.0, dip_length=0.1, dip_level=0.55),
     "sync-stall": Scenario("sync-stall", level=0.95, stall_period=2.0, stall_length=0.3, stall_jitter=0.02),
     "straggler": Scenario("straggler", level=0.60, levels={1: 0.99}, noise=0.015),
-    "imbalance": Scenario("imbalance", level=0.99, low_half=0.10, noise=0.01),
+    "imbalance": Scenario("imbalance", level=0.99, low_half=0.12, noise=0.01),
     "checkpoint": Scenario("checkpoint", level=0.97, ckpt_period=30.0, ckpt_length=15.0, ckpt_offset=10.0),
     "gpu-lost": Scenario("gpu-lost", level=0.93, lost_gpu=-1, lost_after=10.0),
     "idle": Scenario("idle", running=False),
