@@ -31,13 +31,18 @@ def flag_name(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+# Spellings shared with other Prometheus exporters, accepted next to the derived flag.
+FLAG_ALIASES = {"web.config_file": ("--web.config.file",)}
+
+
 def _add_field(p: argparse.ArgumentParser, f: Field) -> None:
     helptext = f.help + (f" (default: {_show(f.default)})" if f.default not in ("", ()) else "")
     if f.parse.__name__ == "_parse_bool":
         p.add_argument(flag_name(f.key), dest=f.key, action=argparse.BooleanOptionalAction,
                        default=None, help=helptext)
     else:
-        p.add_argument(flag_name(f.key), dest=f.key, default=None, metavar=f.metavar or f.key.split(".")[-1].upper(),
+        p.add_argument(*FLAG_ALIASES.get(f.key, ()), flag_name(f.key), dest=f.key, default=None,
+                       metavar=f.metavar or f.key.split(".")[-1].upper(),
                        choices=None, help=helptext)
 
 

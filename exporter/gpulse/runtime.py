@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any
 
 from .collector import Exposition
 from .sampler import Sampler
 from .server import App, ListenError, make_server
 from .sources import SourceError, make_source
+from .webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("gpulse")
+
+# SIGTERM to exit must stay under a second: in-flight requests get DRAIN_S to
+# finish while the sampler stops; the source gets until STOP_S to close.
+DRAIN_S = 0.4
+STOP_S = 0.7
 
 
 class RuntimeStartError(Exception):
@@ -37,9 +44,14 @@ class Runtime:
         self.sampler: Sampler | None = None
         self.attributor = None
         self._stopped = threading.Event()
+        self._reload_lock = threading.Lock()
 
     def start(self) -> None:
         cfg = self.cfg
+        try:
+            web = load_web_config(cfg.web.config_file)   # a bad file or cert: fail before anything runs
+        except WebConfigError as e:
+            raise RuntimeStartError(str(e)) from None
         try:
             source = make_source(cfg)
         except SourceError as e:
@@ -53,7 +65,7 @@ class Runtime:
         self.exposition = Exposition(cfg.node_name, lambda: self.sampler.snapshot, self.sampler.health, ah)
         self.app = App(cfg, self.sampler, self.exposition)
         try:
-            self.server = make_server(cfg, self.app)
+            self.server = make_server(cfg, self.app, web)
         except ListenError as e:
             raise RuntimeStartError(str(e)) from None
         try:
@@ -64,12 +76,13 @@ class Runtime:
         if self.attributor is not None:
             self.attributor.start()
         host, port = self.server.server_address[:2]
-        log.info("gpulse listening on %s:%s (source %s, node %s)", host, port, cfg.source, cfg.node_name)
+        log.info("gpulse listening on %s:%s (%s; source %s, node %s)", host, port,
+                 "TLS" if web.context is not None else "plain HTTP", cfg.source, cfg.node_name)
 
     def serve_forever(self) -> None:
         assert self.server is not None
         try:
-            self.server.serve_forever(poll_interval=0.2)
+            self.server.serve_forever(poll_interval=0.1)
         finally:
             self._cleanup()
 
@@ -80,13 +93,42 @@ class Runtime:
             self.server.shutdown()
 
     def _cleanup(self) -> None:
+        t0 = time.monotonic()
+        # the sampler and attributor stop on a thread of their own: a source stuck in
+        # the driver must not hold the process past STOP_S
+        stopper = threading.Thread(target=self._stop_workers, name="gpulse-stop", daemon=True)
+        stopper.start()
+        if self.server is not None:
+            self.server.server_close()          # no new connections
+            left = self.server.drain(DRAIN_S)
+            if left:
+                log.warning("shutdown: %d requests still running after %.1fs were cut", left, DRAIN_S)
+        stopper.join(max(0.0, STOP_S - (time.monotonic() - t0)))
+        if stopper.is_alive():
+            log.warning("shutdown: the source did not stop within %.1fs; exiting anyway", STOP_S)
+
+    def _stop_workers(self) -> None:
         if self.attributor is not None:
             self.attributor.stop()
         if self.sampler is not None:
             self.sampler.stop()
-        if self.server is not None:
-            self.server.server_close()
 
     def reload(self) -> None:
-        """SIGHUP: re-read what can change without a restart (web config)."""
-        log.info("SIGHUP: nothing to reload")
+        """SIGHUP: re-read what can change without a restart: the web config (TLS
+        certificates, users, headers). A bad file is logged and the running config
+        kept; connections and requests in progress are not touched."""
+        path = self.cfg.web.config_file
+        if not path:
+            log.info("SIGHUP: no --web.config.file to reload")
+            return
+        if self.server is None:
+            return
+        with self._reload_lock:
+            try:
+                web = load_web_config(path)
+                self.server.set_web_config(web)
+            except (WebConfigError, ValueError) as e:
+                log.error("SIGHUP: %s; keeping the previous web config", e)
+                return
+        log.info("SIGHUP: web config %s reloaded (%s, %d users)", path,
+                 "TLS" if web.context is not None else "plain HTTP", len(web.users))

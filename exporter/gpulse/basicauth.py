@@ -1,0 +1,92 @@
+"""HTTP basic authentication against the bcrypt hashes of the web config.
+
+bcrypt is slow on purpose (~50-100 ms at cost 10), and Prometheus sends the same
+credentials with every scrape, so a successful check is remembered: keyed by an
+HMAC of user, hash and password under a per-process random key, which keeps the
+password itself out of memory and makes a changed hash (SIGHUP) miss the cache.
+Failures are never cached and every check - known user or not - runs bcrypt
+once, so the answer time does not tell which user names exist. At most
+BCRYPT_SLOTS checks run at once; the rest wait briefly and then get "busy", so a
+password-guessing flood costs a bounded share of the CPU and the sampler keeps
+its own.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import os
+import threading
+
+import bcrypt
+
+BCRYPT_SLOTS = 2
+SLOT_WAIT = 2.0           # seconds a check waits for a free slot
+CACHE_SIZE = 256
+# bcrypt reads the first 72 bytes; htpasswd and Go compare just those, so do the same
+BCRYPT_MAX = 72
+OK, DENIED, BUSY = "ok", "denied", "busy"
+
+
+def parse_basic(header: str | None) -> tuple[str, bytes] | None:
+    """'Basic base64(user:password)' -> (user, password bytes); None when absent or malformed."""
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "basic" or not token:
+        return None
+    try:
+        raw = base64.b64decode(token.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    user, sep, password = raw.partition(b":")
+    if not sep:
+        return None
+    try:
+        return user.decode("utf-8"), password
+    except UnicodeDecodeError:
+        return None
+
+
+class BasicAuth:
+    def __init__(self, users: dict[str, bytes]):
+        self.users = dict(users)
+        # an unknown user is checked against a real hash (result ignored), so it costs
+        # exactly what a known user costs
+        self._decoy = next(iter(self.users.values()), None)
+        self._key = os.urandom(32)
+        self._ok: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(BCRYPT_SLOTS)
+
+    def _cache_key(self, user: str, hashed: bytes, password: bytes) -> bytes:
+        msg = b"\0".join((user.encode(), hashed, password))
+        return hmac.new(self._key, msg, hashlib.sha256).digest()
+
+    def check(self, header: str | None) -> str:
+        """OK, DENIED or BUSY (too many bcrypt checks in flight)."""
+        creds = parse_basic(header)
+        if creds is None or self._decoy is None:
+            return DENIED
+        user, password = creds
+        hashed = self.users.get(user)
+        target = hashed if hashed is not None else self._decoy
+        key = self._cache_key(user, target, password)
+        if hashed is not None and key in self._ok:
+            return OK
+        if not self._slots.acquire(timeout=SLOT_WAIT):
+            return BUSY
+        try:
+            good = bcrypt.checkpw(password[:BCRYPT_MAX], target)
+        except ValueError:          # a hash the library cannot read: no one gets in with it
+            good = False
+        finally:
+            self._slots.release()
+        if not (good and hashed is not None):
+            return DENIED
+        with self._lock:
+            if len(self._ok) >= CACHE_SIZE:
+                self._ok.clear()
+            self._ok.add(key)
+        return OK
