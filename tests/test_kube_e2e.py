@@ -4,10 +4,11 @@ variables exactly as in a pod."""
 from __future__ import annotations
 
 import os
-import re
+import textwrap
 import time
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 # The [kube] extra (grpcio, protobuf) and cryptography: skipped on a laptop without
 # them, an error in CI, where .ci/run installs them.
@@ -15,6 +16,8 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("grpc")
     pytest.importorskip("cryptography")
 
+import fakenvml  # noqa: E402
+from conftest import require_binary  # noqa: E402
 from gpulse.config import test_config  # noqa: E402
 from gpulse.kube.fake import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.sources.sim import SimSource  # noqa: E402
@@ -35,17 +38,9 @@ def job_pod(name: str, gpus, label_key: str, job: str) -> FakePod:
                    labels={label_key: job, "team": "llm"})
 
 
-SERIES_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\} (\S+)$")
-
-
 def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    out = []
-    for line in text.splitlines():
-        m = SERIES_RE.match(line)
-        if m and m.group(1) == name:
-            labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2)))
-            out.append((labels, float(m.group(3))))
-    return out
+    return [(dict(x.labels), x.value) for fam in text_string_to_metric_families(text)
+            for x in fam.samples if x.name == name]
 
 
 def wait_for(g, predicate, what: str, timeout: float = 30.0) -> str:
@@ -147,3 +142,56 @@ def test_api_forbidden_and_missing_socket_keep_metrics_flowing(gpulse_proc, node
     busy = series(text, "gpulse_gpu_busy_seconds_total")
     assert len(busy) == 8 and all("pod" not in lab for lab, _ in busy)
     assert series(text, "gpulse_attribution_up")[0][1] == 0
+
+
+# ---------------------------------------------------------------- MIG through NVML
+
+MIG_NODE = "mig-node"
+
+
+def test_mig_instances_are_attributed_one_by_one(gpulse_proc, tmp_path):
+    require_binary("gcc")
+    scen = tmp_path / "mig.txt"
+    scen.write_text(textwrap.dedent("""
+        gpus 2
+        mig * 1g.10gb:7 1g.10gb:8 1g.10gb:9 3g.40gb:2
+        util * const 0.9
+        sm * const 0.6
+    """))
+    cluster = FakeCluster()
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    kubelet = FakeKubelet(cluster, str(tmp_path / "kubelet.sock"), node=MIG_NODE)
+    api = FakeApiServer(cluster, str(sa))
+    try:
+        env = {**fakenvml.env(scen), "KUBERNETES_SERVICE_HOST": api.host, "KUBERNETES_SERVICE_PORT": api.port,
+               "KUBERNETES_SERVICEACCOUNT_DIR": str(sa)}
+        g = gpulse_proc("--source", "nvml", "--node-name", MIG_NODE, "--kube.enabled",
+                        "--kube.pod-resources-socket", kubelet.socket_path, "--kube.refresh-interval", "1s",
+                        env=env)
+        text = wait_for(g, lambda t: len(series(t, "gpulse_gpu_info")) == 10, "2 GPUs + 8 MIG instances")
+        uuid = {s["gpu"]: s["uuid"] for s in [lab for lab, _ in series(text, "gpulse_gpu_info")]}
+        assert uuid["0/7"].startswith("MIG-") and uuid["0"].startswith("GPU-")
+
+        # The device plugin hands out MIG UUIDs under per-profile resource names.
+        cluster.set_pods([
+            FakePod("chat-0", namespace="serve", node=MIG_NODE,
+                    devices={"model": {"nvidia.com/mig-1g.10gb": [uuid["0/7"], uuid["1/8"]]}},
+                    labels={"app.kubernetes.io/instance": "chat"}),
+            FakePod("embed-0", namespace="serve", node=MIG_NODE,
+                    devices={"model": {"nvidia.com/mig-3g.40gb": [uuid["0/2"]]}},
+                    labels={"app.kubernetes.io/instance": "embed"}),
+        ])
+        text = wait_for(g, lambda t: sum(1 for lab, _ in series(t, "gpulse_gpu_up") if lab.get("workload")) == 3,
+                        "three attributed MIG instances")
+        up = {lab["gpu"]: lab for lab, _ in series(text, "gpulse_gpu_up")}
+        assert {gpu for gpu, s in up.items() if s.get("workload") == "chat"} == {"0/7", "1/8"}
+        assert up["0/2"]["workload"] == "embed" and up["0/2"]["pod"] == "embed-0"
+        assert up["0/2"]["container"] == "model" and up["0/2"]["namespace"] == "serve"
+        # Neither the parents nor the other instances of the same GPUs inherit a pod.
+        for gpu in ("0", "1", "0/8", "0/9", "1/7", "1/9", "1/2"):
+            assert "pod" not in up[gpu], gpu
+        assert [v for _, v in series(text, "gpulse_attribution_up")] == [1.0]
+    finally:
+        api.stop()
+        kubelet.stop()
