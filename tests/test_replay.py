@@ -2,10 +2,14 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import time
 
 import pytest
 
-from conftest import require_data
+from conftest import ROOT, free_port, require_data
 from gpulse.config import test_config
 from gpulse.sources import make_source
 from gpulse.sources.base import SourceError
@@ -191,3 +195,30 @@ def test_real_trace_replays_whole(tmp_path):
                 assert s.t > last.get(r.gpu, 0.0)
                 last[r.gpu] = s.t
     assert counts == {str(g): 6842 for g in range(8)}
+
+
+# ---------------------------------------------------------------- gpulse serve --source replay
+
+def test_serve_replay(tmp_path, gpulse_proc):
+    g = gpulse_proc("--source", "replay", "--replay.file", _log(tmp_path, _rows(20)), "--replay.speed", "0")
+    deadline = time.monotonic() + 20
+    sampled = None
+    while time.monotonic() < deadline and sampled != pytest.approx(19.0):
+        text = g.metrics()
+        lines = [ln for ln in text.splitlines() if ln.startswith('gpulse_gpu_sampled_seconds_total{gpu="1"')]
+        sampled = float(lines[0].rsplit(" ", 1)[1]) if lines else None
+        time.sleep(0.1)
+    assert sampled == pytest.approx(19.0)      # 20 samples 1 s apart, all replayed
+    assert 'gpulse_gpu_power_watts{gpu="0",node=' in text
+
+
+def test_serve_replay_unusable_file_one_line(tmp_path):
+    p = tmp_path / "run.csv"
+    p.write_text("time, watts\n1, 2\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "exporter"))
+    out = subprocess.run([sys.executable, "-m", "gpulse", "serve", "--source", "replay", "--replay.file", str(p),
+                          "--web.listen-address", f"127.0.0.1:{free_port()}"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr + out.stdout
+    assert f"{p}:1: unknown header 'time, watts'" in out.stderr + out.stdout
