@@ -42,9 +42,6 @@ class GpuTrack:
     dev_active: array = field(default_factory=lambda: array("f"))
     prev: tuple[float, ...] | None = None
 
-    @property
-    def label(self) -> str:
-        return f"{self.node} GPU {self.gpu}" if self.node else f"GPU {self.gpu}"
 
     def pad(self, n: int) -> None:
         for name in FIELDS + ("dev_busy", "dev_active"):
@@ -95,6 +92,14 @@ class Recording:
     @property
     def ticks(self) -> int:
         return len(self.times)
+
+    @property
+    def multi_node(self) -> bool:
+        return len({g.node for g in self.gpus.values()}) > 1
+
+    def name(self, g: GpuTrack) -> str:
+        """'GPU 3' on one node, 'node-b GPU 3' when the run spans several."""
+        return f"{g.node} GPU {g.gpu}" if self.multi_node and g.node else f"GPU {g.gpu}"
 
     def ordered_gpus(self) -> list[GpuTrack]:
         return sorted(self.gpus.values(), key=lambda g: (gpu_sort_key(g.node + ":" + g.gpu)))
@@ -179,14 +184,25 @@ def collect(pairs: Iterable[tuple[Engine, Snapshot]], rec: Recording,
             node_and_gpu: Callable[[str], tuple[str, str]],
             progress: Callable[[float], None] | None = None) -> Recording:
     c = Collector(rec, node_and_gpu)
+    engine = None
     for n, (engine, snap) in enumerate(pairs):
         c.add(engine, snap)
         if progress is not None and n % 500 == 0 and snap.t is not None:
             progress(snap.t)
+    if engine is not None:
+        for gr in rec.groups.values():
+            _take_pending(engine, gr)
     if rec.ticks and not any(g.sampled[i] > 0 for g in rec.gpus.values() for i in range(rec.ticks)):
         rec.notes.append("no GPU delivered two samples in a row: nothing to integrate")
     return rec
 
 
-def finite(x: float) -> bool:
-    return not math.isnan(x)
+def _take_pending(engine: Engine, gr: GroupTrack) -> None:
+    """At the end of the run the tracker's pending episodes (kept open in case a
+    later stall merges with them) are final."""
+    tracker = engine.trackers.get(gr.workload)
+    if tracker is None or tracker is not gr.tracker or not hasattr(tracker, "recent_episodes"):
+        return
+    counted = len(tracker.episodes)
+    gr.episodes.extend(e for e in tracker.recent_episodes()[counted:]
+                       if e.duration >= tracker.min_stall * (1 - 1e-6))

@@ -13,19 +13,15 @@ Phases of a peer group
     start-up and restarts are never reported as stall problems.
 
 Stall episodes
-    The engine's episodes (every GPU of the group inactive at once, ≥ --min-stall)
-    that start inside work. Episodes separated by less than MERGE_CAP seconds and by
-    less than the longer of the two sides are one episode: a checkpoint during which
-    one rank's GPU flickers just above the idle threshold is one long stall, not
-    forty short ones, while stalls of 0.3 s every 2 s stay apart. For each episode
-    spanning a whole tick, members busy ≥ WORK_BUSY during it were spin-waiting and
-    the others were off the GPU: the rank(s) everybody waited for.
+    The engine's episodes (every GPU of the group inactive at once, ≥ --min-stall,
+    nearby stretches already merged by the StallTracker) that start inside work. For
+    each episode spanning a whole tick, members busy ≥ WORK_BUSY during it were
+    spin-waiting and the others were off the GPU: the rank(s) everybody waited for.
 
 Recurrence
-    Episodes of similar length (within a factor DURATION_RATIO) form a pattern. Its
-    period is analysis.stall_period over the episode starts of each segment (≥ 3
-    episodes), or, for exactly two, their spacing when their lengths agree and the
-    work before the first and after the second is too short to hide another one.
+    Episodes of similar length (within a factor DURATION_RATIO) form a pattern, so
+    frequent short stalls and rare long checkpoints each get their own rhythm. Its
+    period is analysis.stall_period over the pattern's episodes in each segment.
 
 Stragglers
     Per-GPU fractions over work time go through analysis.peer_deviation (robust z).
@@ -48,7 +44,6 @@ from .collect import GpuTrack, GroupTrack, Recording
 
 WORK_BUSY = 0.5
 WORK_SUSTAIN = 5.0
-MERGE_CAP = 5.0
 DURATION_RATIO = 3.0
 Z_STRAGGLER = 3.0
 PERSISTENCE = 0.5
@@ -71,7 +66,6 @@ class StallEp:
     start: float
     end: float
     stalled: float
-    fragments: int
     workload: str
     segment: int
     gpus: list[str]
@@ -138,7 +132,7 @@ class Analysis:
         return self.rec.times[i]
 
     def label(self, key: str) -> str:
-        return self.rec.gpus[key].label if key in self.rec.gpus else f"GPU {key}"
+        return self.rec.name(self.rec.gpus[key]) if key in self.rec.gpus else f"GPU {key}"
 
     def labels(self, keys: list[str]) -> str:
         """'GPU 0', 'GPUs 1–7', 'GPUs 0, 2 and 5'; per node when there are several."""
@@ -147,7 +141,7 @@ class Analysis:
             g = self.rec.gpus.get(k)
             node, gpu = (g.node, g.gpu) if g else ("", k)
             by_node.setdefault(node, []).append(int(gpu) if gpu.isdigit() else gpu)
-        multi = len({g.node for g in self.rec.gpus.values()}) > 1
+        multi = self.rec.multi_node
         parts = []
         for node, ids in by_node.items():
             nums = sorted(i for i in ids if isinstance(i, int))
@@ -157,7 +151,10 @@ class Analysis:
                 k = j
                 while k + 1 < len(nums) and nums[k + 1] == nums[k] + 1:
                     k += 1
-                runs.append(f"{nums[j]}–{nums[k]}" if k - j >= 2 else ", ".join(str(n) for n in nums[j:k + 1]))
+                if k - j >= 2:
+                    runs.append(f"{nums[j]}–{nums[k]}")
+                else:
+                    runs += [str(n) for n in nums[j:k + 1]]
                 j = k + 1
             runs += [str(i) for i in ids if not isinstance(i, int)]
             word = "GPU" if len(ids) == 1 else "GPUs"
@@ -241,15 +238,8 @@ class Analysis:
             win = next((w for w in windows if w[1] <= ep.start < w[2]), None)
             if win is None:
                 continue            # start-up, exit: not a stall of the running job
-            last = merged[-1] if merged else None
-            gap = ep.start - last.end if last else math.inf
-            if last is not None and last.segment == win[0] and gap <= min(MERGE_CAP, max(last.duration, ep.duration)):
-                last.end = max(last.end, ep.start + ep.duration)
-                last.stalled += ep.duration
-                last.fragments += 1
-            else:
-                merged.append(StallEp(ep.start, ep.start + ep.duration, ep.duration, 1, gr.workload, win[0],
-                                      list(gr.gpus)))
+            merged.append(StallEp(ep.start, ep.start + ep.duration, getattr(ep, "stalled", ep.duration),
+                                  gr.workload, win[0], list(gr.gpus)))
         for e in merged:
             self._who_waited(e, members)
         self.episodes.extend(merged)
@@ -291,8 +281,8 @@ class Analysis:
                 span = next((s for s in self.spans if s.kind == "work" and self.tick_start(s.a) <= starts[0] < self.tick_end(s.b)), None)
                 if span is None:
                     continue
-                p = self._period(starts, [e for e in fam if e.segment == si],
-                                 self.tick_start(span.a), self.tick_end(span.b))
+                p = stall_period(starts, now=self.tick_end(span.b),
+                                 durations=[e.duration for e in fam if e.segment == si])
                 if p is not None:
                     periods.append(p)
             offs = [tuple(e.off) for e in fam if e.off]
@@ -308,21 +298,6 @@ class Analysis:
                 "workloads": sorted({e.workload for e in fam}),
             })
         self.patterns.sort(key=lambda p: -p["stalled_seconds"])
-
-    @staticmethod
-    def _period(starts: list[float], eps: list[StallEp], work_start: float, work_end: float) -> float | None:
-        if len(starts) >= 3:
-            return stall_period(starts, now=work_end)
-        if len(starts) == 2:
-            p = starts[1] - starts[0]
-            d0, d1 = eps[0].duration, eps[1].duration
-            if p <= 0 or max(d0, d1) > 2 * min(d0, d1):
-                return None
-            # nowhere in the work before the first or after the second could another hide
-            if starts[0] - work_start > 1.5 * p or work_end - starts[1] > 1.5 * p:
-                return None
-            return p
-        return None
 
     # ------------------------------------------------------------ per GPU
 
@@ -612,7 +587,7 @@ class Analysis:
             start, iso = self._time(e.start)
             doc["stall_episodes"].append({
                 "start": start, "start_time": iso, "duration_seconds": round(e.duration, 3),
-                "stalled_seconds": round(e.stalled, 3), "fragments": e.fragments, "workload": e.workload,
+                "stalled_seconds": round(e.stalled, 3), "workload": e.workload,
                 "gpus": [self._gpu_ref(k) for k in e.gpus],
                 "waiting_gpus": [self._gpu_ref(k) for k in e.waiting],
                 "off_gpu": [self._gpu_ref(k) for k in e.off],

@@ -82,6 +82,15 @@ def _engine_activity(cfg: Any, has_sm: bool) -> str:
     return "sm_active" if has_sm else "power-gated"
 
 
+def from_source(source: Any, cfg: Any, label: str, until: float | None = None) -> Recording:
+    """Any Source (the simulator, a test double of a live node) for `until` virtual seconds."""
+    rec = Recording(source=label, interval=cfg.analysis_interval, idle_threshold=cfg.idle_threshold,
+                    activity=_engine_activity(cfg, getattr(source, "has_sm_active", False)))
+    rec.epoch = False
+    collect(run_offline(source, cfg, until=until), rec, lambda k: (cfg.node_name, k))
+    return rec
+
+
 def from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Auth = prom.Auth(),
                     step: float | None = None, max_points: int = prom.PROM_MAX_POINTS,
                     analysis: dict[str, Any] | None = None, timeout: float = 30.0,

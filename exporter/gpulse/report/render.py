@@ -124,7 +124,7 @@ def _labels(p: Picture, rh: int) -> str:
             arrow = "▲ busier" if st["direction"] == "busier" else "▼ idler"
             badge = f"<span class='badge' title='straggler: {_esc(st['signal'])} z={st['z']:.1f}'>{arrow}</span>"
         out.append(f"<div class='{cls}' data-gpu='{_esc(g.key)}' style='height:{rh}px;font-size:{min(11, max(7, rh - 1))}px'>"
-                   f"{badge}{_esc(g.label)}</div>")
+                   f"{badge}{_esc(p.rec.name(g))}</div>")
     return "".join(out)
 
 
@@ -275,7 +275,7 @@ def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS) -
 <section id='gpus'><h2>Per GPU over the work time</h2>{_gpu_table(doc)}</section>
 </main>"""
     data = {
-        "rows": [g.label for g in p.gpus], "cols": p.cols, "t0": p.t0, "dt": p.dt, "epoch": p.rec.epoch,
+        "rows": [p.rec.name(g) for g in p.gpus], "cols": p.cols, "t0": p.t0, "dt": p.dt, "epoch": p.rec.epoch,
         "row_height": rh, "lut": heatmap.lut_hex(), "stall_lut": _stall_lut(),
         "busy": heatmap.b64(p.busy), "active": heatmap.b64(p.active), "stall": heatmap.b64([p.stall]),
     }
