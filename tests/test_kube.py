@@ -406,3 +406,34 @@ def test_docs_explain_every_label_and_reason():
         assert f"| `{label}` |" in section, f"label {label} is not explained in docs/metrics.md"
     for reason in REASONS:
         assert f"| `{reason}` |" in section, f"reason {reason} is not explained in docs/metrics.md"
+
+
+def test_unexpected_error_in_one_refresh_does_not_end_attribution(caplog):
+    from gpulse.kube import Attributor
+
+    class FlakyMapper:
+        name = "slurm"
+        calls = 0
+
+        def refresh(self):
+            self.calls += 1
+            if self.calls == 1:
+                raise RuntimeError("boom")
+            return {"index:0": {"workload": "7"}}
+
+        def close(self):
+            pass
+
+    att = Attributor([FlakyMapper()], refresh_interval=0.01)
+    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+        att.start()
+        try:
+            for _ in range(500):
+                if att.lookup(WHOLE[0]):
+                    break
+                threading.Event().wait(0.01)
+        finally:
+            att.stop()
+    assert att.lookup(WHOLE[0]) == {"namespace": "", "pod": "", "container": "", "workload": "7"}
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "boom" in errors[0].getMessage() and errors[0].exc_info is None

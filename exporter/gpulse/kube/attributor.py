@@ -79,7 +79,9 @@ class Attributor:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=15)
+            # A refresh stuck on a hung API server must not hold up shutdown: the
+            # thread is a daemon, and closing the clients below cancels its call.
+            self._thread.join(timeout=2)
             self._thread = None
         for m in self.mappers:
             m.close()
@@ -88,8 +90,9 @@ class Attributor:
         while not self._stop.is_set():
             try:
                 self.refresh_once()
-            except Exception:  # a bug in one refresh must not end attribution for good
-                log.exception("attribution refresh failed unexpectedly")
+            except Exception as e:  # a bug in one refresh must not end attribution for good
+                log.error("attribution refresh failed unexpectedly: %s: %s", type(e).__name__, e)
+                log.debug("attribution refresh failure", exc_info=True)
             self._stop.wait(self.refresh_interval)
 
     def refresh_once(self) -> None:
