@@ -64,6 +64,7 @@ class Runtime:
         ah = self.attributor.health if self.attributor is not None else None
         self.exposition = Exposition(cfg.node_name, lambda: self.sampler.snapshot, self.sampler.health, ah)
         self.app = App(cfg, self.sampler, self.exposition)
+        __import__("gpulse.livepage").livepage.register(self.app)   # the live heatmap page at /
         try:
             self.server = make_server(cfg, self.app, web)
         except ListenError as e:

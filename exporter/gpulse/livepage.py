@@ -1,0 +1,147 @@
+"""The live heatmap page at `/`: this node's GPUs over the last minutes.
+
+    GET /               the page (HTML, CSS and script inline; no external assets)
+    GET /api/heatmap    its data, JSON; ?minutes=N picks the window (1..history)
+
+Both are App.extra_routes, so they go through the same handler as /metrics: the same
+TLS, basic auth, request cap and timeouts. The data comes from the engine's per-tick
+history (the sampler's ring buffers, copied under its lock) and the latest snapshot;
+a request never touches the GPU library.
+
+Stall fraction over the window = the part of the window covered by the peer group's
+stall episodes (the StallTracker's, plus a stall in progress), divided by the window.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from .report.heatmap import NO_DATA, b64, cell, lut_hex
+from .report.render import web_asset
+
+JSON_TYPE = "application/json"
+HTML_TYPE = "text/html; charset=utf-8"
+STRAGGLER_Z = 3.0
+DEFAULT_MINUTES = 15
+
+
+class LivePage:
+    def __init__(self, app: Any):
+        self.app = app
+        self.cfg = app.cfg
+        self.max_minutes = max(1, int(self.cfg.history // 60))
+        self._page = self._build_page()
+
+    def register(self) -> None:
+        self.app.extra_routes["/"] = self.index
+        self.app.extra_routes["/api/heatmap"] = self.data
+
+    def _build_page(self) -> bytes:
+        page = web_asset("live.html")
+        boot = {"node": self.cfg.node_name, "lut": lut_hex(), "minutes": min(DEFAULT_MINUTES, self.max_minutes),
+                "max_minutes": self.max_minutes, "interval": self.cfg.analysis_interval}
+        for key, value in (("{{STYLE}}", web_asset("gpulse.css")),
+                           ("{{BOOT}}", json.dumps(boot).replace("</", "<\\/")),
+                           ("{{SCRIPT}}", web_asset("heatmap.js") + "\n" + web_asset("live.js")),
+                           ("{{NODE}}", _esc(self.cfg.node_name))):
+            page = page.replace(key, value)
+        return page.encode("utf-8")
+
+    def index(self, handler: Any) -> tuple[int, str, bytes]:
+        return 200, HTML_TYPE, self._page
+
+    def data(self, handler: Any) -> tuple[int, str, bytes]:
+        query = parse_qs(urlsplit(handler.path).query)
+        raw = (query.get("minutes") or [str(min(DEFAULT_MINUTES, self.max_minutes))])[0]
+        try:
+            minutes = float(raw)
+            if not math.isfinite(minutes) or minutes <= 0:
+                raise ValueError
+        except ValueError:
+            body = json.dumps({"error": f"minutes: expected a positive number, got {raw[:40]!r}"})
+            return 400, JSON_TYPE, body.encode()
+        minutes = min(minutes, float(self.max_minutes))
+        return 200, JSON_TYPE, json.dumps(self.snapshot(minutes)).encode()
+
+    def snapshot(self, minutes: float) -> dict[str, Any]:
+        sampler = self.app.sampler
+        snap = sampler.snapshot
+        history = sampler.history()
+        trackers = self._episodes(sampler)
+        cols = max(1, int(round(minutes * 60 / self.cfg.analysis_interval)))
+        doc: dict[str, Any] = {"node": self.cfg.node_name, "source": self.cfg.source, "minutes": minutes,
+                               "interval": self.cfg.analysis_interval, "stale": bool(sampler.health().get("stale")),
+                               "t": None, "rows": [], "cols": 0, "busy": "", "active": "", "groups": [],
+                               "stragglers": [], "gpus": []}
+        if snap is None:
+            return doc
+        keys = [v.info.gpu for v in snap.gpus]
+        width = min(cols, max((len(history.get(k, ())) for k in keys), default=0))
+        busy, active = [], []
+        for k in keys:
+            h = history.get(k, [])[-width:] if width else []
+            pad = width - len(h)
+            busy.append(bytes([NO_DATA] * pad) + bytes(_cell(x[1]) for x in h))
+            active.append(bytes([NO_DATA] * pad) + bytes(_cell(x[2]) for x in h))
+        now = snap.t
+        window = width * self.cfg.analysis_interval
+        doc.update(t=now, rows=[f"GPU {k}" for k in keys], cols=width, busy=b64(busy), active=b64(active))
+        for g in snap.groups:
+            eps, open_since = trackers.get(g.workload, ([], None))
+            doc["groups"].append({
+                "workload": g.workload, "gpus": list(g.gpus), "holding": g.holding, "in_stall": g.in_stall,
+                "imbalance": g.imbalance, "load_balance": g.load_balance, "stall_period": g.stall_period,
+                "stall_fraction_window": _covered(eps, open_since, now, window) if now is not None else None,
+                "stall_fraction_total": g.stall_seconds / g.holding_seconds if g.holding_seconds > 0 else None,
+            })
+        for v in snap.gpus:
+            doc["gpus"].append({"gpu": v.info.gpu, "up": v.up, "error": v.error, "busy": v.util_ratio,
+                                "active": v.active_ratio})
+            for signal, z in (("active", v.deviation_active), ("busy", v.deviation_busy)):
+                if z is not None and abs(z) >= STRAGGLER_Z:
+                    doc["stragglers"].append({"gpu": v.info.gpu, "signal": signal, "z": round(z, 2),
+                                              "direction": "busier" if z > 0 else "idler"})
+                    break
+        return doc
+
+    @staticmethod
+    def _episodes(sampler: Any) -> dict[str, tuple[list[Any], float | None]]:
+        """Each group's episodes and the start of a stall in progress (under the lock)."""
+        engine = sampler.engine
+        if engine is None:
+            return {}
+        with sampler.lock:
+            out = {}
+            for workload, tr in engine.trackers.items():
+                eps = tr.recent_episodes() if hasattr(tr, "recent_episodes") else list(tr.episodes)
+                # the tracker keeps the start of a stall in progress privately; without
+                # it a long stall would only count once it ended
+                out[workload] = (eps, getattr(tr, "_open_start", None))
+            return out
+
+
+def _cell(x: float | None) -> int:
+    return NO_DATA if x is None else cell(x)
+
+
+def _covered(episodes: list[Any], open_since: float | None, now: float, window: float) -> float | None:
+    """Share of (now - window, now] inside stall episodes or the stall in progress."""
+    if window <= 0:
+        return None
+    lo = now - window
+    covered = sum(max(0.0, min(now, e.start + e.duration) - max(lo, e.start)) for e in episodes)
+    if open_since is not None:
+        covered += max(0.0, now - max(lo, open_since))
+    return min(1.0, covered / window)
+
+
+def _esc(s: str) -> str:
+    return html.escape(s, quote=True)
+
+
+def register(app: Any) -> None:
+    """Serve the live page at / and its data at /api/heatmap on this App."""
+    LivePage(app).register()

@@ -1,0 +1,99 @@
+/* The live page: polls api/heatmap (relative, so it works under any path prefix and
+   with the page's own credentials) and redraws. */
+"use strict";
+(function () {
+  var boot = JSON.parse(document.getElementById("gpulse-boot").textContent);
+  var canvas = document.getElementById("heatmap");
+  var mode = document.getElementById("mode");
+  var minutesSel = document.getElementById("minutes");
+  var tip = document.getElementById("tip");
+  var last = null, cells = null, timer = null;
+  var ROW = 16;
+
+  [1, 5, 15, 60, 240, 1440].forEach(function (m) {
+    if (m > boot.max_minutes && m !== 1) return;
+    var o = document.createElement("option");
+    o.value = String(m); o.textContent = m < 60 ? m + " min" : (m / 60) + " h";
+    if (m === boot.minutes) o.selected = true;
+    minutesSel.appendChild(o);
+  });
+  var stops = [0, 64, 127, 191, 254].map(function (i) { return boot.lut[i]; }).join(", ");
+  document.getElementById("legend-bar").style.background = "linear-gradient(90deg, " + stops + ")";
+
+  function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + " %"; }
+  function setText(id, v) { document.getElementById(id).textContent = v; }
+
+  function render() {
+    if (!last) return;
+    var rows = last.rows.length;
+    var labels = document.getElementById("labels");
+    labels.textContent = "";
+    var marks = {};
+    last.stragglers.forEach(function (s) { marks["GPU " + s.gpu] = s; });
+    last.rows.forEach(function (name) {
+      var d = document.createElement("div");
+      d.className = "row-label" + (marks[name] ? " straggler" : "");
+      d.style.height = ROW + "px";
+      if (marks[name]) {
+        var b = document.createElement("span");
+        b.className = "badge";
+        b.textContent = marks[name].direction === "busier" ? "▲ busier" : "▼ idler";
+        d.appendChild(b);
+      }
+      d.appendChild(document.createTextNode(name));
+      labels.appendChild(d);
+    });
+    if (last.cols > 0 && rows > 0) {
+      cells = { busy: gpulse.decode(last.busy), active: gpulse.decode(last.active) };
+      gpulse.drawHeatmap(canvas, cells[mode.value], rows, last.cols, boot.lut, ROW);
+    }
+    var axis = document.getElementById("axis");
+    axis.textContent = "";
+    var span = last.cols * last.interval;
+    [0, 0.25, 0.5, 0.75, 1].forEach(function (f) {
+      var s = document.createElement("span");
+      s.style.left = (100 * f) + "%";
+      if (f === 0) s.className = "first";
+      if (f === 1) { s.style.left = ""; s.style.right = "0"; s.style.transform = "none"; }
+      var ago = Math.round(span * (1 - f));
+      s.textContent = ago === 0 ? "now" : "−" + (ago >= 120 ? Math.round(ago / 60) + " min" : ago + " s");
+      axis.appendChild(s);
+    });
+    var g = last.groups.filter(function (x) { return x.holding; })[0] || last.groups[0] || {};
+    setText("imbalance", g.imbalance === null || g.imbalance === undefined ? "–" : g.imbalance.toFixed(2));
+    setText("stall-window", pct(g.stall_fraction_window));
+    setText("stall-total", pct(g.stall_fraction_total));
+    setText("stall-period", g.stall_period ? g.stall_period.toFixed(1) + " s" : "none");
+    setText("stragglers", last.stragglers.length ? last.stragglers.map(function (s) {
+      return "GPU " + s.gpu + (s.direction === "busier" ? " ▲" : " ▼"); }).join(", ") : "none");
+    setText("minutes-label", String(last.minutes));
+    setText("status", (last.stale ? "STALE · " : "") + "updated " + new Date().toLocaleTimeString());
+    document.body.setAttribute("data-ready", "1");
+  }
+
+  function poll() {
+    clearTimeout(timer);
+    fetch("api/heatmap?minutes=" + encodeURIComponent(minutesSel.value), { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { if (!r.ok) throw new Error("HTTP " + r.status); return r.json(); })
+      .then(function (doc) { last = doc; render(); })
+      .catch(function (e) { setText("status", "cannot update: " + e.message); })
+      .then(function () { timer = setTimeout(poll, Math.max(1000, 2000 * boot.interval)); });
+  }
+  mode.addEventListener("change", render);
+  minutesSel.addEventListener("change", poll);
+  window.addEventListener("resize", render);
+  canvas.addEventListener("mousemove", function (ev) {
+    if (!last || !cells) return;
+    var c = gpulse.cellAt(canvas, ev, last.rows.length, last.cols, ROW);
+    if (!c) { tip.style.display = "none"; return; }
+    var i = c.row * last.cols + c.col;
+    var ago = Math.round((last.cols - 1 - c.col) * last.interval);
+    tip.textContent = last.rows[c.row] + " · " + ago + " s ago · busy " + gpulse.pct(cells.busy[i]) +
+      " · real work " + gpulse.pct(cells.active[i]);
+    tip.style.left = (ev.clientX + 14) + "px";
+    tip.style.top = (ev.clientY + 10) + "px";
+    tip.style.display = "block";
+  });
+  canvas.addEventListener("mouseleave", function () { tip.style.display = "none"; });
+  poll();
+})();
