@@ -4,6 +4,7 @@ variables exactly as in a pod."""
 from __future__ import annotations
 
 import os
+import subprocess
 import textwrap
 import time
 
@@ -108,6 +109,9 @@ def test_imbalance_is_computed_per_workload(gpulse_proc, node):
     widest = max(len(lab) + 1 for lab, _ in busy)   # +1 for __name__
     assert widest <= 12, widest
     assert series(text, "gpulse_attribution_up") and series(text, "gpulse_attribution_up")[0][1] == 1
+    lint = subprocess.run([require_binary("promtool"), "check", "metrics"], input=text,
+                          capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
 
     # The finetune job ends: its GPUs lose their attribution and its group goes.
     cluster.set_pods([p for p in cluster.pods() if p.name != "finetune-0"])
