@@ -31,11 +31,12 @@ def encode_png(width: int, height: int, rows: Iterable[bytes]) -> bytes:
 
 
 def decode_png_rgb(data: bytes) -> tuple[int, int, list[bytes]]:
-    """Read back what encode_png writes (filter 0 only) — for tests and checks."""
+    """Any 8-bit RGB or RGBA, non-interlaced PNG (ours, or a browser's screenshot) ->
+    (width, height, RGB rows). For tests and checks of what a page shows."""
     if data[:8] != b"\x89PNG\r\n\x1a\n":
         raise ValueError("not a PNG")
     pos = 8
-    width = height = 0
+    width = height = channels = 0
     idat = bytearray()
     while pos < len(data):
         (length,) = struct.unpack(">I", data[pos:pos + 4])
@@ -45,18 +46,44 @@ def decode_png_rgb(data: bytes) -> tuple[int, int, list[bytes]]:
         if zlib.crc32(kind + body) & 0xFFFFFFFF != crc:
             raise ValueError(f"bad CRC in {kind!r}")
         if kind == b"IHDR":
-            width, height, depth, ctype = struct.unpack(">IIBB", body[:10])
-            if (depth, ctype) != (8, 2):
-                raise ValueError("only 8-bit RGB is supported")
+            width, height, depth, ctype, _, _, interlace = struct.unpack(">IIBBBBB", body[:13])
+            if depth != 8 or ctype not in (2, 6) or interlace:
+                raise ValueError("only 8-bit, non-interlaced RGB or RGBA is supported")
+            channels = 3 if ctype == 2 else 4
         elif kind == b"IDAT":
             idat += body
         pos += 12 + length
     raw = zlib.decompress(bytes(idat))
-    stride = width * 3 + 1
+    stride = width * channels
+    prev = bytearray(stride)
     rows = []
     for y in range(height):
-        line = raw[y * stride:(y + 1) * stride]
-        if line[0] != 0:
-            raise ValueError("only filter type 0 is supported")
-        rows.append(bytes(line[1:]))
+        off = y * (stride + 1)
+        ftype = raw[off]
+        line = bytearray(raw[off + 1:off + 1 + stride])
+        _unfilter(ftype, line, prev, channels)
+        rows.append(bytes(line) if channels == 3 else bytes(b for i, b in enumerate(line) if i % 4 != 3))
+        prev = line
     return width, height, rows
+
+
+def _unfilter(ftype: int, line: bytearray, prev: bytearray, bpp: int) -> None:
+    """Undo one scanline's filter in place (PNG spec, section 9)."""
+    if ftype == 0:
+        return
+    for i in range(len(line)):
+        a = line[i - bpp] if i >= bpp else 0
+        b = prev[i]
+        if ftype == 1:
+            line[i] = (line[i] + a) & 0xFF
+        elif ftype == 2:
+            line[i] = (line[i] + b) & 0xFF
+        elif ftype == 3:
+            line[i] = (line[i] + ((a + b) >> 1)) & 0xFF
+        elif ftype == 4:
+            c = prev[i - bpp] if i >= bpp else 0
+            p = a + b - c
+            pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+            line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        else:
+            raise ValueError(f"unknown filter type {ftype}")

@@ -1,0 +1,217 @@
+"""report.html and the live page in headless Chromium (Debian's chromium + chromedriver,
+driven by selenium): no console errors, no request outside the page, one heatmap row
+per GPU with the right colours, and a screenshot that is a picture."""
+import base64
+import json
+import time
+from urllib.parse import urlsplit
+
+import pytest
+import requests
+
+from conftest import IN_CI, require_binary
+from tlsutil import bcrypt_hash, write_web_config
+
+from gpulse.config import test_config
+from gpulse.report.findings import analyse
+from gpulse.report.heatmap import lut
+from gpulse.report.inputs import from_source
+from gpulse.report.png import decode_png_rgb
+from gpulse.report.render import write_outputs
+from gpulse.sources.sim import SimSource
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # a laptop without the test extra
+    webdriver = None
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    chromium = require_binary("chromium")
+    chromedriver = require_binary("chromedriver")
+    if webdriver is None:
+        if IN_CI:
+            pytest.fail("selenium is not installed (CI=true: .ci/run must install it)")
+        pytest.skip("selenium is not installed")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1280,900",
+                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
+        opts.add_argument(flag)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    # the driver path is given, so selenium never tries to download one
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=opts)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def load(driver, url):
+    driver.get_log("browser")          # drop what earlier pages logged
+    driver.get_log("performance")
+    driver.get(url)
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
+
+
+def console_errors(driver):
+    return [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
+def requested_urls(driver, page_url):
+    """Every request the page (its document and what it loads or fetches) sent; the
+    browser's own internal pages (new-tab resources) are not the page's."""
+    urls = []
+    for entry in driver.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent" and msg["params"].get("documentURL") == page_url:
+            urls.append(msg["params"]["request"]["url"])
+    return urls
+
+
+def foreign(urls, origin):
+    """Requests that leave the page: anything but its own origin and inline data."""
+    return [u for u in urls if not u.startswith("data:") and _origin(u) != origin]
+
+
+def _origin(url):
+    p = urlsplit(url)
+    return f"{p.scheme}://{p.netloc}"
+
+
+def row_colours(driver, canvas_id="heatmap"):
+    """The colour at the middle of every row band, read from the canvas itself."""
+    return driver.execute_script("""
+        const c = document.getElementById(arguments[0]);
+        const rows = +c.dataset.rows, ctx = c.getContext('2d'), out = [];
+        for (let r = 0; r < rows; r++) {
+          const y = Math.floor((r + 0.5) * c.height / rows);
+          const px = ctx.getImageData(Math.floor(c.width * 0.75), y, 1, 1).data;
+          out.push([px[0], px[1], px[2]]);
+        }
+        return out;""", canvas_id)
+
+
+def nearest_fraction(rgb):
+    """Which utilisation a colour stands for, by the page's own colour table."""
+    table = lut()[:255]
+    best = min(range(255), key=lambda i: sum((a - b) ** 2 for a, b in zip(table[i], rgb)))
+    return best / 254
+
+
+def assert_picture(driver, element):
+    png = base64.b64decode(element.screenshot_as_base64)
+    w, h, rows = decode_png_rgb(png)
+    assert w > 100 and h > 30
+    colours = {rows[y][x:x + 3] for y in range(0, h, 2) for x in range(0, w * 3, 9)}
+    assert len(colours) >= 4, "the heatmap screenshot is blank"
+
+
+def make_report(tmp_path, scenario, gpus, seconds):
+    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=gpus, node_name="n1")
+    rec = from_source(SimSource(cfg), cfg, f"sim {scenario}", until=seconds)
+    write_outputs(analyse(rec), str(tmp_path))
+    return tmp_path / "report.html"
+
+
+def test_report_page(browser, tmp_path):
+    page = make_report(tmp_path, "imbalance", 4, 120)
+    url = page.as_uri()
+    load(browser, url)
+    assert console_errors(browser) == []
+    urls = requested_urls(browser, url)
+    assert url in urls
+    assert foreign(urls, "file://") == []
+    canvas = browser.find_element("id", "heatmap")
+    assert canvas.get_attribute("data-rows") == "4"
+    labels = [e.text for e in browser.find_elements("css selector", "#heatmap-section .row-label")]
+    assert labels == ["GPU 0", "GPU 1", "GPU 2", "GPU 3"]
+    fractions = [nearest_fraction(c) for c in row_colours(browser)]
+    assert fractions[0] > 0.9 and fractions[1] > 0.9, fractions
+    assert fractions[2] < 0.2 and fractions[3] < 0.2, fractions
+    assert "work is unevenly distributed" in browser.find_element("id", "verdict").text
+    assert_picture(browser, canvas)
+
+
+def test_report_page_marks_stragglers_and_stalls(browser, tmp_path):
+    load(browser, make_report(tmp_path, "checkpoint", 8, 150).as_uri())
+    assert console_errors(browser) == []
+    assert browser.find_element("id", "heatmap").get_attribute("data-rows") == "8"
+    marked = browser.find_elements("css selector", "#heatmap-section .row-label.straggler")
+    assert [e.get_attribute("data-gpu") for e in marked] == ["0"]
+    assert len(browser.find_elements("css selector", ".band")) >= 4      # 15 s stalls every 30 s
+    # switching to real work repaints: spin-waiting GPUs 1–7 turn darker
+    before = row_colours(browser)
+    browser.execute_script("const m = document.getElementById('mode'); m.value = 'active';"
+                           "m.dispatchEvent(new Event('change'));")
+    after = row_colours(browser)
+    assert before[0] == after[0] or nearest_fraction(before[0]) == pytest.approx(nearest_fraction(after[0]), abs=0.05)
+    assert sum(nearest_fraction(after[i]) for i in range(1, 8)) <= sum(nearest_fraction(before[i]) for i in range(1, 8))
+
+
+def wait_rows(driver, n, timeout=20):
+    WebDriverWait(driver, timeout).until(
+        lambda d: d.find_element("id", "heatmap").get_attribute("data-rows") == str(n))
+
+
+def test_live_page(browser, gpulse_proc):
+    g = gpulse_proc("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "4", "--node-name", "n1")
+    time.sleep(3)
+    load(browser, g.url + "/")
+    wait_rows(browser, 4)
+    # let it refresh at least once on its own
+    first = browser.find_element("id", "status").text
+    WebDriverWait(browser, 15).until(lambda d: d.find_element("id", "status").text != first)
+    assert console_errors(browser) == []
+    urls = requested_urls(browser, g.url + "/")
+    assert foreign(urls, g.url) == []
+    assert any(u.startswith(g.url + "/api/heatmap") for u in urls)
+    labels = [e.text for e in browser.find_elements("css selector", "#labels .row-label")]
+    assert labels == ["GPU 0", "GPU 1", "GPU 2", "GPU 3"]
+    fractions = [nearest_fraction(c) for c in row_colours(browser)]
+    assert fractions[0] > 0.9 and fractions[3] < 0.2, fractions
+    assert float(browser.find_element("id", "imbalance").text) > 0.7
+    assert_picture(browser, browser.find_element("id", "heatmap"))
+
+
+def test_live_page_behind_basic_auth(browser, gpulse_proc, tmp_path):
+    cfg = write_web_config(tmp_path / "web.yml", {"basic_auth_users": {"ops": bcrypt_hash("pw")}})
+    g = gpulse_proc("--source", "sim", "--sim.scenario", "straggler", "--sim.gpus", "3",
+                    "--web.config-file", str(cfg))
+    for path in ("/", "/api/heatmap", "/metrics"):
+        assert requests.get(g.url + path, timeout=5).status_code == 401
+    assert requests.get(g.url + "/api/heatmap", auth=("ops", "pw"), timeout=5).json()["rows"] == \
+        ["GPU 0", "GPU 1", "GPU 2"]
+    token = base64.b64encode(b"ops:pw").decode()
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": "Basic " + token}})
+    try:
+        load(browser, g.url + "/")
+        wait_rows(browser, 3)
+        assert console_errors(browser) == []
+    finally:
+        browser.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+
+
+def test_live_data_bad_window_is_400(gpulse_proc):
+    g = gpulse_proc("--source", "sim", "--sim.gpus", "2")
+    r = requests.get(g.url + "/api/heatmap?minutes=-3", timeout=5)
+    assert r.status_code == 400 and r.json() == {"error": "minutes: expected a positive number, got '-3'"}
+    doc = requests.get(g.url + "/api/heatmap?minutes=1", timeout=5).json()
+    assert doc["rows"] == ["GPU 0", "GPU 1"] and len(base64.b64decode(doc["busy"])) == 2 * doc["cols"]
+
+
+def test_the_checks_see_errors_and_foreign_requests(browser, tmp_path):
+    """A page that breaks both rules is caught (the other page tests can fail)."""
+    page = tmp_path / "bad.html"
+    page.write_text("<!doctype html><body><img src='http://127.0.0.2:9/pixel.png'>"
+                    "<script>document.body.dataset.ready = '1'; undefinedFunction();</script></body>")
+    load(browser, page.as_uri())
+    time.sleep(0.5)
+    errors = console_errors(browser)
+    assert any("undefinedFunction" in e for e in errors), errors
+    assert foreign(requested_urls(browser, page.as_uri()), "file://") == ["http://127.0.0.2:9/pixel.png"]
