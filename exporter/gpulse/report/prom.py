@@ -147,13 +147,18 @@ def choose_step(start: float, end: float, scrape_interval: float | None, columns
 
 
 def scrape_interval(client: PromClient, sel: str, start: float, end: float) -> float | None:
-    """Estimated from how many samples the sampled-seconds counter has per window."""
-    window = int(max(60.0, min(end - start, 600.0)))
-    res = client.query(f"max(count_over_time({GPU_SERIES['sampled']}{sel}[{window}s]))", end)
-    if not res:
+    """The median spacing of the raw samples of the sampled-seconds counter in the last
+    two minutes of the range (None when there are none)."""
+    window = int(max(10.0, min(end - start, 120.0)))
+    res = client.query(f"{GPU_SERIES['sampled']}{sel}[{window}s]", end)
+    steps = []
+    for series in res:
+        ts = [float(t) for t, _ in series.get("values", [])]
+        steps += [b - a for a, b in zip(ts, ts[1:]) if b > a]
+    if not steps:
         return None
-    n = float(res[0]["value"][1])
-    return window / n if n > 1 else None
+    steps.sort()
+    return steps[len(steps) // 2]
 
 
 def chunks(start: float, end: float, step: float, max_points: int) -> list[tuple[float, float]]:

@@ -1,0 +1,108 @@
+"""`gpulse report --prometheus`: a real Prometheus (behind basic auth) that scraped a
+running `gpulse serve --source sim` with half its GPUs idle."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import requests
+import yaml
+
+from conftest import ROOT, Gpulse, free_port, require_binary, wait_http
+from tlsutil import bcrypt_hash
+
+SCRAPE_SECONDS = 25
+AUTH = ("reporter", "pw-123")
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory):
+    prometheus = require_binary("prometheus")
+    tmp = tmp_path_factory.mktemp("report-prometheus")
+    g = Gpulse("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "4", "--node-name", "n1",
+               "--analysis-window", "5s")
+    port = free_port()
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "gpulse", "static_configs": [{"targets": [f"127.0.0.1:{g.port}"]}]}],
+    }))
+    (tmp / "web.yml").write_text(yaml.safe_dump({"basic_auth_users": {AUTH[0]: bcrypt_hash(AUTH[1])}}))
+    (tmp / "password").write_text(AUTH[1] + "\n")
+    (tmp / "wrong").write_text("nope\n")
+    proc = subprocess.Popen([prometheus, f"--config.file={tmp / 'prometheus.yml'}",
+                             f"--storage.tsdb.path={tmp / 'data'}", f"--web.config.file={tmp / 'web.yml'}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/-/ready", timeout=30, auth=AUTH)
+        deadline = time.monotonic() + SCRAPE_SECONDS + 30
+        while time.monotonic() < deadline:      # until enough scrapes are stored
+            r = requests.get(url + "/api/v1/query", auth=AUTH, timeout=5,
+                             params={"query": "count_over_time(gpulse_gpu_sampled_seconds_total[5m])"}).json()
+            if r["data"]["result"] and min(float(s["value"][1]) for s in r["data"]["result"]) >= SCRAPE_SECONDS:
+                break
+            time.sleep(1)
+        yield {"url": url, "dir": tmp}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        g.stop()
+
+
+def report(prom, tmp_path, *args, auth=True):
+    cred = ["--prometheus.username", AUTH[0], "--prometheus.password-file", str(prom["dir"] / "password")] if auth else []
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    return subprocess.run([sys.executable, "-m", "gpulse", "report", "--prometheus", prom["url"], *cred, *args,
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_report_from_prometheus(prom, tmp_path):
+    p = report(prom, tmp_path, "--last", "2m", "--quiet")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads((tmp_path / "findings.json").read_text())
+    assert [(g["node"], g["gpu"]) for g in doc["gpus"]] == [("n1", "0"), ("n1", "1"), ("n1", "2"), ("n1", "3")]
+    assert doc["run"]["tick_seconds"] == 1 and doc["run"]["activity"] == "sm_active"
+    [f] = [f for f in doc["findings"] if f["kind"] == "imbalance"]
+    assert f["text"].startswith("GPUs 0 and 1 at 9") and "GPUs 2 and 3 under 1" in f["text"]
+    assert p.stdout.splitlines()[0].startswith("[high] GPUs 0 and 1 at 9")
+    busy = {g["gpu"]: g["busy_fraction"] for g in doc["gpus"]}
+    assert busy["0"] > 0.9 and busy["3"] < 0.2
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("class='row-label") == 4
+
+
+def test_split_ranges_give_the_same_picture(prom, tmp_path):
+    whole = report(prom, tmp_path / "a", "--last", "2m", "--step", "1s")
+    split = report(prom, tmp_path / "b", "--last", "2m", "--step", "1s", "--max-points", "20")
+    assert whole.returncode == split.returncode == 0, split.stderr
+    a = json.loads((tmp_path / "a" / "findings.json").read_text())
+    b = json.loads((tmp_path / "b" / "findings.json").read_text())
+    assert [g["gpu"] for g in a["gpus"]] == [g["gpu"] for g in b["gpus"]]
+    for ga, gb in zip(a["gpus"], b["gpus"]):
+        assert ga["busy_fraction"] == pytest.approx(gb["busy_fraction"], abs=0.02)
+    assert [f["kind"] for f in a["findings"]] == [f["kind"] for f in b["findings"]]
+
+
+@pytest.mark.parametrize("args, auth, expected", [
+    (("--last", "2m", "--node", "no-such-node"), True, "gpulse: no gpulse series match {{node=~\"no-such-node\"}}"),
+    (("--last", "2m", "--selector", 'gpu=~"("'), True, "gpulse: Prometheus rejected the query (bad_data):"),
+    (("--last", "2m"), False, "gpulse: Prometheus at {url} answered 401 Unauthorized"),
+    (("--last", "2m", "--start", "2026-01-01T00:00:00Z"), True, "gpulse: give either --last or --start, not both"),
+])
+def test_prometheus_errors_are_one_line(prom, tmp_path, args, auth, expected):
+    p = report(prom, tmp_path, *args, auth=auth)
+    assert p.returncode in (1, 2)
+    [line] = p.stderr.strip().splitlines()
+    assert line.startswith(expected.format(url=prom["url"])), line
+
+
+def test_unreachable_prometheus(tmp_path):
+    port = free_port()        # nobody listens there
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    p = subprocess.run([sys.executable, "-m", "gpulse", "report", "--prometheus", f"http://127.0.0.1:{port}",
+                        "--last", "1h", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == [f"gpulse: cannot reach Prometheus at http://127.0.0.1:{port}: connection refused"]
