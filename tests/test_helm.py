@@ -25,7 +25,7 @@ helm = pytest.importorskip("helm_python")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 from kubernetes_validate import utils as kv_utils  # noqa: E402  (all_versions lives here)
 
-from conftest import ROOT  # noqa: E402
+from conftest import ROOT, wait_http  # noqa: E402
 
 CHART = ROOT / "helm" / "gpulse"
 RULES = ROOT / "prometheus" / "rules"
@@ -381,7 +381,7 @@ def test_inline_web_config_becomes_a_mounted_secret(chart):
     secret = one(manifests, "Secret")
     assert yaml.safe_load(secret["stringData"]["web-config.yml"]) == values["webConfig"]["config"]
     c = container(manifests)
-    assert "--web.config-file=/etc/gpulse/web/web-config.yml" in c["args"]
+    assert "--web.config.file=/etc/gpulse/web/web-config.yml" in c["args"]
     pod = one(manifests, "DaemonSet")["spec"]["template"]["spec"]
     secrets = {v["secret"]["secretName"]: v["name"] for v in pod["volumes"] if "secret" in v}
     assert set(secrets) == {secret["metadata"]["name"], "gpulse-tls"}
@@ -610,18 +610,51 @@ def test_rendered_args_start_gpulse_and_the_probes_hit_served_paths(chart, gpuls
     assert "gpulse_gpu_up" in g.metrics()
 
 
+def test_tls_and_basic_auth_keep_probes_open_and_metrics_closed(chart, gpulse_proc, tmp_path):
+    """The chart's web-config Secret and probe scheme against the real server:
+    the kubelet's probes (HTTPS, no credentials) pass, /metrics wants the password."""
+    import requests
+    from tlsutil import CA, bcrypt_hash
+    ca = CA(tmp_path)
+    server = ca.issue("server", server=True)
+    values = {"config": {"source": "sim", "sim": {"gpus": 2}},
+              "webConfig": {"config": {"tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key)},
+                                       "basic_auth_users": {"prometheus": bcrypt_hash("s3cret")}}}}
+    manifests = docs(render(chart, values))
+    c = container(manifests)
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "web-config"]
+    (arg,) = [a for a in c["args"] if a.startswith("--web.config.file=")]
+    in_pod = arg.split("=", 1)[1]
+    assert in_pod.startswith(mount["mountPath"] + "/")
+    # The Secret's file, where the pod would see it.
+    local = tmp_path / Path(in_pod).name
+    local.write_text(one(manifests, "Secret")["stringData"][Path(in_pod).name])
+    port_arg = f"--web.listen-address=:{c['ports'][0]['containerPort']}"
+    args = [f"--web.config.file={local}" if a == arg else a for a in c["args"] if a != port_arg]
+    g = gpulse_proc(*args, ready=False)
+    base = f"https://127.0.0.1:{g.port}"
+    wait_http(base + "/readyz", verify=str(ca.path))
+    for probe in ("livenessProbe", "readinessProbe"):
+        get = c[probe]["httpGet"]
+        assert get["scheme"] == "HTTPS"
+        assert requests.get(base + get["path"], verify=str(ca.path), timeout=5).status_code == 200
+    assert requests.get(base + "/metrics", verify=str(ca.path), timeout=5).status_code == 401
+    ok = requests.get(base + "/metrics", verify=str(ca.path), auth=("prometheus", "s3cret"), timeout=5)
+    assert ok.status_code == 200 and "gpulse_gpu_up" in ok.text
+
+
 # ------------------------------------------------------------------ the commands docs/kubernetes.md shows
 
 def _documented_installs() -> list[list[str]]:
-    doc = (ROOT / "docs" / "kubernetes.md").read_text()
+    doc = (ROOT / "docs" / "kubernetes.md").read_text() + (ROOT / "README.md").read_text()
     text = re.sub(r"\\\n\s*", " ", doc)  # join continued shell lines
     commands = [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("helm ")]
     return [c for c in commands if c[1] in ("install", "upgrade") and "./helm/gpulse" in c]
 
 
 def test_documented_install_commands_render(chart):
-    """Each `helm install ./helm/gpulse ...` in docs/kubernetes.md, with its --set
-    and -f values, passes the schema and renders valid manifests."""
+    """Each `helm install ./helm/gpulse ...` in docs/kubernetes.md and README.md,
+    with its --set and -f values, passes the schema and renders valid manifests."""
     installs = _documented_installs()
     assert len(installs) >= 3, "docs/kubernetes.md shows the plain, kube-prometheus-stack and attribution installs"
     doc = (ROOT / "docs" / "kubernetes.md").read_text()
