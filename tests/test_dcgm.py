@@ -224,6 +224,15 @@ def test_text_log_with_garbage_names_the_line(tmp_path):
     assert run.records[0].sample.util is None and run.records[0].sample.power_w == 16.365
 
 
+def test_text_log_truncated_last_line(tmp_path):
+    p = tmp_path / "dcgm.log"
+    p.write_text(_text(L4) + _text(L4).splitlines()[2][:60] + "\n")      # cut inside the labels
+    run = read_log(str(p))
+    assert [e.line for e in run.errors] == [70]
+    assert run.errors[0].message.startswith("not a Prometheus exposition line: 'DCGM_FI_DEV_SM_CLOCK{gpu=")
+    assert len(run.records) == 1 and run.records[0].gauges["sm_clock_hertz"] == 210e6
+
+
 def test_csv_exports(tmp_path):
     wide = tmp_path / "wide.csv"
     wide.write_text("timestamp,gpu,Hostname,DCGM_FI_DEV_GPU_UTIL,DCGM_FI_PROF_SM_ACTIVE,DCGM_FI_DEV_POWER_USAGE\n"

@@ -425,7 +425,9 @@ def _text_scrapes(lines: list[str], err: Any, interval: float, out: dict[str, An
             elif not _other_sample(s):
                 err.add(n, f"neither an exposition sample nor a time: {s[:80]!r}; skipped")
             continue      # well-formed but another exporter's metric: not ours to read
-        key = s[:s.rindex("}") + 1] if "{" in s else name
+        # the series identity; a line cut inside its labels has no '}' and is reported by the parser
+        close = s.rfind("}")
+        key = s[:close + 1] if close >= 0 else s
         if boundary or key in seen:
             chunks.append((pending_t, n, []))
             pending_t, boundary, seen = None, False, set()
