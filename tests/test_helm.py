@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import json
 import re
 import shlex
@@ -21,11 +22,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-helm = pytest.importorskip("helm_python")
-kubernetes_validate = pytest.importorskip("kubernetes_validate")
-from kubernetes_validate import utils as kv_utils  # noqa: E402  (all_versions lives here)
+from conftest import IN_CI, ROOT, wait_http
 
-from conftest import ROOT, wait_http  # noqa: E402
+
+def _need(module: str):
+    """A Python package the tests need: skip on a laptop, fail in CI (like require_binary)."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        if IN_CI:
+            pytest.fail(f"{module} is not installed ({e}): .ci/run must install the test extra", pytrace=False)
+        pytest.skip(f"{module} is not installed", allow_module_level=True)
+
+
+helm = _need("helm_python")
+kubernetes_validate = _need("kubernetes_validate")
+kv_utils = _need("kubernetes_validate.utils")  # all_versions lives here
 
 CHART = ROOT / "helm" / "gpulse"
 RULES = ROOT / "prometheus" / "rules"
@@ -128,7 +140,7 @@ def _strict(schema):
 def operator_validator(kind: str):
     """A strict JSON Schema validator for a monitoring.coreos.com/v1 kind."""
     import jsonschema
-    models = pytest.importorskip("cloudcoil.models.prometheus_operator.v1")
+    models = _need("cloudcoil.models.prometheus_operator.v1")
     from pydantic import TypeAdapter
     schema = _strict(TypeAdapter(getattr(models, kind)).json_schema(by_alias=True))
     return jsonschema.Draft202012Validator(schema)
