@@ -543,6 +543,17 @@ def test_stale_threshold_override_fails(chart):
                api_versions=OPERATOR_API)
 
 
+def test_packaged_chart_carries_the_rules_and_dashboards(chart, tmp_path):
+    """`helm package` follows the links: the archive a registry would serve
+    renders the same objects as the chart folder."""
+    archive = helm.package(CHART, destination=tmp_path)
+    with helm.Chart.load(archive) as packaged:
+        names = {f["name"] for f in packaged.files}
+        assert {f"files/rules/{f.name}" for f in rule_files()} <= names
+        assert {f"files/dashboards/{f.name}" for f in dashboard_files()} <= names
+        assert docs(render(packaged, api_versions=OPERATOR_API)) == docs(render(chart, api_versions=OPERATOR_API))
+
+
 def test_dashboard_configmaps_equal_the_dashboard_files(chart):
     values = {"dashboards": {"folder": "Training", "namespace": "grafana", "additionalLabels": {"team": "ml"}}}
     cms = by_kind(docs(render(chart, values)), "ConfigMap")
