@@ -97,16 +97,12 @@ class _Gpu:
 
 
 class Engine:
-    def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str,
-                 has_sm_active: bool = False, attributor: Any = None):
+    def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str, attributor: Any = None):
         self.cfg = cfg
         self.node = cfg.node_name
         self.source_name = source_name
         self.attributor = attributor
-        mode = cfg.activity
-        if mode == "auto":
-            mode = "sm_active" if has_sm_active else "power-gated"
-        self.activity_mode = mode
+        self.activity_mode = cfg.activity
         self.idle_thr = cfg.idle_threshold
         self.gate = cfg.power_gate
         self.window_ticks = max(1, round(cfg.analysis_window / cfg.analysis_interval))
@@ -351,7 +347,7 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
     same as live. Stops at `until` (virtual seconds) or when a finite source finishes.
     """
     devices = source.open()
-    engine = Engine(cfg, devices, source.name, getattr(source, "has_sm_active", False), attributor)
+    engine = Engine(cfg, devices, source.name, attributor)
     step = poll_step or cfg.sample_interval
     now = 0.0
     next_tick: float | None = None

@@ -58,9 +58,13 @@ def _power_gated(s: Sample, gate_w: float | None) -> float | None:
 def activity_of(s: Sample, mode: str, gate_w: float | None) -> float | None:
     """The active fraction (0..1) of one sample under `mode`; None when unknown.
 
-    mode is one of: power-gated, utilization, sm_active, gr_engine_active; gate_w is G
-    from spin_gate_watts().
+    mode is one of: auto, power-gated, utilization, sm_active, gr_engine_active; gate_w
+    is G from spin_gate_watts(). auto takes SM activity where the sample has it, else
+    power-gated utilisation — per sample, so a DCGM endpoint that starts serving
+    profiling fields later is used as soon as they appear.
     """
+    if mode == "auto":
+        return s.sm_active if s.sm_active is not None else _power_gated(s, gate_w)
     if mode == "sm_active" and s.sm_active is not None:
         return s.sm_active
     if mode == "gr_engine_active" and s.gr_active is not None:
