@@ -146,7 +146,8 @@ def test_cluster_heatmap_is_one_row_per_gpu_on_a_fixed_scale():
     assert {"datasource", "node", "workload", "metric"} <= set(variables)
     assert variables["node"]["multi"] and variables["workload"]["multi"]
     assert variables["workload"]["allValue"] == ".*"   # also matches GPUs without a workload
-    assert [o["text"] for o in variables["metric"]["options"]] == ["busy ratio", "SM activity", "power"]
+    assert [(o["text"], o["value"]) for o in variables["metric"]["options"]] == [
+        ("busy ratio", "busy"), ("SM activity", "active"), ("power", "power")]
     (heat,) = [p for p in all_panels(d) if p["type"] == "heatmap"]
     opts = heat["options"]
     assert opts["calculate"] is False
@@ -158,8 +159,8 @@ def test_cluster_heatmap_is_one_row_per_gpu_on_a_fixed_scale():
     # long ranges read the per-minute downsampled rules, never raw per-scrape series
     assert "ratio_rate5m" in target["expr"] and "ratio_rate1m" not in target["expr"]
     assert heat["interval"] == "1m" and heat["maxDataPoints"] <= 500
-    for metric in ("1", "2", "3"):
-        assert f"vector($metric) == {metric}" in target["expr"]
+    # the variable picks the metric name, so only the selected series are read
+    assert '{__name__=~"node_gpu:gpulse_gpu_${metric}:ratio_rate5m"' in target["expr"]
     (status,) = [p for p in all_panels(d) if p["type"] == "status-history"]
     assert status["timeFrom"] and status["targets"][0]["legendFormat"] == "{{node}}/{{gpu}}"
     assert 'alertname=~"Gpulse.*"' in d["annotations"]["list"][0]["expr"]
@@ -193,6 +194,11 @@ def _metrics_in(expr: str) -> set[str]:
     return selectors | set(re.findall(r"\b(gpulse_\w+|\w+:\w+:\w+)\b", expr))
 
 
+def _switched_names(expr: str, choice: str) -> set[str]:
+    """Metric names in `{__name__=~"...${metric}..."}` selectors for one choice."""
+    return {m.replace("${metric}", choice) for m in re.findall(r'__name__=~"([^"]*\$\{metric\}[^"]*)"', expr)}
+
+
 def test_queries_only_use_documented_metrics_and_shipped_rules():
     documented, recorded = _documented_metrics(), _recorded_series()
     assert len(documented) > 30 and len(recorded) > 10
@@ -200,7 +206,14 @@ def test_queries_only_use_documented_metrics_and_shipped_rules():
         exprs = [(q.where, q.expr) for q in panel_queries(d)]
         exprs += [(f"{name} annotation", a["expr"]) for a in d["annotations"]["list"]]
         exprs += [(f"{name} ${v['name']}", v["query"]) for v in d["templating"]["list"] if v["type"] == "query"]
+        choices = [o["value"] for v in d["templating"]["list"] if v["name"] == "metric" for o in v["options"]]
         for where, expr in exprs:
+            # a metric-switched selector names every choice's metric, of which
+            # only the selected one exists; at least one must exist per choice
+            for choice in choices if "${metric}" in expr else ():
+                real = {m for m in _switched_names(expr, choice)
+                        if m in documented or m in recorded}
+                assert real, f"{where}: no documented or recorded metric for metric={choice}"
             for m in _metrics_in(expr):
                 base = next((m[: -len(s)] for s in HISTOGRAM_SUFFIXES if m.endswith(s)), m)
                 ok = base in documented or m in recorded or m in PROMETHEUS_SERIES

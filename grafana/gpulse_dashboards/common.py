@@ -116,11 +116,12 @@ def label_variable(name: str, label: str, expr: str, *, multi: bool = True,
     return v
 
 
-# What the `metric` variable selects. Its values are small integers rather than
-# expressions because a variable value cannot itself carry `$node`/`$workload`;
-# each branch of a metric-switched query keeps only the branch whose number is
-# selected (`and on() vector($metric) == N`).
-METRIC_CHOICES = (("busy ratio", 1), ("SM activity", 2), ("power", 3))
+# What the `metric` variable selects. Its value is spliced into metric names
+# (`{__name__=~"node_gpu:gpulse_gpu_${metric}:ratio_rate5m"}`), so a query
+# names all three choices but Prometheus only reads the series of the selected
+# one: the others match no metric name and cost nothing.
+METRIC_CHOICES = (("busy ratio", "busy"), ("SM activity", "active"), ("power", "power"))
+DEFAULT_METRIC = "active"
 
 
 def metric_variable() -> "db.CustomVariable":
@@ -130,14 +131,9 @@ def metric_variable() -> "db.CustomVariable":
                          "SM activity: real work (SM activity, or utilisation gated by power). "
                          "power: draw as a fraction of the power limit.")
             .values(",".join(f"{text} : {value}" for text, value in METRIC_CHOICES))
-            .options([dm.VariableOption(text=t, value=str(v), selected=(v == 2)) for t, v in METRIC_CHOICES])
-            .current(dm.VariableOption(text="SM activity", value="2", selected=True)))
-
-
-def metric_switch(busy: str, active: str, power: str) -> str:
-    """Union of three per-GPU expressions of which only the selected one survives."""
-    branches = [(busy, 1), (active, 2), (power, 3)]
-    return "\nor\n".join(f"(\n  {expr.strip()}\n) and on() vector($metric) == {n}" for expr, n in branches)
+            .options([dm.VariableOption(text=t, value=v, selected=(v == DEFAULT_METRIC)) for t, v in METRIC_CHOICES])
+            .current(next(dm.VariableOption(text=t, value=v, selected=True)
+                          for t, v in METRIC_CHOICES if v == DEFAULT_METRIC)))
 
 
 def per_gpu_rows(expr: str) -> str:
@@ -148,7 +144,7 @@ def per_gpu_rows(expr: str) -> str:
     label set, name by name; `device` ("node/gpu") sorts before `gpu` and `node`,
     so the rows come out grouped by node instead of interleaved by GPU index.
     """
-    return f'label_join(max by (node, gpu) ({expr.strip()}), "device", "/", "node", "gpu")'
+    return f'label_join(max by (node, gpu) (\n{expr.strip()}\n), "device", "/", "node", "gpu")'
 
 
 class PromAnnotation(dm.AnnotationQuery if dm else object):  # type: ignore[misc]

@@ -5,7 +5,7 @@ so the cluster view and the one-workload view read the same expressions.
 """
 from __future__ import annotations
 
-from .common import metric_switch, per_gpu_rows
+from .common import per_gpu_rows
 
 BUSY_5M = "node_gpu:gpulse_gpu_busy:ratio_rate5m"
 ACTIVE_5M = "node_gpu:gpulse_gpu_active:ratio_rate5m"
@@ -25,28 +25,27 @@ OUTLIER_Z = 3.5
 OUTLIER_GAP = 0.1
 
 
-def power_ratio(sel: str) -> str:
-    """Mean power draw over the step as a fraction of the power limit (0..1)."""
-    return f"avg_over_time(gpulse_gpu_power_watts{{{sel}}}[$__interval]) / gpulse_gpu_power_limit_watts{{{sel}}}"
+def selected_ratio(rule_window: str, sel: str) -> str:
+    """The per-GPU 0..1 series the `metric` variable selects: the busy or active
+    recording rule of the given window ("1m" or "5m"), or the mean power draw
+    over the step as a fraction of the power limit. Only the selected branch
+    matches any metric name (see common.METRIC_CHOICES). Both power series are
+    taken over the step, so one failed poll does not blank a cell."""
+    return (f'{{__name__=~"node_gpu:gpulse_gpu_${{metric}}:ratio_rate{rule_window}", {sel}}}\n'
+            f'or\n'
+            f'avg_over_time({{__name__=~"gpulse_gpu_${{metric}}_watts", {sel}}}[$__interval])\n'
+            f'  / max_over_time({{__name__=~"gpulse_gpu_${{metric}}_limit_watts", {sel}}}[$__interval])')
 
 
 def heatmap_rows(sel: str) -> str:
     """Long-range heatmap: the 5m recording rules evaluated every minute (one
     value per GPU per minute whatever the scrape interval), one row per GPU."""
-    return metric_switch(
-        per_gpu_rows(f"{BUSY_5M}{{{sel}}}"),
-        per_gpu_rows(f"{ACTIVE_5M}{{{sel}}}"),
-        per_gpu_rows(power_ratio(sel)),
-    )
+    return per_gpu_rows(selected_ratio("5m", sel))
 
 
 def status_rows(sel: str) -> str:
     """Short-range variant: the 1m rules, which follow every scrape."""
-    return metric_switch(
-        per_gpu_rows(f"{BUSY_1M}{{{sel}}}"),
-        per_gpu_rows(f"{ACTIVE_1M}{{{sel}}}"),
-        per_gpu_rows(power_ratio(sel)),
-    )
+    return per_gpu_rows(selected_ratio("1m", sel))
 
 
 def _by_signal(active: str, busy: str) -> str:
