@@ -164,6 +164,7 @@ def test_cli_writes_three_outputs(tmp_path):
     (("--input", "/nonexistent/run.csv"), 1, "gpulse: /nonexistent/run.csv: no such file"),
     (("--prometheus", "http://127.0.0.1:9"), 2, "gpulse: with --prometheus, give the range: --last 4h, or --start (and --end)"),
     (("--prometheus", "http://127.0.0.1:9", "--last", "soon"), 2, "gpulse: --last: expected a duration like 30s, 15m or 4h, got 'soon'"),
+    (("--input", str(ROOT / "README.md"), "--idle-threshold", "abc"), 2, "gpulse: idle_threshold: expected a number, got 'abc'"),
 ])
 def test_cli_errors_are_one_line(tmp_path, args, code, message):
     p = run_cli(*args, "--out", str(tmp_path))

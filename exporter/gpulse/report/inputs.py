@@ -15,7 +15,7 @@ from ..engine import run_offline
 from ..sources.base import SourceError
 from . import prom
 from .collect import Recording, collect
-from .errors import ReportError
+from .errors import ReportError, UsageError
 
 Progress = Callable[[str], None]
 
@@ -27,7 +27,7 @@ def _config(overrides: dict[str, Any]) -> Any:
     try:
         return load_config(overrides={k: v for k, v in overrides.items() if v is not None}, environ={})
     except ConfigError as e:
-        raise ReportError(str(e)) from None
+        raise UsageError(str(e)) from None
 
 
 def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[str, Any] | None = None,
