@@ -22,6 +22,11 @@ bench: $(STAMP)
 	$(PY) bench/scrape_latency.py
 	$(PY) bench/exporter_cpu.py
 
+# Regenerate grafana/dashboards/*.json with the exact SDK release they are pinned to.
+dashboards: $(STAMP)
+	$(PY) -m pip install --quiet "$$($(PY) grafana/generate.py --requirement)"
+	$(PY) grafana/generate.py
+
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out tests/fakenvml/build
 

@@ -4,6 +4,7 @@
     python grafana/generate.py            # regenerate the committed JSON
     python grafana/generate.py --check    # exit 1 if the committed JSON is stale
     python grafana/generate.py --out DIR  # write somewhere else
+    python grafana/generate.py --requirement   # the pinned SDK, for pip install
 
 Needs the pinned grafana-foundation-sdk (see gpulse_dashboards/common.py).
 """
@@ -18,7 +19,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from gpulse_dashboards import build_all  # noqa: E402
-from gpulse_dashboards.common import SdkMissing  # noqa: E402
+from gpulse_dashboards.common import SDK_DIST, SDK_VERSION, SdkMissing  # noqa: E402
 
 DEFAULT_OUT = HERE / "dashboards"
 
@@ -47,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Generate gpulse's Grafana dashboards.")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="output directory (default: %(default)s)")
     ap.add_argument("--check", action="store_true", help="only check that the files are up to date")
+    ap.add_argument("--requirement", action="store_true", help="print the pinned SDK requirement and exit")
     args = ap.parse_args(argv)
+    if args.requirement:
+        print(f"{SDK_DIST}=={SDK_VERSION}")
+        return 0
     try:
         if args.check:
             bad = stale_files(args.out)
