@@ -127,7 +127,11 @@ class Engine:
                 g = _Gpu(d, self.window_ticks, self.history_ticks)
             g.info = d
             new[d.gpu] = g
-        self.gpus = new
+        self._adopt(new)
+
+    def _adopt(self, gpus: dict[str, "_Gpu"]) -> None:
+        # dicts keep insertion order: keep them in GPU order once, not at every tick
+        self.gpus = {k: gpus[k] for k in sorted(gpus, key=_gpu_sort_key)}
 
     def ingest(self, result: PollResult, wall: float) -> None:
         if result.devices is not None:
@@ -138,7 +142,8 @@ class Engine:
         for r in result.readings:
             g = self.gpus.get(r.gpu)
             if g is None:   # a reading for an undiscovered entity: adopt it
-                g = self.gpus[r.gpu] = _Gpu(DeviceInfo(gpu=r.gpu), self.window_ticks, self.history_ticks)
+                g = _Gpu(DeviceInfo(gpu=r.gpu), self.window_ticks, self.history_ticks)
+                self._adopt({**self.gpus, r.gpu: g})
             self._ingest_reading(g, r, wall)
             any_ok = any_ok or r.up
         if any_ok:
@@ -223,7 +228,7 @@ class Engine:
 
         # 2. peer groups: one per workload; without attribution, the whole node
         attribution = {k: self._attribution(g) for k, g in self.gpus.items()}
-        members: dict[str, list[str]] = {}
+        members: dict[str, list[str]] = {}   # in GPU order, like self.gpus
         for k, a in attribution.items():
             members.setdefault((a or {}).get("workload", ""), []).append(k)
         unassigned_is_idle = self.attributor is not None
@@ -260,7 +265,7 @@ class Engine:
                     deviations[k] = (db.get(k, 0.0), da.get(k, 0.0))
             groups.append(GroupView(
                 workload=workload,
-                gpus=tuple(sorted(keys, key=_gpu_sort_key)),
+                gpus=tuple(keys),
                 holding=tracker.holding,
                 stall_seconds=tracker.stall_seconds,
                 stalls_total=tracker.stalls_total,
@@ -274,13 +279,12 @@ class Engine:
             del self.trackers[gone]
 
         views = []
-        for k in sorted(self.gpus, key=_gpu_sort_key):
-            g = self.gpus[k]
+        for k, g in self.gpus.items():
             a = attribution[k] or {}
             dev = deviations.get(k)
             views.append(GpuView(
                 info=g.info,
-                attribution=tuple((n, a[n]) for n in _attr_label_names(a) if a.get(n)),
+                attribution=tuple((n, a[n]) for n in _attr_label_names(a) if a.get(n)) if a else (),
                 workload=a.get("workload", ""),
                 up=g.up,
                 error=g.error,
@@ -317,7 +321,7 @@ def _attr_label_names(a: dict[str, str]) -> list[str]:
 def _gpu_sort_key(k: str) -> tuple:
     """'2' < '10'; MIG '0/1' sorts under GPU 0."""
     # one (number, text) pair per part, so '0' and '0/1' compare without mixing types
-    return tuple((int(p), "") if p.isdigit() else (math.inf, p) for p in k.split("/"))
+    return tuple((int(p), "") if p.isdecimal() else (math.inf, p) for p in k.split("/"))
 
 
 def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:
