@@ -134,6 +134,16 @@ def test_sim_sync_stall_period_and_balanced_run_is_healthy():
     assert ok["stall_episodes"] == [] and ok["stall_period_seconds"] is None
 
 
+def test_sim_lost_gpu_is_named():
+    doc = sim("gpu-lost", seconds=60)
+    validate(doc)
+    [f] = kinds(doc, "gpu_missing")
+    assert f["severity"] == "high" and f["text"].startswith("GPU 7 stopped reporting at +1")
+    assert "never came back" in f["text"] and "XID" in f["remedy"]
+    lost = doc["gpus"][7]
+    assert lost["sampled_seconds"] < doc["gpus"][0]["sampled_seconds"] / 2
+
+
 # ------------------------------------------------------------------ the command
 
 def run_cli(*args, timeout=120):

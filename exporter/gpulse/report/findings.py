@@ -50,6 +50,7 @@ PERSISTENCE = 0.5
 SPIN_WAITING = 0.5          # share of busy time spent spin-waiting that reads "at idle-level power"
 STALL_NOTABLE = 0.02        # stall share of work time worth a finding without a rhythm
 IMBALANCE_NOTABLE = 0.5     # whole-run (max - min) / max of active fractions
+MISSING_MIN = 10.0          # seconds a GPU may be silent during work before it is a finding
 SCHEMA_ID = "gpulse-findings/1"
 
 
@@ -390,6 +391,7 @@ class Analysis:
             f = self._pattern_words(p)
             if f:
                 F.append(f)
+        F.extend(self._missing_words())
         F.extend(self._phase_words())
         if not any(f.severity in ("high", "medium") for f in F):
             w = self.work_seconds()
@@ -495,6 +497,38 @@ class Analysis:
             remedy = "profile a stall (torch profiler, nsys) to see what every rank waits on"
         sev = "high" if share >= 0.05 else "medium" if share >= STALL_NOTABLE or period else "info"
         return Finding("sync_stall", sev, text, remedy)
+
+    def _missing_words(self) -> list[Finding]:
+        """A GPU silent for MISSING_MIN seconds of work while its peers report (lost,
+        hung, off the bus): the engine marks it down; the report says when."""
+        out = []
+        need = max(1, math.ceil(MISSING_MIN / self.iv))
+        for gr in self.rec.groups.values():
+            ticks = self.work_ticks.get(gr.workload, [])
+            members = [self.rec.gpus[k] for k in gr.gpus if k in self.rec.gpus]
+            for g in members:
+                best: tuple[int, int] | None = None
+                run_start = None
+                for n, i in enumerate(ticks + [-1]):
+                    silent = i >= 0 and not g.sampled[i] > 0 and any(o.sampled[i] > 0 for o in members if o is not g)
+                    if silent and run_start is None:
+                        run_start = n
+                    elif not silent and run_start is not None:
+                        if best is None or n - run_start > best[1] - best[0]:
+                            best = (run_start, n)
+                        run_start = None
+                if best is None or best[1] - best[0] < need:
+                    continue
+                a, b = ticks[best[0]], ticks[best[1] - 1]
+                secs = self.tick_end(b) - self.tick_start(a)
+                to_end = b == ticks[-1]
+                text = (f"{self.label(g.key)} stopped reporting at {self._when(self.tick_start(a))} while its peers "
+                        + ("went on, and never came back" if to_end else f"went on, for {_secs(secs)}")
+                        + ": lost, hung or fallen off the bus; its peers' numbers cover that time without it.")
+                out.append(Finding("gpu_missing", "high" if to_end else "medium", text,
+                                   "check the node's kernel log for XID errors (79: fallen off the bus) and the "
+                                   "GPU's health; drain the node if it repeats"))
+        return out
 
     def _phase_words(self) -> list[Finding]:
         out = []
