@@ -11,6 +11,7 @@ import requests
 import yaml
 
 from conftest import ROOT, Gpulse, free_port, require_binary, wait_http
+from test_report import validate
 from tlsutil import bcrypt_hash
 
 SCRAPE_SECONDS = 25
@@ -63,6 +64,7 @@ def test_report_from_prometheus(prom, tmp_path):
     p = report(prom, tmp_path, "--last", "2m", "--quiet")
     assert p.returncode == 0, p.stderr
     doc = json.loads((tmp_path / "findings.json").read_text())
+    validate(doc)
     assert [(g["node"], g["gpu"]) for g in doc["gpus"]] == [("n1", "0"), ("n1", "1"), ("n1", "2"), ("n1", "3")]
     assert doc["run"]["tick_seconds"] == 1 and doc["run"]["activity"] == "sm_active"
     [f] = [f for f in doc["findings"] if f["kind"] == "imbalance"]
@@ -106,3 +108,56 @@ def test_unreachable_prometheus(tmp_path):
                         "--last", "1h", "--out", str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     assert p.returncode == 1
     assert p.stderr.strip().splitlines() == [f"gpulse: cannot reach Prometheus at http://127.0.0.1:{port}: connection refused"]
+
+
+# ------------------------------------------------------------------ without a server
+
+def counters(levels, seconds, start=1000.0, reset_at=None):
+    """What query_range returns for a few GPUs whose utilisation is constant: the
+    integrating counters grow by level × 1 s per second (reset once if asked)."""
+    data = {name: {} for name in ("busy", "active", "sampled", "memory", "memory_total")}
+    for key, level in levels.items():
+        pts = {n: {} for n in data}
+        acc = [0.0, 0.0, 0.0]
+        for k in range(seconds + 1):
+            t = round(start + k, 3)
+            if reset_at is not None and k == reset_at:
+                acc = [0.0, 0.0, 0.0]
+            pts["busy"][t], pts["active"][t], pts["sampled"][t] = acc
+            pts["memory"][t] = 20 * 2**30
+            pts["memory_total"][t] = 80 * 2**30
+            acc = [acc[0] + level, acc[1] + level, acc[2] + 1.0]
+        for n in data:
+            data[n][key] = {"points": pts[n], "workload": "train"}
+    return data
+
+
+def test_range_source_over_two_nodes_names_the_idle_gpu():
+    from gpulse.config import test_config
+    from gpulse.report.collect import Recording, collect
+    from gpulse.report.findings import analyse
+    from gpulse.report.prom import PromRangeSource
+    from gpulse.engine import run_offline
+    levels = {("a", "0"): 0.95, ("a", "1"): 0.95, ("b", "0"): 0.95, ("b", "1"): 0.05}
+    src = PromRangeSource(counters(levels, 180, reset_at=90), 1000.0, 1180.0, 1.0)
+    cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)
+    rec = Recording("test", 1.0, cfg.idle_threshold, "sm_active")
+    collect(run_offline(src, cfg), rec, src.node_and_gpu)
+    doc = analyse(rec).as_json()
+    assert [(g["node"], g["gpu"], g["workload"]) for g in doc["gpus"]] == \
+        [("a", "0", "train"), ("a", "1", "train"), ("b", "0", "train"), ("b", "1", "train")]
+    busy = [g["busy_fraction"] for g in doc["gpus"]]
+    assert busy == pytest.approx([0.95, 0.95, 0.95, 0.05], abs=0.01)     # the counter reset is no spike
+    assert [(s["node"], s["gpu"], s["direction"]) for s in doc["stragglers"]] == [("b", "1", "idler")]
+    assert "b GPU 1" in doc["findings"][0]["text"]
+
+
+def test_step_and_chunks():
+    from gpulse.report.prom import chunks, choose_step
+    assert choose_step(0, 3600, 15.0) == 15.0          # never finer than the scrape interval
+    assert choose_step(0, 4 * 3600, 1.0) == 4.0        # about 4000 columns
+    assert choose_step(0, 30 * 86400, None) == 60.0    # coarser ranges are split instead
+    parts = chunks(0.0, 100.0, 1.0, 11)
+    assert parts[0] == (0.0, 10.0) and parts[-1][1] == 100.0
+    assert all(b < c for (_, b), (c, _) in zip(parts, parts[1:]))          # no step fetched twice
+    assert sum(int(b - a) + 1 for a, b in parts) == 101                   # and none missed
