@@ -119,7 +119,7 @@ class LivePage:
                 eps = tr.recent_episodes() if hasattr(tr, "recent_episodes") else list(tr.episodes)
                 # the tracker keeps the start of a stall in progress privately; without
                 # it a long stall would only count once it ended
-                out[workload] = (eps, getattr(tr, "_open_start", None))
+                out[workload] = (eps, tr.open_since)
             return out
 
 

@@ -80,6 +80,11 @@ class StallTracker:
     def in_stall(self) -> bool:
         return self._open_start is not None
 
+    @property
+    def open_since(self) -> float | None:
+        """Start of the stall in progress, None when not stalled."""
+        return self._open_start
+
     def advance(self, runs: list[list[Run]], until: float) -> None:
         """Process every member's runs up to `until` (the time all members have
         reported up to). Runs may extend before processed_until; that part is skipped."""
