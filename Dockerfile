@@ -15,9 +15,10 @@ RUN python -m venv /opt/gpulse
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
-# The kube extra brings the gRPC client for the kubelet's pod-resources socket.
+# The kube extra brings the gRPC client for the kubelet's pod-resources socket,
+# auth the bcrypt check behind basic auth in the web config.
 # Byte-compiled here because the root filesystem is read-only at run time.
-RUN /opt/gpulse/bin/pip install ".[kube]" \
+RUN /opt/gpulse/bin/pip install ".[kube,auth]" \
  && /opt/gpulse/bin/python -m compileall -q /opt/gpulse
 
 FROM python:${PYTHON_VERSION}-slim
