@@ -2,8 +2,8 @@
 and a real HTTPS API server (self-signed CA, bearer token)."""
 from __future__ import annotations
 
-import os
 import logging
+import os
 import threading
 
 import pytest
@@ -437,3 +437,50 @@ def test_unexpected_error_in_one_refresh_does_not_end_attribution(caplog):
     assert att.lookup(WHOLE[0]) == {"namespace": "", "pod": "", "container": "", "workload": "7"}
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "boom" in errors[0].getMessage() and errors[0].exc_info is None
+
+
+# ---------------------------------------------------------------- the service definition
+
+
+def test_wire_format_matches_the_published_kubelet_api():
+    """Field numbers and the RPC path are the wire format: they must be the
+    kubelet's (k8s.io/kubelet/pkg/apis/podresources/v1/api.proto)."""
+    from gpulse.kube import podresources_pb2 as pb
+
+    published = {
+        "ListPodResourcesResponse": {"pod_resources": 1},
+        "PodResources": {"name": 1, "namespace": 2, "containers": 3},
+        "ContainerResources": {"name": 1, "devices": 2, "cpu_ids": 3, "memory": 4, "dynamic_resources": 5},
+        "ContainerDevices": {"resource_name": 1, "device_ids": 2, "topology": 3},
+        "DynamicResource": {"claim_name": 2, "claim_namespace": 3, "claim_resources": 4},
+        "ClaimResource": {"cdi_devices": 1, "driver_name": 2, "pool_name": 3, "device_name": 4},
+    }
+    for message, fields in published.items():
+        desc = pb.DESCRIPTOR.message_types_by_name[message]
+        assert {f.name: f.number for f in desc.fields if f.name in fields} == fields, message
+    service = pb.DESCRIPTOR.services_by_name["PodResourcesLister"]
+    assert service.full_name == "v1.PodResourcesLister"
+    assert [m.name for m in service.methods] == ["List", "GetAllocatableResources", "Get"]
+
+
+def test_committed_stubs_match_the_proto(tmp_path):
+    """The generated modules are committed; they must describe exactly what
+    podresources.proto says (regenerate with exporter/gpulse/kube/regen.sh)."""
+    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.importorskip("grpc_tools")
+    from pathlib import Path
+
+    from google.protobuf import descriptor_pb2
+    from grpc_tools import protoc
+
+    from gpulse.kube import podresources_pb2 as pb
+
+    root = Path(__file__).resolve().parent.parent / "exporter"
+    out = tmp_path / "fds.pb"
+    assert protoc.main(["protoc", f"-I{root}", f"--descriptor_set_out={out}", "gpulse/kube/podresources.proto"]) == 0
+    fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
+    for message in fresh.message_type:
+        for f in message.field:
+            f.ClearField("json_name")   # derived from the name; generated code leaves it out
+    committed = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
+    assert fresh == committed, "podresources_pb2.py is stale: run exporter/gpulse/kube/regen.sh"

@@ -56,7 +56,7 @@ def entity_keys(device: DeviceInfo) -> list[str]:
     if is_mig(device):
         if device.parent_uuid and device.gpu_instance:
             keys.append(f"mig:{device.parent_uuid.strip().lower()}/{_num(device.gpu_instance)}")
-    elif device.gpu.strip().isdigit():
+    elif device.gpu.strip().isdecimal():
         keys.append(f"index:{_num(device.gpu)}")
     return keys
 
@@ -64,4 +64,4 @@ def entity_keys(device: DeviceInfo) -> list[str]:
 def _num(s: str) -> str:
     # "03" and "3" name the same instance; anything else is kept as written.
     s = s.strip()
-    return str(int(s)) if s.isdigit() else s
+    return str(int(s)) if s.isdecimal() else s
