@@ -466,8 +466,7 @@ def test_wire_format_matches_the_published_kubelet_api():
 def test_committed_stubs_match_the_proto(tmp_path):
     """The generated modules are committed; they must describe exactly what
     podresources.proto says (regenerate with exporter/gpulse/kube/regen.sh)."""
-    if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
-        pytest.importorskip("grpc_tools")
+    pytest.importorskip("grpc_tools", reason="grpcio-tools (only needed to regenerate the stubs) not installed")
     from pathlib import Path
 
     from google.protobuf import descriptor_pb2
