@@ -199,3 +199,12 @@ def test_mig_instances_are_attributed_one_by_one(gpulse_proc, tmp_path):
     finally:
         api.stop()
         kubelet.stop()
+
+
+def test_unusable_attribution_settings_are_one_line(gpulse_proc):
+    too_many = ",".join(f"example.com/k{i}" for i in range(11))
+    g = gpulse_proc("--source", "sim", "--kube.enabled", "--kube.copy-labels", too_many, ready=False)
+    assert g.proc.wait(timeout=30) != 0
+    out = g.output().strip()
+    assert out.splitlines() == ["gpulse: kube.copy_labels: at most 10 labels may be copied "
+                                "(each adds a label to every per-GPU series), got 11"], out
