@@ -208,3 +208,22 @@ def test_unusable_attribution_settings_are_one_line(gpulse_proc):
     out = g.output().strip()
     assert out.splitlines() == ["gpulse: kube.copy_labels: at most 10 labels may be copied "
                                 "(each adds a label to every per-GPU series), got 11"], out
+
+
+def test_slurm_job_map_end_to_end(gpulse_proc, tmp_path):
+    jobs = tmp_path / "job-map"
+    jobs.mkdir()
+    for i in range(8):
+        (jobs / str(i)).write_text("101\n" if i < 4 else "102\n")
+    g = gpulse_proc("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "8", "--node-name", NODE,
+                    "--slurm.job-map-dir", str(jobs), "--kube.refresh-interval", "1s", "--analysis-window", "3s")
+    text = wait_for(g, lambda t: {"101", "102"} <= set(imbalance_by_workload(t)), "one group per Slurm job")
+    assert max(imbalance_by_workload(text).values()) < 0.2
+    by_gpu = {lab["gpu"]: lab for lab, _ in series(text, "gpulse_gpu_busy_seconds_total")}
+    assert by_gpu["2"]["workload"] == "101" and by_gpu["6"]["workload"] == "102"
+    assert "pod" not in by_gpu["2"]   # Slurm knows no pods
+    for i in range(4, 8):             # the epilog removes job 102's files
+        (jobs / str(i)).unlink()
+    text = wait_for(g, lambda t: "102" not in imbalance_by_workload(t) and 'workload="102"' not in t,
+                    "job 102's series to disappear")
+    assert [v for _, v in series(text, "gpulse_attribution_up")] == [1.0]
