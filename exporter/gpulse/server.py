@@ -155,12 +155,29 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "gpulse"
     sys_version = ""                # no interpreter version in the Server header
     protocol_version = "HTTP/1.1"
+    # a request line without a version would otherwise be answered HTTP/0.9 style:
+    # a bare body, no status line
+    default_request_version = "HTTP/1.0"
+    _asked_http09 = False
+    _request_version = default_request_version
     # Headers and body go out as two writes; with Nagle on, a kept-alive client's
     # delayed ACK holds the body back ~40 ms.
     disable_nagle_algorithm = True
     app: App                        # set on the subclass made by make_server
     slots: threading.BoundedSemaphore
     server: "Server"
+
+    # The stdlib writes no status line and no headers once request_version reads
+    # "HTTP/0.9", even for its own error answers; every answer here is HTTP/1.x.
+    @property
+    def request_version(self) -> str:
+        return self._request_version
+
+    @request_version.setter
+    def request_version(self, v: str) -> None:
+        if v == "HTTP/0.9":
+            self._asked_http09, v = True, "HTTP/1.0"
+        self._request_version = v
 
     def setup(self) -> None:
         super().setup()
@@ -189,10 +206,13 @@ class Handler(BaseHTTPRequestHandler):
         self.server.mark(busy=True)      # a request that arrived is answered, even when draining
         self.connection.settimeout(self.timeout)
         self.web = self.server.web
-        if len(line) > MAX_REQUEST_LINE or not line.endswith(b"\n"):
+        if len(line) > MAX_REQUEST_LINE:
             self.requestline = self.request_version = self.command = ""
             self.close_connection = True
             self.send_error(414)
+            return
+        if not line.endswith(b"\n"):           # the peer closed in the middle of the line
+            self.close_connection = True
             return
         self.raw_requestline = line
         try:
@@ -201,6 +221,10 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         if not ok:
+            return
+        if self._asked_http09 or self.request_version.startswith("HTTP/0"):
+            self.close_connection = True
+            self.send_error(505)
             return
         self.connection.settimeout(self.timeout)
         if self.headers.get("Content-Length", "0").strip() not in ("", "0") or "Transfer-Encoding" in self.headers:
