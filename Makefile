@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test bench dashboards clean
+.PHONY: demo test bench dashboards proto clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ bench: $(STAMP)
 dashboards: $(STAMP)
 	$(PY) -m pip install --quiet "$$($(PY) grafana/generate.py --requirement)"
 	$(PY) grafana/generate.py
+
+proto: $(STAMP)
+	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out tests/fakenvml/build

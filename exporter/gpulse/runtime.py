@@ -60,6 +60,8 @@ class Runtime:
             self.attributor = make_attributor(cfg)
         except ImportError as e:
             raise RuntimeStartError(f"attribution needs the [kube] extra: {e}") from None
+        except ValueError as e:   # ConfigError: attribution settings that cannot work
+            raise RuntimeStartError(str(e)) from None
         self.sampler = Sampler(cfg, source, self.attributor)
         ah = self.attributor.health if self.attributor is not None else None
         self.exposition = Exposition(cfg.node_name, lambda: self.sampler.snapshot, self.sampler.health, ah)
