@@ -2,32 +2,38 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
+BASE   := $(VENV)/.base-$(SUM)
+TESTS  := $(VENV)/.test-$(SUM)
 
 .PHONY: demo test bench dashboards proto clean
 
-$(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
-	rm -f $(VENV)/.installed-* && touch $@
+# the demo needs only gpulse itself; the tests add the [test] extra
+$(BASE): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e .
+	rm -f $(VENV)/.base-* && touch $@
 
-demo: $(STAMP)
+$(TESTS): $(BASE)
+	$(PY) -m pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.test-* && touch $@
+
+demo: $(BASE)
 	$(VENV)/bin/gpulse serve --source sim --sim.scenario sync-stall
 
-test: $(STAMP)
+test: $(TESTS)
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(BASE)
 	$(PY) bench/scrape_latency.py
 	$(PY) bench/exporter_cpu.py
 
 # Regenerate grafana/dashboards/*.json with the exact SDK release they are pinned to.
-dashboards: $(STAMP)
+dashboards: $(TESTS)
 	$(PY) -m pip install --quiet "$$($(PY) grafana/generate.py --requirement)"
 	$(PY) grafana/generate.py
 
-proto: $(STAMP)
+proto: $(TESTS)
 	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh
 
 clean:
