@@ -29,6 +29,7 @@ class Records(logging.Handler):
 
 class Live:
     def __init__(self, source: Any = None, log_level: int = logging.ERROR, **overrides: Any):
+        """source: None for the configured one, or a callable cfg -> Source."""
         settings = {"source": "sim", "sim__gpus": 2, "web__listen_address": "127.0.0.1:0", **overrides}
         self.cfg = test_config(**settings)
         self.log = Records(log_level)
@@ -38,7 +39,8 @@ class Live:
         self._logger.addHandler(self.log)
         self.rt = Runtime(self.cfg)
         if source is not None:
-            with mock.patch("gpulse.runtime.make_source", lambda cfg: source):
+            self.source = source(self.cfg)
+            with mock.patch("gpulse.runtime.make_source", lambda cfg: self.source):
                 self.rt.start()
         else:
             self.rt.start()
