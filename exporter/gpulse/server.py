@@ -159,6 +159,7 @@ class Handler(BaseHTTPRequestHandler):
     # a bare body, no status line
     default_request_version = "HTTP/1.0"
     _asked_http09 = False
+    _connection_sent = False
     _request_version = default_request_version
     # Headers and body go out as two writes; with Nagle on, a kept-alive client's
     # delayed ACK holds the body back ~40 ms.
@@ -238,11 +239,19 @@ class Handler(BaseHTTPRequestHandler):
         method()
         self.wfile.flush()
 
+    def send_header(self, keyword: str, value: str) -> None:
+        if keyword.lower() == "connection":
+            self._connection_sent = True
+        super().send_header(keyword, value)
+
     def end_headers(self) -> None:
         for k, v in self.web.headers:
             self.send_header(k, v)
-        if self.close_connection:
+        if self.server.draining:            # shutting down: this answer is the connection's last
+            self.close_connection = True
+        if self.close_connection and not self._connection_sent:
             self.send_header("Connection", "close")
+        self._connection_sent = False
         super().end_headers()
 
     def _send(self, code: int, ctype: str, body: bytes, head: bool = False,
