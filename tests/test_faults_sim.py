@@ -5,18 +5,16 @@ this process (tests/liveserver.py); the faults come from tests/faultsource.py.
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 import tracemalloc
 
 import requests
-import yaml
 
-from conftest import ROOT, free_port, require_binary, wait_http
 from faultsource import FaultySource, Window
 from gpulse.config import test_config
 from gpulse.engine import Engine
 from liveserver import Live
+from promutil import Prometheus
 
 FAST = dict(analysis_interval="0.2s", analysis_window="2s", sim__gpus=4, sim__scenario="balanced")
 
@@ -79,27 +77,12 @@ def test_gpu_lost_and_back(tmp_path):
         assert live.log.messages() == []
 
 
-def _prometheus(tmp_path, target_port: int) -> tuple[subprocess.Popen, str]:
-    prom = require_binary("prometheus")
-    port = free_port()
-    cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-           "rule_files": [str(ROOT / "prometheus" / "rules" / "gpulse-exporter.rules.yml")],
-           "scrape_configs": [{"job_name": "gpulse", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}]}
-    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-    p = subprocess.Popen([prom, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                          f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/-/ready", timeout=30)
-    return p, url
-
-
 def test_hung_poll_goes_stale_fast_scrapes_and_alert_condition(tmp_path):
     """A poll stuck 30 s in the driver: scrapes keep answering, the sampler is flagged
     stale, Prometheus sees the GpulseMetricsStale condition true (pending), and the
     exporter recovers when the call returns."""
     with Live(source=lambda cfg: FaultySource(cfg, hang=Window(1.0, 31.0)), stale_after="1s", **FAST) as live:
-        prom, prom_url = _prometheus(tmp_path, live.port)
+        prom = Prometheus(tmp_path, [f"127.0.0.1:{live.port}"])
         try:
             assert live.source.hanging.wait(10)
             latencies = []
@@ -110,10 +93,8 @@ def test_hung_poll_goes_stale_fast_scrapes_and_alert_condition(tmp_path):
                 text = scrape(live)              # a 5 s client timeout: a blocked scrape fails here
                 latencies.append(time.perf_counter() - t0)
                 if value(text, "gpulse_exporter_stale") == 1:
-                    q = requests.get(prom_url + "/api/v1/query",
-                                     params={"query": 'ALERTS{alertname="GpulseMetricsStale"}'}, timeout=5).json()
-                    if q["data"]["result"]:
-                        alert = q["data"]["result"][0]["metric"]
+                    found = prom.alerts("GpulseMetricsStale")
+                    alert = found[0] if found else None
                 time.sleep(0.2)
             assert live.source.hanging.is_set(), "the hang ended before the alert was checked"
             assert alert is not None and alert["alertstate"] == "pending" and alert["severity"] == "warning"
@@ -126,8 +107,7 @@ def test_hung_poll_goes_stale_fast_scrapes_and_alert_condition(tmp_path):
                 assert time.monotonic() < deadline, "still stale after the hang ended"
                 time.sleep(0.1)
         finally:
-            prom.terminate()
-            prom.wait(10)
+            prom.stop()
         assert live.log.messages() == []
 
 
