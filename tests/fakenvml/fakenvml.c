@@ -146,6 +146,7 @@ static const char *prop_names[P_COUNT] = {
 
 /* A driver sample buffer: what nvmlDeviceGetSamples reads. */
 typedef struct {
+    int started;
     long long next_k;       /* next grid index to generate */
     unsigned long long ts[RING];
     unsigned int val[RING];
@@ -221,6 +222,7 @@ static const char *sym_name[MAX_SYMS];
 static unsigned long long sym_calls[MAX_SYMS];
 static int nsyms;
 static unsigned long long device_calls;
+static unsigned long long util_samples_out;   /* utilisation samples handed to callers */
 static long long stats_start_us, stats_written_us;
 
 static long long now_us(void) {
@@ -242,6 +244,7 @@ static void write_stats_locked(void) {
     fprintf(f, "elapsed %.6f\n", stats_start_us ? (now - stats_start_us) / 1e6 : 0.0);
     fprintf(f, "gpus %d\n", ngpus);
     fprintf(f, "device_calls %llu\n", device_calls);
+    fprintf(f, "util_samples %llu\n", util_samples_out);
     for (int i = 0; i < nsyms; i++) fprintf(f, "call %s %llu\n", sym_name[i], sym_calls[i]);
     fclose(f);
     rename(tmp, path);
@@ -1043,6 +1046,17 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t d, int sensor, unsigne
     return NVML_SUCCESS;
 }
 
+typedef struct { unsigned int version; int sensorType; int temperature; } nvmlTemperature_t;
+
+EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t d, nvmlTemperature_t *t) {
+    ENTER_DEV(d, "nvmlDeviceGetTemperatureV");
+    if (!t || t->sensorType != 0) return NVML_ERROR_INVALID_ARGUMENT;
+    d = phys(d);
+    NEED(d, P_TEMP);
+    t->temperature = (int)prop_at(d, P_TEMP, scen_t());
+    return NVML_SUCCESS;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, int kind, unsigned int *c) {
     ENTER_DEV(d, "nvmlDeviceGetTemperatureThreshold");
     if (!c) return NVML_ERROR_INVALID_ARGUMENT;
@@ -1142,12 +1156,13 @@ static int in_nosamples(struct dev *d, double t) {
 
 /* Generate the driver's samples up to now on the fixed grid t_k = k * sample_period
  * (scenario time), as the driver does in the background: utilisation in percent,
- * power in mW. */
+ * power in mW. The driver was running before t = 0, so the first read finds a full
+ * buffer (the scenario's functions extend to negative t). */
 static void ring_fill_locked(struct dev *d, ring_t *r, int type) {
     double t = scen_t();
     long long last_k = (long long)floor(t / sample_period);
-    if (r->next_k < last_k - buffer_len) r->next_k = last_k - buffer_len; /* overwritten anyway */
-    if (r->next_k < 1) r->next_k = 1;
+    if (!r->started || r->next_k < last_k - buffer_len) r->next_k = last_k - buffer_len + 1;
+    r->started = 1;
     for (long long k = r->next_k; k <= last_k; k++) {
         double tk = k * sample_period;
         unsigned long long ts = (unsigned long long)(epoch_us + (long long)llround(tk * 1e6));
@@ -1192,6 +1207,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetSamples(nvmlDevice_t d, int type, unsigned long
         }
         n++;
     }
+    if (out && type == NVML_GPU_UTILIZATION_SAMPLES) util_samples_out += n;
     pthread_mutex_unlock(&L);
     *value_type = VT_UINT;
     if (n == 0) return NVML_ERROR_NOT_FOUND;
@@ -1372,11 +1388,20 @@ EXPORT nvmlReturn_t nvmlEventSetWait_v2(event_set_t *s, nvmlEventData_t *data, u
             pthread_mutex_unlock(&L);
             return NVML_SUCCESS;
         }
+        /* like the driver, block until the next event or the deadline, without spinning */
+        long long wake = deadline;
+        for (int i = 0; i < nxids; i++) {
+            if (s->delivered[i] || xids[i].gpu >= ngpus || !s->registered[xids[i].gpu]) continue;
+            long long at = epoch_us + (long long)(xids[i].at * 1e6);
+            if (at < wake) wake = at;
+        }
         pthread_mutex_unlock(&L);
-        long long left = deadline - now_us();
-        if (left <= 0) return NVML_ERROR_TIMEOUT;
-        struct timespec ts = { 0, (left < 10000 ? left : 10000) * 1000 };
-        nanosleep(&ts, NULL);
+        long long left = wake - now_us();
+        if (deadline - now_us() <= 0) return NVML_ERROR_TIMEOUT;
+        if (left > 0) {
+            struct timespec ts = { (time_t)(left / 1000000), (long)(left % 1000000) * 1000 };
+            nanosleep(&ts, NULL);
+        }
         if (refcount <= 0) return NVML_ERROR_UNINITIALIZED;
     }
 }

@@ -3,17 +3,25 @@
 Cadence. The sampler calls poll() every --sample-interval (0.1 s), but NVML does not
 need that: the driver buffers a utilisation sample every ~1/6 s, and
 nvmlDeviceGetSamples(..., last_seen_timestamp) returns every one since the previous
-read. So the source works in two tiers and returns an empty result in between:
+read. So the source reads in two tiers and returns an empty result in between:
 
-    fast, every 0.5 s:  utilisation samples, power samples, memory   (~10 calls/GPU/s)
-    slow, every 1 s:    temperature, clocks, clock-event reasons, power limit, fan,
-                        and one batched nvmlDeviceGetFieldValues (energy, ECC,
-                        PCIe/NVLink bytes, PCIe replays, remapped rows, memory temp)
+    every 1 s:   utilisation samples and power samples (nvmlDeviceGetSamples, two
+                 C calls each), memory, clock-event reasons   (~6 calls/GPU/s)
+    every 5 s:   temperature, SM and memory clocks, power limit, fan, and one
+                 batched nvmlDeviceGetFieldValues (energy, ECC, PCIe and NVLink
+                 bytes, PCIe replays, remapped rows, memory temperature)
+                                                              (~1 call/GPU/s)
 
-Every driver sample still reaches the engine with its own timestamp, so time
-resolution is the driver's (~0.17 s), not the poll's. Power comes from the driver's
-power-sample buffer too and is matched to each utilisation sample by time, so a
-sample taken while computing is never judged by the power of a later stall.
+Every driver sample still reaches the engine with its own timestamp, so the time
+resolution is the driver's (~0.17 s), not the read interval; reading more often
+would only add calls and lower the latency below the 1 s analysis tick, where it
+buys nothing. Power comes from the driver's power-sample buffer too and is matched
+to each utilisation sample by time, so a sample taken while computing is never
+judged by the power of a later stall. Clock-event reasons are read every second
+because they are integrated into throttle seconds; memory, because it decides
+whether a GPU holds a job. The 5 s tier holds counters (rate() is exact at any read
+interval) and gauges that a 15 s scrape would alias anyway; the batch is also the
+costliest call in pynvml's Python wrapper (~0.1 ms per GPU).
 
 Sample.t is the driver's timestamp (µs since the epoch) / 1e6, one timeline for all
 GPUs, which the engine needs to align GPUs and find moments when all are idle.
@@ -27,6 +35,7 @@ judged from its memory.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import logging
 import time
 from collections import deque
@@ -44,8 +53,8 @@ from .nvml_gpm import GpmReader
 
 log = logging.getLogger("gpulse.sources.nvml")
 
-FAST_INTERVAL = 0.5        # utilisation/power/memory reads (the driver buffers in between)
-SLOW_INTERVAL = 1.0        # slow-changing fields
+READ_INTERVAL = 1.0        # samples and gauges (the driver buffers samples in between)
+COUNTER_INTERVAL = 5.0     # the field batch, temperature, clocks, power limit, fan
 RETRY_MIN, RETRY_MAX = 1.0, 30.0   # backoff for a lost GPU and for NVML re-initialisation
 # Every GPU down this long looks like a driver reload: re-initialise NVML, at most
 # this often (a single lost GPU on a one-GPU host must not cause a re-init loop).
@@ -60,7 +69,7 @@ POWER_SAMPLES = "nvmlDeviceGetSamples[power]"
 # nvmlClocksEventReason* bits, in catalog.THROTTLE_REASONS order
 REASON_BITS = tuple((1 << i, name) for i, name in enumerate(THROTTLE_REASONS))
 
-# One batched nvmlDeviceGetFieldValues per GPU per slow cycle.
+# One batched nvmlDeviceGetFieldValues per GPU per counters tick.
 F_ENERGY = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION      # mJ
 F_MEM_TEMP = pynvml.NVML_FI_DEV_MEMORY_TEMP
 F_ECC_CORR = pynvml.NVML_FI_DEV_ECC_SBE_VOL_TOTAL
@@ -75,6 +84,8 @@ F_PCIE_TX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES
 F_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
 FIELD_IDS = (F_ENERGY, F_MEM_TEMP, F_ECC_CORR, F_ECC_UNCORR, F_PCIE_REPLAY, F_NVLINK_TX, F_NVLINK_RX,
              F_REMAP_CORR, F_REMAP_UNC, F_REMAP_PENDING, F_PCIE_TX, F_PCIE_RX)
+# (field id, scope id) pairs: pynvml takes a bare id through an exception handler
+FIELD_SCOPES = tuple((f, 0) for f in FIELD_IDS)
 
 
 def init_message(e: Exception) -> str:
@@ -89,6 +100,12 @@ def init_message(e: Exception) -> str:
     if code == pynvml.NVML_ERROR_NO_PERMISSION:
         return f"no permission to use NVML (nvmlInit: {e}); run with access to /dev/nvidia*"
     return f"NVML initialisation failed: {e}; {hint}"
+
+
+# pynvml's structures override __getattribute__ to turn bytes into str on every
+# attribute read; for the numeric fields read per sample, ctypes' own accessor does
+# the same job several times faster.
+_raw = ctypes.Structure.__getattribute__
 
 
 def _value(vtype: int, v: Any) -> float:
@@ -131,7 +148,7 @@ class _State:
         self.counters: dict[str, Any] = {}
         self.throttle = {name: 0.0 for name in THROTTLE_REASONS}
         self.reasons_t: float | None = None
-        self.fields = list(FIELD_IDS)
+        self.fields = list(FIELD_SCOPES)
         self.gpm = False
 
     def adopt(self, old: "_State") -> None:
@@ -170,8 +187,8 @@ class NvmlSource(Source):
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
-        self.fast_interval = max(cfg.sample_interval, FAST_INTERVAL)
-        self.slow_interval = max(self.fast_interval, SLOW_INTERVAL)
+        self.read_interval = max(cfg.sample_interval, READ_INTERVAL)
+        self.counter_interval = max(self.read_interval, COUNTER_INTERVAL)
         self.caller = Caller()
         self.states: list[_State] = []
         self.xid: XidWatcher | None = None
@@ -181,8 +198,8 @@ class NvmlSource(Source):
         self._lib_error: str | None = None
         self._reinit_at = 0.0
         self._reinit_backoff = RETRY_MIN
-        self._next_fast = 0.0
-        self._next_slow = 0.0
+        self._next_read = 0.0
+        self._next_counters = 0.0
         self._devices_changed = False
         self._closed = False
         self._all_down_since: float | None = None
@@ -215,7 +232,9 @@ class NvmlSource(Source):
         except BaseException:
             self._shutdown()
             raise
-        start_us = int(time.time() * 1e6)
+        # the first read takes the driver's last second of samples, so power and
+        # utilisation are known at once
+        start_us = int((time.time() - self.read_interval) * 1e6)
         old = {s.entity.info.uuid or s.entity.key: s for s in previous or ()}
         states = []
         for e in entities:
@@ -270,18 +289,18 @@ class NvmlSource(Source):
                 return self._all_down(now)
             if not self._reinit(now):
                 return self._all_down(now)
-        # the driver buffers samples: polls between the fast reads have nothing to do
-        if now + self.cfg.sample_interval / 2 < self._next_fast:
+        # the driver buffers samples: polls between the reads have nothing to do
+        if now + self.cfg.sample_interval / 2 < self._next_read:
             return PollResult([])
-        self._next_fast = _next_tick(self._next_fast, self.fast_interval, now)
-        slow = now + self.cfg.sample_interval / 2 >= self._next_slow
-        if slow:
-            self._next_slow = _next_tick(self._next_slow, self.slow_interval, now)
+        self._next_read = _next_tick(self._next_read, self.read_interval, now)
+        counters = now + self.cfg.sample_interval / 2 >= self._next_counters
+        if counters:
+            self._next_counters = _next_tick(self._next_counters, self.counter_interval, now)
         wall = time.time()
         readings = []
         try:
             for st in list(self.states):
-                readings.append(self._read(st, now, wall, slow))
+                readings.append(self._read(st, now, wall, counters))
         except DriverGone as e:
             self._driver_gone(str(e), now)
             return self._all_down(now)
@@ -336,20 +355,17 @@ class NvmlSource(Source):
         log.info("NVML is back")
         self._lib_error = None
         self._reinit_backoff = RETRY_MIN
-        self._next_fast = self._next_slow = 0.0
+        self._next_read = self._next_counters = 0.0
         if self.devices() != before:
             self._devices_changed = True
         return True
 
     def _counters(self, st: _State) -> dict[str, Any]:
-        c = dict(st.counters)
-        if self.xid is not None:
-            x = self.xid.counts(st.entity.key)
-            if x:
-                c["xid_errors_total"] = x
-        return c
+        """A copy of the counters to report: a Reading must not change after poll()."""
+        x = self.xid.counts(st.entity.key) if self.xid is not None else None
+        return {**st.counters, "xid_errors_total": x} if x else dict(st.counters)
 
-    def _read(self, st: _State, now: float, wall: float, slow: bool) -> Reading:
+    def _read(self, st: _State, now: float, wall: float, counters: bool) -> Reading:
         e = st.entity
         if not st.up and now < st.retry_at:
             return Reading(e.key, up=False, error=st.error, counters=self._counters(st))
@@ -357,9 +373,12 @@ class NvmlSource(Source):
             if e.handle is None:
                 self._reopen(st)
                 e = st.entity
-            samples = self._fast(st, wall)
-            if slow and not e.is_mig:
-                self._slow(st, wall)
+            was_down = not st.up
+            samples = self._samples_and_memory(st, wall)
+            if not e.is_mig:
+                self._throttle(st, wall)
+                if counters or was_down:
+                    self._counters_tier(st)
         except GpuLost as err:
             if st.up:
                 log.warning("GPU %s is down: %s", e.key, err)
@@ -391,9 +410,9 @@ class NvmlSource(Source):
             self.states[at:at] = extra
             self._devices_changed = True
 
-    # ------------------------------------------------------------------ fast tier
+    # ------------------------------------------------------------------ every read
 
-    def _fast(self, st: _State, wall: float) -> list[Sample]:
+    def _samples_and_memory(self, st: _State, wall: float) -> list[Sample]:
         e, c = st.entity, self.caller
         mem = c.call(e.key, pynvml.nvmlDeviceGetMemoryInfo, e.handle)
         used = None
@@ -415,20 +434,22 @@ class NvmlSource(Source):
         return [Sample(t, util=u, power_w=st.power_at(t), memory_used_bytes=used, sm_active=sm, gr_active=gr)
                 for t, u in utils]
 
-    def _samples(self, st: _State, name: str, kind: int, since_us: int) -> list | None:
-        """nvmlDeviceGetSamples since a timestamp: [] when nothing is new, None when
-        this GPU cannot give this kind of sample."""
+    def _samples(self, st: _State, name: str, kind: int, since_us: int) -> list[tuple[int, float]] | None:
+        """nvmlDeviceGetSamples since a timestamp as sorted (µs, value) pairs: [] when
+        nothing is new, None when this GPU cannot give this kind of sample."""
         key = st.entity.key
         if not self.caller.supported(key, name):
             return None
         try:
-            _, raw = pynvml.nvmlDeviceGetSamples(st.entity.handle, kind, since_us)
+            vtype, raw = pynvml.nvmlDeviceGetSamples(st.entity.handle, kind, since_us)
         except pynvml.NVMLError as err:
             if err.value == pynvml.NVML_ERROR_NOT_FOUND:    # nothing since since_us
                 return []
             self.caller.fail(key, name, err)
             return None if not self.caller.supported(key, name) else []
-        return sorted(raw, key=lambda s: s.timeStamp)
+        out = [(_raw(s, "timeStamp"), _value(vtype, _raw(s, "sampleValue"))) for s in raw]
+        out.sort()
+        return out
 
     def _read_power(self, st: _State, wall: float) -> None:
         e = st.entity
@@ -439,10 +460,10 @@ class NvmlSource(Source):
                 st.add_power(wall, mw / 1000.0)
                 st.gauges["power_watts"] = mw / 1000.0
             return
-        for s in raw:
-            if s.timeStamp > st.power_ts:
-                st.power_ts = s.timeStamp
-                st.add_power(s.timeStamp / 1e6, _value(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, s.sampleValue) / 1000.0)
+        for ts, mw in raw:
+            if ts > st.power_ts:
+                st.power_ts = ts
+                st.add_power(ts / 1e6, mw / 1000.0)
         if st.power_w:
             st.gauges["power_watts"] = st.power_w[-1]
 
@@ -450,8 +471,7 @@ class NvmlSource(Source):
         e = st.entity
         raw = self._samples(st, UTIL_SAMPLES, pynvml.NVML_GPU_UTILIZATION_SAMPLES, st.util_ts)
         out: list[tuple[float, float]] = []
-        for s in raw or ():
-            ts = s.timeStamp
+        for ts, pct in raw or ():
             if ts <= st.util_ts:
                 continue
             gap = (ts - st.util_ts) / 1e6
@@ -462,7 +482,7 @@ class NvmlSource(Source):
             if t <= st.last_t:               # already covered by a fallback reading
                 continue
             st.last_t = t
-            out.append((t, min(1.0, s.sampleValue.uiVal / 100.0)))
+            out.append((t, min(1.0, pct / 100.0)))
         if out:
             return out
         # No new driver sample for several periods: the buffer is empty on an idle GPU
@@ -477,9 +497,9 @@ class NvmlSource(Source):
         st.last_t = t
         return [(t, min(1.0, rates.gpu / 100.0))]
 
-    # ------------------------------------------------------------------ slow tier
+    # ------------------------------------------------------------------ every 5 s
 
-    def _slow(self, st: _State, wall: float) -> None:
+    def _counters_tier(self, st: _State) -> None:
         e, c, g = st.entity, self.caller, st.gauges
         h, k = e.handle, e.key
         temp = c.call(k, pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)
@@ -491,13 +511,12 @@ class NvmlSource(Source):
         mem = c.call(k, pynvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM, name="nvmlDeviceGetClockInfo[mem]")
         if mem is not None:
             g["memory_clock_hertz"] = mem * 1e6
-        limit = c.call(k, pynvml.nvmlDeviceGetEnforcedPowerLimit, h)
+        limit = c.call(e.key, pynvml.nvmlDeviceGetEnforcedPowerLimit, e.handle)
         if limit is not None:
             g["power_limit_watts"] = limit / 1000.0
-        fan = c.call(k, pynvml.nvmlDeviceGetFanSpeed, h)
+        fan = c.call(e.key, pynvml.nvmlDeviceGetFanSpeed, e.handle)
         if fan is not None:
             g["fan_speed_ratio"] = fan / 100.0
-        self._throttle(st, wall)
         self._fields(st)
 
     def _throttle(self, st: _State, wall: float) -> None:
@@ -509,7 +528,7 @@ class NvmlSource(Source):
             mask = c.call(e.key, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, e.handle)  # older drivers
         if mask is None:
             return
-        if st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.slow_interval:
+        if st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.read_interval:
             dt = wall - st.reasons_t
             for bit, name in REASON_BITS:
                 if mask & bit:
@@ -529,14 +548,15 @@ class NvmlSource(Source):
             return
         got: dict[int, float] = {}
         for fv in values:
-            if fv.nvmlReturn == pynvml.NVML_SUCCESS:
-                got[fv.fieldId] = _value(fv.valueType, fv.value)
+            fid, ret = _raw(fv, "fieldId"), _raw(fv, "nvmlReturn")
+            if ret == pynvml.NVML_SUCCESS:
+                got[fid] = _value(_raw(fv, "valueType"), _raw(fv, "value"))
                 continue
             try:
-                c.fail(e.key, f"nvmlDeviceGetFieldValues[{fv.fieldId}]", pynvml.NVMLError(fv.nvmlReturn))
+                c.fail(e.key, f"nvmlDeviceGetFieldValues[{fid}]", pynvml.NVMLError(ret))
             finally:
-                if not c.supported(e.key, f"nvmlDeviceGetFieldValues[{fv.fieldId}]"):
-                    st.fields.remove(fv.fieldId)
+                if not c.supported(e.key, f"nvmlDeviceGetFieldValues[{fid}]"):
+                    st.fields.remove((fid, 0))
         self._apply_fields(st, got)
 
     def _fields_one_by_one(self, st: _State) -> None:
