@@ -4,17 +4,12 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from . import queries as Q
-from .common import (COUNT, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation, label_variable,
+from .common import (COUNT, LONG_RANGE_POINTS, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation, label_variable,
                      metric_variable, new_dashboard, query)
 from .panels import gpu_heatmap, stat_panel, status_history, straggler_table, time_series
 
 UID = "gpulse-cluster-heatmap"
 SEL = 'node=~"$node", workload=~"$workload"'
-
-# 300 columns at most: a 4 h range gives 1 m steps (the rules' own resolution)
-# and a week 30 m steps, so the response stays near 300 values per GPU row
-# however long the range (about 9 MB of JSON for 1,024 GPUs).
-HEATMAP_MAX_POINTS = 300
 
 
 def build() -> db.Dashboard:
@@ -59,7 +54,7 @@ def build() -> db.Dashboard:
         "so the panel stays fast over hours and thousands of GPUs; use the status history below for "
         "second-by-second detail.",
         query(Q.heatmap_rows(SEL), "{{node}}/{{gpu}}"),
-        max_data_points=HEATMAP_MAX_POINTS, interval=RULE_5M_INTERVAL))
+        max_data_points=LONG_RANGE_POINTS, interval=RULE_5M_INTERVAL))
 
     d = d.with_row(db.Row("Short ranges: per-GPU status history").collapsed(True).with_panel(status_history(
         "Per-GPU status, last 30 minutes",
@@ -129,5 +124,5 @@ def build() -> db.Dashboard:
              "signal that shows it: active (hot straggler) or busy (cold straggler). Empty when "
              "the cluster is balanced; a line that persists for 10 minutes pages.", RATIO,
              query(Q.outlier_gap(SEL), "{{node}}/{{gpu}} {{signal}}"),
-             min_val=-1, max_val=1, interval=RULE_5M_INTERVAL)))
+             min_val=-1, max_val=1, interval=RULE_5M_INTERVAL, max_data_points=LONG_RANGE_POINTS)))
     return d

@@ -72,6 +72,17 @@ ZSCORE = "sishort"         # a dimensionless score; SI short keeps 2.5 as 2.5
 # more often than that; this is the panel "min interval" of panels reading one.
 RULE_5M_INTERVAL = "1m"
 
+# Columns of the cluster-wide per-GPU panels. Grafana rounds range/points to
+# its interval table: 160 gives 2-minute steps at 4 h (120 columns), 10 at 24 h,
+# 1 h at a week, so a panel of 1,024 GPUs stays near 150k values (~5 MB) and
+# under a second whatever the range. Each cell is a 5-minute mean, so sampling
+# it every 2 minutes skips no stall.
+LONG_RANGE_POINTS = 160
+
+# Exporter health needs no finer than a minute; at 15 s the per-bucket rate of
+# the sample-loop histogram over 128 exporters costs seconds for a 4 h range.
+HEALTH_INTERVAL = "1m"
+
 
 def datasource_ref() -> "dm.DataSourceRef":
     return dm.DataSourceRef(type_val="prometheus", uid="${datasource}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
-from .common import COUNT, PER_SECOND, SECONDS, alerts_annotation, label_variable, new_dashboard, query
+from .common import COUNT, HEALTH_INTERVAL, PER_SECOND, SECONDS, alerts_annotation, label_variable, new_dashboard, query
 from .panels import merge_table, stat_panel, state_timeline, table_panel, time_series, value_text
 
 UID = "gpulse-exporter-health"
@@ -42,7 +42,8 @@ def build() -> db.Dashboard:
          .with_panel(time_series(
              "Scrape duration", "How long Prometheus took to scrape each exporter. A scrape only "
              "reads the latest snapshot, so it should stay in the milliseconds whatever the GPUs do.",
-             SECONDS, query(f"scrape_duration_seconds{{{SEL}}}", "{{instance}}"), min_val=0, w=8))
+             SECONDS, query(f"scrape_duration_seconds{{{SEL}}}", "{{instance}}"),
+             min_val=0, w=8, interval=HEALTH_INTERVAL))
          .with_panel(time_series(
              "Sample loop duration", "Mean and 99th percentile of one poll of the GPU source plus "
              "ingestion. When it approaches the sample interval the exporter falls behind.", SECONDS,
@@ -52,13 +53,13 @@ def build() -> db.Dashboard:
              query("histogram_quantile(0.99, sum by (instance, le) "
                    f"(rate(gpulse_exporter_sample_duration_seconds_bucket{{{SEL}}}[$__rate_interval])))",
                    "{{instance}} p99", "B"),
-             min_val=0, w=8))
+             min_val=0, w=8, interval=HEALTH_INTERVAL))
          .with_panel(time_series(
              "Time since last successful sample", "Seconds since each exporter last polled its GPUs "
              "successfully. It should stay below the sample interval; a climbing line is a hung "
              "driver call or a dead source.", SECONDS,
              query(f"time() - gpulse_exporter_last_sample_timestamp_seconds{{{SEL}}}", "{{instance}}"),
-             min_val=0, w=8)))
+             min_val=0, w=8, interval=HEALTH_INTERVAL)))
 
     d = (d.with_row(db.Row("Errors and staleness"))
          .with_panel(time_series(
@@ -66,7 +67,7 @@ def build() -> db.Dashboard:
              "exporter. One GPU failing shows up here while the others keep reporting.", PER_SECOND,
              query(f"sum by (instance, call) (rate(gpulse_source_errors_total{{{SEL}}}[$__rate_interval]))",
                    "{{instance}} {{call}}"),
-             min_val=0))
+             min_val=0, interval=HEALTH_INTERVAL))
          .with_panel(state_timeline(
              "Sampler staleness", "Green while the sampler polls on time, red while it is stale.", COUNT,
              query(f"gpulse_exporter_stale{{{SEL}}}", "{{instance}}"),
@@ -74,7 +75,7 @@ def build() -> db.Dashboard:
          .with_panel(time_series(
              "Samples per scrape", "Series each exporter returned per scrape: grows with GPUs and "
              "attribution labels; a sudden jump is new label values.", COUNT,
-             query(f"scrape_samples_scraped{{{SEL}}}", "{{instance}}"), min_val=0))
+             query(f"scrape_samples_scraped{{{SEL}}}", "{{instance}}"), min_val=0, interval=HEALTH_INTERVAL))
          .with_panel(table_panel(
              "Build", "Version, GPU source and Python of each exporter: exporters on different versions "
              "can disagree on metric names during a rollout.", COUNT,

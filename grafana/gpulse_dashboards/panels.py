@@ -40,7 +40,7 @@ def _legend(table_mode: bool = False, calcs: list[str] | None = None) -> cb.VizL
 def time_series(title: str, description: str, unit: str, *queries, h: int = 8, w: int = 12,
                 min_val: float | None = None, max_val: float | None = None,
                 stack: bool = False, bars: bool = False, legend_calcs: list[str] | None = None,
-                interval: str = "") -> timeseries.Panel:
+                interval: str = "", max_data_points: int | None = None) -> timeseries.Panel:
     p = (timeseries.Panel()
          .line_width(1)
          .fill_opacity(60 if stack or bars else 10)
@@ -58,6 +58,8 @@ def time_series(title: str, description: str, unit: str, *queries, h: int = 8, w
         p = p.max(max_val)
     if interval:
         p = p.interval(interval)
+    if max_data_points:
+        p = p.max_data_points(max_data_points)
     return _finish(p, title, description, unit, queries, h, w)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from . import queries as Q
-from .common import (PER_SECOND, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation, label_variable,
+from .common import (LONG_RANGE_POINTS, PER_SECOND, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation, label_variable,
                      metric_variable, new_dashboard, query, runbook_link)
 from .panels import gpu_heatmap, straggler_table, time_series
 
@@ -33,7 +33,7 @@ def build() -> db.Dashboard:
         "rank. The contrast between busy ratio and SM activity tells which rank the others wait for: "
         "waiting ranks read busy (spinning in the collective) but not active.",
         query(Q.heatmap_rows(SEL), "{{node}}/{{gpu}}"),
-        h=16, max_data_points=300, interval=RULE_5M_INTERVAL))
+        h=16, max_data_points=LONG_RANGE_POINTS, interval=RULE_5M_INTERVAL))
 
     d = (d.with_row(db.Row("Balance"))
          .with_panel(time_series(
