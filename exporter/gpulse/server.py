@@ -116,10 +116,13 @@ class _HeadReader:
 
     def _fill(self) -> bool:
         left = self.deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("request head deadline passed")
-        self.sock.settimeout(left)
-        data = self.sock.recv(8192)
+        # Past the deadline, bytes already received still count: on a starved CPU this
+        # thread may run late, and a request that arrived in time must not be dropped.
+        self.sock.settimeout(max(left, 0.0))
+        try:
+            data = self.sock.recv(8192)
+        except (BlockingIOError, ssl.SSLWantReadError):
+            raise TimeoutError("request head deadline passed") from None
         if not data:
             return False
         self.buf += data
