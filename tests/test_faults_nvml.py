@@ -81,7 +81,7 @@ def test_gpu_lost_and_back(gpulse_proc, tmp_path):
 
 def test_nvml_failing_at_start_then_recovering_while_serving(gpulse_proc, tmp_path):
     g = gpulse_proc("--source", "nvml", "--nvml.wait", "--stale-after", "1s",
-                    env=env(tmp_path, "gpus 2\ninit_error 9 until=5\n"), ready=False)
+                    env=env(tmp_path, "gpus 2\ninit_error 9 until=3\n"), ready=False)
     wait_http(g.url + "/healthz")
     w = Watch(g)
     # while the driver is missing the exporter answers, says so, and serves no GPU series
@@ -190,4 +190,4 @@ def test_wall_clock_step_back(gpulse_proc, tmp_path):
     b0 = per_gpu(after, "gpulse_gpu_busy_seconds_total")["0"]
     # either the GPUs keep integrating, or the exporter says it is blind
     w.until(lambda t: per_gpu(t, "gpulse_gpu_busy_seconds_total")["0"] > b0 + 1 or one(t, "gpulse_exporter_stale") == 1,
-            10, "samples (or staleness) after the step back")
+            6, "samples (or staleness) after the step back")

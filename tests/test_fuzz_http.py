@@ -238,7 +238,7 @@ def requests_bytes(draw) -> bytes:
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(data=requests_bytes(), half_close=st.sampled_from([True, True, True, False]))
 def test_fuzz_http_requests(live, data, half_close):

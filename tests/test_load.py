@@ -18,7 +18,7 @@ from conftest import ROOT, Gpulse
 sys.path.insert(0, str(ROOT / "bench"))
 from load import describe, run_load  # noqa: E402
 
-SECONDS = float(os.environ.get("GPULSE_LOAD_SECONDS", "15"))
+SECONDS = float(os.environ.get("GPULSE_LOAD_SECONDS", "10"))
 
 
 def test_200_scrapers_and_200_slowloris_connections(capsys):

@@ -190,7 +190,7 @@ def web_configs(draw):
     return doc
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(doc=web_configs())
 def test_property_gpulse_accepts_only_what_promtool_accepts(pki, doc):
     path = write(pki, "prop.yml", yaml.safe_dump(doc).replace("'{", "{").replace("}'", "}"))
