@@ -90,6 +90,8 @@ BAD = [
      ["tls_server_config.max_version", "tls12"], True),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  client_auth_type: Bogus\n",
      ["tls_server_config.client_auth_type", "Bogus"], True),
+    ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  client_ca_file: {ca}\n",
+     ["tls_server_config.client_auth_type", "not asked for"], True),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  client_ca_file: missing-ca.crt\n"
      "  client_auth_type: RequireAndVerifyClientCert\n", ["client_ca_file", "missing-ca.crt"], True),
     ("tls_server_config:\n  cert_file: {cert}\n  key_file: {key}\n  cipher_suites: [TLS_RSA_WITH_RC4_128_SHA]\n",

@@ -254,6 +254,9 @@ def _tls_settings(c: _Checker, raw: Any) -> TLSSettings | None:
     ca = c.path(k + "client_ca_file", d.get("client_ca_file"))
     if CLIENT_AUTH[auth] != ssl.CERT_NONE and not ca:
         raise c.fail(k + "client_ca_file", f"required with client_auth_type {auth}")
+    if CLIENT_AUTH[auth] == ssl.CERT_NONE and ca:
+        raise c.fail(k + "client_auth_type", "client_ca_file is set but client certificates are not asked for; "
+                     "use RequireAndVerifyClientCert")
     versions = {}
     for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
         v = c.string(k + name, d.get(name)) or default
