@@ -186,7 +186,7 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.rfile = _HeadReader(self.connection)   # type: ignore[assignment]
-        self.web = self.server.web
+        self.web, self.auth = self.server.security
 
     def version_string(self) -> str:
         return self.server_version
@@ -209,7 +209,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         self.server.mark(busy=True)      # a request that arrived is answered, even when draining
         self.connection.settimeout(self.timeout)
-        self.web = self.server.web
+        self.web, self.auth = self.server.security     # one config for the whole request
         if len(line) > MAX_REQUEST_LINE:
             self.requestline = self.request_version = self.command = ""
             self.close_connection = True
@@ -272,7 +272,7 @@ class Handler(BaseHTTPRequestHandler):
         web = self.web
         if not web.auth_required or (path in PUBLIC_PATHS and self.app.cfg.web.healthz_public):
             return True
-        verdict = self.server.auth.check(self.headers.get("Authorization"))
+        verdict = self.auth.check(self.headers.get("Authorization"))
         if verdict == OK:
             return True
         if verdict == BUSY:
@@ -326,8 +326,9 @@ class Server(ThreadingHTTPServer):
     def __init__(self, addr: tuple[str, int], handler: type, family: int, web: WebConfig,
                  timeout: float, max_connections: int = MAX_CONNECTIONS):
         self.address_family = family
-        self.web = web
-        self.auth = BasicAuth(web.users)
+        # swapped as one pair, so a request never sees the users of one file and the
+        # settings of another
+        self.security: tuple[WebConfig, BasicAuth] = (web, BasicAuth(web.users))
         self.conn_timeout = timeout
         self.max_connections = max_connections
         self.draining = False
@@ -342,11 +343,12 @@ class Server(ThreadingHTTPServer):
 
     def set_web_config(self, web: WebConfig) -> None:
         """Swap in a new web config. Turning TLS on or off needs a new listener; refused."""
-        if (web.context is None) != (self.web.context is None):
-            raise ValueError("turning TLS on or off needs a restart")
         with self._reload_lock:
-            auth = BasicAuth(web.users) if web.users != self.web.users else self.auth
-            self.auth, self.web = auth, web
+            old, old_auth = self.security
+            if (web.context is None) != (old.context is None):
+                raise ValueError("turning TLS on or off needs a restart")
+            # unchanged users keep their authenticator and with it the cache of good logins
+            self.security = (web, old_auth if web.users == old.users else BasicAuth(web.users))
 
     # ------------------------------------------------------------ connections
 
@@ -369,7 +371,7 @@ class Server(ThreadingHTTPServer):
         self._local.key = id(request)
         conn = request
         try:
-            web = self.web
+            web = self.security[0]
             if web.context is not None:
                 tls = self._tls_accept(request, web.context, client_address)
                 if tls is None:
