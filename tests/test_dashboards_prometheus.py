@@ -64,8 +64,11 @@ EXTRA_DCGM_FIELDS = (
 
 
 class FakeDcgmExporter:
-    """Serves a real dcgm-exporter capture (plus EXTRA_DCGM_FIELDS) over HTTP,
-    answering every 4th request with 503 so the exporter's error counter moves."""
+    """Serves a real dcgm-exporter capture (plus EXTRA_DCGM_FIELDS) over HTTP.
+    Two early requests get 503, so the exporter's error counter exists; after
+    that it answers, so the node's series do not flap in and out."""
+
+    FAILING = (3, 4)
 
     def __init__(self, capture: str):
         labels = re.search(r"^DCGM_\w+(\{[^}]*\})", capture, re.M).group(1)
@@ -75,7 +78,7 @@ class FakeDcgmExporter:
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):
                 outer.requests += 1
-                if outer.requests % 4 == 0:
+                if outer.requests in outer.FAILING:
                     self.send_error(503)
                     return
                 body = outer.body(outer.requests).encode()
@@ -187,7 +190,7 @@ class Request:
     range_ms: int
 
 
-def grafana_requests(uid: str, choice: dict[str, str] | None = None) -> list[Request]:
+def grafana_requests(uid: str, choice: dict[str, str | list[str]] | None = None) -> list[Request]:
     """Every target of a dashboard as Grafana would send it, for one choice of
     the dashboard's variables (the first of VARIABLES[uid] by default)."""
     d = load(uid)
@@ -258,6 +261,17 @@ def stack(tmp_path_factory):
 def test_every_panel_query_returns_data(stack, uid):
     empty = empty_targets(stack, uid)
     assert not empty, "panel queries that returned no data:\n  " + "\n  ".join(empty)
+
+
+def test_cluster_dashboard_with_several_nodes_and_workloads_selected(stack):
+    """Multi-value variables reach Prometheus as regex alternations, (a|b)."""
+    choice = {"node": [STALL_NODE, STRAGGLER_NODE], "workload": [STALL_JOB, STRAGGLER_JOB]}
+    reqs = grafana_requests("gpulse-cluster-heatmap", choice)
+    assert any('node=~"(sim-stall|sim-straggler)"' in r.expr for r in reqs)
+    empty = [r.where for r in reqs if not run(stack, r)]
+    assert not empty, "panel queries that returned no data:\n  " + "\n  ".join(empty)
+    heatmap = next(r for r in reqs if r.where.startswith("GPU cluster heatmap / GPU utilisation heatmap"))
+    assert {s["metric"]["node"] for s in run(stack, heatmap)} == {STALL_NODE, STRAGGLER_NODE}
 
 
 def test_heatmap_has_one_row_per_gpu_labelled_node_and_gpu_in_node_order(stack):

@@ -124,5 +124,7 @@ def build() -> db.Dashboard:
              "signal that shows it: active (hot straggler) or busy (cold straggler). Empty when "
              "the cluster is balanced; a line that persists for 10 minutes pages.", RATIO,
              query(Q.outlier_gap(SEL), "{{node}}/{{gpu}} {{signal}}"),
-             min_val=-1, max_val=1, interval=RULE_5M_INTERVAL, max_data_points=LONG_RANGE_POINTS)))
+             # a point per 5-minute window shows each independent value once;
+             # the alert needs 10 minutes, so no paging straggler falls between
+             min_val=-1, max_val=1, interval="5m", max_data_points=LONG_RANGE_POINTS)))
     return d

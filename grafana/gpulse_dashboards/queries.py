@@ -29,12 +29,13 @@ def selected_ratio(rule_window: str, sel: str) -> str:
     """The per-GPU 0..1 series the `metric` variable selects: the busy or active
     recording rule of the given window ("1m" or "5m"), or the mean power draw
     over the step as a fraction of the power limit. Only the selected branch
-    matches any metric name (see common.METRIC_CHOICES). Both power series are
-    taken over the step, so one failed poll does not blank a cell."""
+    matches any metric name (see common.METRIC_CHOICES). Power is averaged over
+    the step because a gauge sampled once a step aliases; the limit hardly
+    ever changes, and reading only its latest value halves the samples read."""
     return (f'{{__name__=~"node_gpu:gpulse_gpu_${{metric}}:ratio_rate{rule_window}", {sel}}}\n'
             f'or\n'
             f'avg_over_time({{__name__=~"gpulse_gpu_${{metric}}_watts", {sel}}}[$__interval])\n'
-            f'  / max_over_time({{__name__=~"gpulse_gpu_${{metric}}_limit_watts", {sel}}}[$__interval])')
+            f'  / {{__name__=~"gpulse_gpu_${{metric}}_limit_watts", {sel}}}')
 
 
 def heatmap_rows(sel: str) -> str:
