@@ -2,17 +2,19 @@
 
     .venv/bin/python bench/nvml_vs_nvitop.py [--seconds 60] [--gpus 8,64] [--scrape-every 15]
 
-Each exporter runs as its own process at its defaults on the fake driver
-(tests/fakenvml, loaded through LD_LIBRARY_PATH) with the same scenario and GPU
-count, one after the other so they never compete for the CPU: `gpulse serve
---source nvml`, and nvitop-exporter at its default 1 s interval. After a warm-up,
-over --seconds:
+Each exporter runs as its own process at its defaults on its own copy of the fake
+driver (tests/fakenvml, loaded through LD_LIBRARY_PATH) with the same scenario and
+GPU count: `gpulse serve --source nvml`, and nvitop-exporter at its default 1 s
+interval. Both run at the same time and are measured over the same window, so load
+from anything else on the machine falls on both alike (each uses a few % of one
+core at most, so they barely compete). After a warm-up, over --seconds:
 
     cpu        CPU seconds per wall second (utime + stime from /proc), in % of a core,
                while scraped every --scrape-every seconds like Prometheus would
     rss        resident memory at the end
     p99        /metrics latency over a burst of --latency-scrapes scrapes, 0.2 s apart,
-               after the CPU window (so the burst does not count as CPU)
+               after the CPU window (so the burst does not count as CPU), alternating
+               between the two exporters
     calls      NVML device calls per GPU per second, counted by the fake library
     util every seconds between utilisation observations of one GPU: driver samples
                handed out by nvmlDeviceGetSamples plus nvmlDeviceGetUtilizationRates
@@ -94,53 +96,83 @@ def observations(s: dict) -> int:
     return s.get("util_samples", 0) + s["calls"].get("nvmlDeviceGetUtilizationRates", 0)
 
 
-def measure(kind: str, gpus: int, seconds: float, scrape_every: float, latency_scrapes: int) -> dict:
-    scen = OUT / f"nvml-scenario-{gpus}.txt"
-    scen.write_text(SCENARIO.format(gpus=gpus))
-    stats = OUT / f"nvml-stats-{kind}-{gpus}.txt"
-    stats.unlink(missing_ok=True)
-    env = dict(os.environ, **fakenvml.env(scen, stats))
-    if kind == "gpulse":
-        p, url = start_gpulse("--source", "nvml", env=env)
-    else:
-        p, url = start_nvitop(env)
-    session = requests.Session()
+class Run:
+    """One exporter process on its own fake library, measured between mark() and done()."""
+
+    def __init__(self, kind: str, gpus: int):
+        self.kind, self.gpus = kind, gpus
+        scen = OUT / f"nvml-scenario-{gpus}.txt"
+        scen.write_text(SCENARIO.format(gpus=gpus))
+        self.stats = OUT / f"nvml-stats-{kind}-{gpus}.txt"
+        self.stats.unlink(missing_ok=True)
+        env = dict(os.environ, **fakenvml.env(scen, self.stats))
+        if kind == "gpulse":
+            self.proc, self.url = start_gpulse("--source", "nvml", env=env)
+        else:
+            self.proc, self.url = start_nvitop(env)
+        self.session = requests.Session()
+        self.latencies: list[float] = []
+
+    def scrape(self) -> float:
+        a = time.perf_counter()
+        self.session.get(self.url + "/metrics", timeout=10).content
+        return time.perf_counter() - a
+
+    def mark(self) -> None:
+        self.s0, self.c0, self.t0 = stats_now(self.stats), cpu_seconds(self.proc.pid), time.monotonic()
+
+    def done(self) -> None:
+        self.s1, self.c1, self.t1 = stats_now(self.stats), cpu_seconds(self.proc.pid), time.monotonic()
+        self.rss = rss_bytes(self.proc.pid)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def figures(self) -> dict:
+        s0, s1 = self.s0, self.s1
+        span = s1["elapsed"] - s0["elapsed"]
+        obs = observations(s1) - observations(s0)
+        return {
+            "cpu": (self.c1 - self.c0) / (self.t1 - self.t0),
+            "rss": self.rss,
+            "p99": percentile(self.latencies, 99),
+            "calls": (s1["device_calls"] - s0["device_calls"]) / span / self.gpus,
+            "every": span * self.gpus / obs if obs else float("inf"),
+            "calls_by_symbol": {k: (v - s0["calls"].get(k, 0)) / span / self.gpus for k, v in s1["calls"].items()
+                                if v > s0["calls"].get(k, 0)},
+        }
+
+
+def measure(gpus: int, seconds: float, scrape_every: float, latency_scrapes: int) -> dict[str, dict]:
+    runs = [Run(kind, gpus) for kind in ("gpulse", "nvitop-exporter")]
     try:
         time.sleep(WARMUP)
-        s0, c0, t0 = stats_now(stats), cpu_seconds(p.pid), time.monotonic()
+        for r in runs:
+            r.mark()
+        t0 = time.monotonic()
         nxt = t0
         while time.monotonic() - t0 < seconds:
             if time.monotonic() >= nxt:
-                session.get(url + "/metrics", timeout=10).content
+                for r in runs:
+                    r.scrape()
                 nxt += scrape_every
             time.sleep(0.05)
-        time.sleep(0.6)                 # let the fake rewrite its statistics
-        s1, c1, t1 = stats_now(stats), cpu_seconds(p.pid), time.monotonic()
-        rss = rss_bytes(p.pid)
-        lat = []
+        time.sleep(0.6)                 # let the fake libraries rewrite their statistics
+        for r in runs:
+            r.done()
         for _ in range(latency_scrapes):
-            a = time.perf_counter()
-            session.get(url + "/metrics", timeout=10).content
-            lat.append(time.perf_counter() - a)
+            for r in runs:
+                r.latencies.append(r.scrape())
             time.sleep(0.2)
     finally:
-        p.terminate()
-        try:
-            p.wait(5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-    span = s1["elapsed"] - s0["elapsed"]
-    obs = observations(s1) - observations(s0)
-    return {
-        "cpu": (c1 - c0) / (t1 - t0),
-        "rss": rss,
-        "p99": percentile(lat, 99),
-        "calls": (s1["device_calls"] - s0["device_calls"]) / span / gpus,
-        "every": span * gpus / obs if obs else float("inf"),
-        "calls_by_symbol": {k: (v - s0["calls"].get(k, 0)) / span / gpus for k, v in s1["calls"].items()
-                            if v > s0["calls"].get(k, 0)},
-    }
+        for r in runs:
+            r.stop()
+    return {r.kind: r.figures() for r in runs}
 
 
 def main() -> None:
@@ -158,7 +190,7 @@ def main() -> None:
           f"{a.scrape_every:g} s; p99 over {a.latency_scrapes} scrapes 0.2 s apart")
     print(f"{'gpus':>4} {'exporter':<15} {'cpu %core':>9} {'rss MB':>7} {'p99 ms':>7} {'calls/GPU/s':>11} {'util every s':>12}")
     for n in (int(x) for x in a.gpus.split(",")):
-        res = {k: measure(k, n, a.seconds, a.scrape_every, a.latency_scrapes) for k in ("gpulse", "nvitop-exporter")}
+        res = measure(n, a.seconds, a.scrape_every, a.latency_scrapes)
         for k, r in res.items():
             print(f"{n:>4} {k:<15} {100 * r['cpu']:>9.2f} {r['rss'] / 1e6:>7.1f} {1000 * r['p99']:>7.1f} "
                   f"{r['calls']:>11.1f} {r['every']:>12.3f}")

@@ -38,7 +38,6 @@ import bisect
 import ctypes
 import logging
 import time
-from collections import deque
 from typing import Any
 
 import pynvml
@@ -60,7 +59,6 @@ RETRY_MIN, RETRY_MAX = 1.0, 30.0   # backoff for a lost GPU and for NVML re-init
 # this often (a single lost GPU on a one-GPU host must not cause a re-init loop).
 ALL_DOWN_REINIT = 10.0
 ALL_DOWN_REINIT_EVERY = 60.0
-POWER_KEEP = 30.0          # seconds of power points kept to match utilisation samples
 DEFAULT_PERIOD = 1 / 6     # driver utilisation sample period until measured
 
 UTIL_SAMPLES = "nvmlDeviceGetSamples[util]"
@@ -142,8 +140,10 @@ class _State:
         self.power_ts = start_us
         self.last_t = start_us / 1e6   # last Sample.t emitted
         self.period = DEFAULT_PERIOD
-        self.power_t: deque[float] = deque()
-        self.power_w: deque[float] = deque()
+        # power points (s, W) to match this read's utilisation samples: the last one of
+        # the previous read, then the new ones
+        self.power_t: list[float] = []
+        self.power_w: list[float] = []
         self.gauges: dict[str, Any] = {}
         self.counters: dict[str, Any] = {}
         self.throttle = {name: 0.0 for name in THROTTLE_REASONS}
@@ -160,14 +160,14 @@ class _State:
         if "throttle_seconds_total" in old.counters:
             self.counters["throttle_seconds_total"] = old.counters["throttle_seconds_total"]
 
-    def add_power(self, t: float, w: float) -> None:
-        if self.power_t and t <= self.power_t[-1]:
-            return
-        self.power_t.append(t)
-        self.power_w.append(w)
-        while self.power_t and self.power_t[0] < t - POWER_KEEP:
-            self.power_t.popleft()
-            self.power_w.popleft()
+    def set_power(self, points: list[tuple[float, float]]) -> None:
+        """Start this read's power points: the previous read's last, then `points`."""
+        if self.power_t:
+            self.power_t, self.power_w = self.power_t[-1:], self.power_w[-1:]
+        for t, w in points:
+            if not self.power_t or t > self.power_t[-1]:
+                self.power_t.append(t)
+                self.power_w.append(w)
 
     def power_at(self, t: float) -> float | None:
         """The power point nearest in time to t."""
@@ -431,8 +431,9 @@ class NvmlSource(Source):
         self._read_power(st, wall)
         utils = self._read_util(st, wall)
         sm, gr = gpm if gpm is not None else (None, None)
-        return [Sample(t, util=u, power_w=st.power_at(t), memory_used_bytes=used, sm_active=sm, gr_active=gr)
-                for t, u in utils]
+        power_at = st.power_at
+        # positional: Sample(t, util, power_w, memory_used_bytes, sm_active, gr_active)
+        return [Sample(t, u, power_at(t), used, sm, gr) for t, u in utils]
 
     def _samples(self, st: _State, name: str, kind: int, since_us: int) -> list[tuple[int, float]] | None:
         """nvmlDeviceGetSamples since a timestamp as sorted (µs, value) pairs: [] when
@@ -456,35 +457,29 @@ class NvmlSource(Source):
         raw = self._samples(st, POWER_SAMPLES, pynvml.NVML_TOTAL_POWER_SAMPLES, st.power_ts)
         if raw is None:
             mw = self.caller.call(e.key, pynvml.nvmlDeviceGetPowerUsage, e.handle)
-            if mw is not None:
-                st.add_power(wall, mw / 1000.0)
-                st.gauges["power_watts"] = mw / 1000.0
-            return
-        for ts, mw in raw:
-            if ts > st.power_ts:
-                st.power_ts = ts
-                st.add_power(ts / 1e6, mw / 1000.0)
+            st.set_power([] if mw is None else [(wall, mw / 1000.0)])
+        else:
+            new = [(ts / 1e6, mw / 1000.0) for ts, mw in raw if ts > st.power_ts]
+            if new:
+                st.power_ts = raw[-1][0]
+            st.set_power(new)
         if st.power_w:
             st.gauges["power_watts"] = st.power_w[-1]
 
     def _read_util(self, st: _State, wall: float) -> list[tuple[float, float]]:
         e = st.entity
         raw = self._samples(st, UTIL_SAMPLES, pynvml.NVML_GPU_UTILIZATION_SAMPLES, st.util_ts)
+        new = [x for x in raw or () if x[0] > st.util_ts]
         out: list[tuple[float, float]] = []
-        for ts, pct in raw or ():
-            if ts <= st.util_ts:
-                continue
-            gap = (ts - st.util_ts) / 1e6
-            if 0 < gap < 2 * st.period:      # learn the driver's sample period
-                st.period = 0.8 * st.period + 0.2 * gap
-            st.util_ts = ts
-            t = ts / 1e6
-            if t <= st.last_t:               # already covered by a fallback reading
-                continue
-            st.last_t = t
-            out.append((t, min(1.0, pct / 100.0)))
-        if out:
-            return out
+        if new:
+            if len(new) > 1:                 # the driver's sample period, for the fallback below
+                st.period = min(b[0] - a[0] for a, b in zip(new, new[1:])) / 1e6 or st.period
+            st.util_ts = new[-1][0]
+            last = st.last_t                 # samples a fallback reading already covered are dropped
+            out = [(ts / 1e6, min(1.0, pct / 100.0)) for ts, pct in new if ts / 1e6 > last]
+            if out:
+                st.last_t = out[-1][0]
+                return out
         # No new driver sample for several periods: the buffer is empty on an idle GPU
         # (or the driver keeps none). Read the instantaneous rate instead, stamped now,
         # without moving util_ts, so driver samples are picked up again when they return.
