@@ -155,7 +155,7 @@ def condition_onset(run: Run, alert: str) -> float | None:
 def score(runs: list[Run], fired: dict[str, float], truth_attr: str, alert: str, scrape: int, hold: float) -> dict:
     tp = fp = fn = tn = early = 0
     from_onset, from_condition, within = [], [], 0
-    errors = []
+    errors, detections = [], []
     for r in runs:
         truth = getattr(r, truth_attr)
         t = fired.get(r.node)
@@ -168,6 +168,7 @@ def score(runs: list[Run], fired: dict[str, float], truth_attr: str, alert: str,
             lag = t - condition_onset(r, alert)
             from_condition.append(lag)
             within += lag <= hold + 2 * scrape
+            detections.append((r.node, round(t - ONSET), round(lag)))
         elif truth:
             fn += 1
             errors.append(("missed", r.node, r.kind, r.params, r.stall_fraction, r.gap))
@@ -182,7 +183,8 @@ def score(runs: list[Run], fired: dict[str, float], truth_attr: str, alert: str,
     med = lambda xs: statistics.median(xs) if xs else float("nan")  # noqa: E731
     return dict(tp=tp, fp=fp, fn=fn, tn=tn, precision=p, recall=rc, f1=f1, fired_before_onset=early,
                 median_s_from_onset=med(from_onset), median_s_from_condition=med(from_condition),
-                share_within_target=within / tp if tp else float("nan"), errors=errors)
+                share_within_target=within / tp if tp else float("nan"), errors=errors,
+                detections=detections)
 
 
 def _sim(args):
