@@ -147,15 +147,14 @@ def metric_variable() -> "db.CustomVariable":
                           for t, v in METRIC_CHOICES if v == DEFAULT_METRIC)))
 
 
-def per_gpu_rows(expr: str) -> str:
-    """One series per GPU, labelled node and gpu, in node-major order.
+def node_major_rows(expr: str) -> str:
+    """Series labelled node and gpu, returned grouped by node.
 
-    `max by (node, gpu)` merges the pieces of a GPU whose attribution labels
-    changed during the range into one row. Prometheus sorts a range result by
-    label set, name by name; `device` ("node/gpu") sorts before `gpu` and `node`,
-    so the rows come out grouped by node instead of interleaved by GPU index.
+    Prometheus sorts a range result by label set, name by name, so {gpu, node}
+    comes back interleaved by GPU index (node-a/0, node-b/0, ...). `device`
+    ("node/gpu") sorts before both, so the rows come out node by node.
     """
-    return f'label_join(max by (node, gpu) (\n{expr.strip()}\n), "device", "/", "node", "gpu")'
+    return f'label_join(\n{expr.strip()},\n"device", "/", "node", "gpu")'
 
 
 class PromAnnotation(dm.AnnotationQuery if dm else object):  # type: ignore[misc]

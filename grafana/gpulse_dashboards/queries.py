@@ -5,7 +5,7 @@ so the cluster view and the one-workload view read the same expressions.
 """
 from __future__ import annotations
 
-from .common import per_gpu_rows
+from .common import node_major_rows
 
 BUSY_5M = "node_gpu:gpulse_gpu_busy:ratio_rate5m"
 ACTIVE_5M = "node_gpu:gpulse_gpu_active:ratio_rate5m"
@@ -26,27 +26,32 @@ OUTLIER_GAP = 0.1
 
 
 def selected_ratio(rule_window: str, sel: str) -> str:
-    """The per-GPU 0..1 series the `metric` variable selects: the busy or active
-    recording rule of the given window ("1m" or "5m"), or the mean power draw
-    over the step as a fraction of the power limit. Only the selected branch
-    matches any metric name (see common.METRIC_CHOICES). Power is averaged over
-    the step because a gauge sampled once a step aliases; the limit hardly
-    ever changes, and reading only its latest value halves the samples read."""
-    return (f'{{__name__=~"node_gpu:gpulse_gpu_${{metric}}:ratio_rate{rule_window}", {sel}}}\n'
-            f'or\n'
-            f'avg_over_time({{__name__=~"gpulse_gpu_${{metric}}_watts", {sel}}}[$__interval])\n'
-            f'  / {{__name__=~"gpulse_gpu_${{metric}}_limit_watts", {sel}}}')
+    """The per-GPU 0..1 series the `metric` variable selects, one per (node, gpu):
+    the busy or active recording rule of the given window ("1m" or "5m"), or the
+    mean power draw over the step as a fraction of the power limit. Only the
+    selected branch matches any metric name (see common.METRIC_CHOICES).
+
+    `max by (node, gpu)` merges the pieces of a GPU whose attribution labels
+    changed during the range into one row, and leaves the power division only
+    two labels to match on. Power is averaged over the step because a gauge
+    sampled once a step aliases; the limit hardly ever changes, so its latest
+    value is enough."""
+    def per_gpu(expr: str) -> str:
+        return f"max by (node, gpu) ({expr})"
+    return (per_gpu(f'{{__name__=~"node_gpu:gpulse_gpu_${{metric}}:ratio_rate{rule_window}", {sel}}}') + "\nor\n"
+            + per_gpu(f'avg_over_time({{__name__=~"gpulse_gpu_${{metric}}_watts", {sel}}}[$__interval])')
+            + "\n  / " + per_gpu(f'{{__name__=~"gpulse_gpu_${{metric}}_limit_watts", {sel}}}'))
 
 
 def heatmap_rows(sel: str) -> str:
     """Long-range heatmap: the 5m recording rules evaluated every minute (one
     value per GPU per minute whatever the scrape interval), one row per GPU."""
-    return per_gpu_rows(selected_ratio("5m", sel))
+    return node_major_rows(selected_ratio("5m", sel))
 
 
 def status_rows(sel: str) -> str:
     """Short-range variant: the 1m rules, which follow every scrape."""
-    return per_gpu_rows(selected_ratio("1m", sel))
+    return node_major_rows(selected_ratio("1m", sel))
 
 
 def _by_signal(active: str, busy: str) -> str:

@@ -1,0 +1,325 @@
+#!/usr/bin/env python3
+"""Dashboards at scale: every panel query over 4 hours of a 1,024-GPU cluster.
+
+    .venv/bin/python bench/dashboards_scale.py                 # 128 then 1,024 GPUs
+    .venv/bin/python bench/dashboards_scale.py --gpus 128 --repeat 3
+
+For each cluster size: synthesise 4 h of gpulse scrapes every 15 s
+(bench/dashboards_data.py), load them with `promtool tsdb create-blocks-from
+openmetrics`, start the Debian `prometheus` on the blocks, evaluate the shipped
+recording rules over the same 4 h with `promtool tsdb create-blocks-from rules`
+(one pass per level of rule-on-rule dependency, restarting Prometheus between
+passes so the next level sees the previous one), then send every panel target
+of every dashboard the way Grafana would for a 1,920-pixel-wide panel over the
+4-hour range, several times each, and print the median time and response size.
+The first size is the baseline the larger one is compared with; the heatmap is
+also timed computed from the raw counters instead of the 5m recording rules, to
+show what the rules buy.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "grafana"))
+sys.path.insert(0, str(HERE))
+
+from _proc import cpu_seconds, free_port  # noqa: E402
+from dashboards_data import GPUS_PER_NODE, Cluster  # noqa: E402
+from gpulse_dashboards.grafana_queries import (format_value, panel_queries,  # noqa: E402
+                                               substitute, variable_defaults)
+
+BLOCK_S = 7200
+WINDOW_S = 3600
+SCRAPE = "15s"
+WIDTH_PX = 1920
+MB = 1e6
+
+VARIABLES = {
+    "gpulse-cluster-heatmap": {"node": "$__all", "workload": "$__all"},
+    "gpulse-training-workload": {"workload": "llm-pretrain"},
+    "gpulse-node-detail": {"node": "gpu-node-000", "gpu": "$__all"},
+    "gpulse-exporter-health": {"job": "$__all", "instance": "$__all"},
+}
+HEATMAP = "GPU cluster heatmap / GPU utilisation heatmap [A]"
+RAW_HEATMAP = ('label_join(max by (node, gpu) (rate(gpulse_gpu_active_seconds_total{{{sel}}}[5m])'
+               ' / rate(gpulse_gpu_sampled_seconds_total{{{sel}}}[5m])), "device", "/", "node", "gpu")')
+
+
+def need(binary: str) -> str:
+    path = shutil.which(binary)
+    if not path:
+        raise SystemExit(f"dashboards_scale: {binary} not found on PATH (Debian package prometheus)")
+    return path
+
+
+def run(cmd: list[str]) -> str:
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"dashboards_scale: {' '.join(cmd[:4])} failed: {(p.stderr or p.stdout).strip()[-500:]}")
+    return p.stdout
+
+
+class Prometheus:
+    def __init__(self, data: Path, workdir: Path):
+        self.data, self.workdir, self.proc = data, workdir, None
+        (workdir / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
+
+    def start(self) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [need("prometheus"), f"--config.file={self.workdir / 'prometheus.yml'}",
+             f"--storage.tsdb.path={self.data}", f"--web.listen-address=127.0.0.1:{port}",
+             "--storage.tsdb.retention.time=30d", "--log.level=error",
+             # 2h blocks stay as they are: no compaction running while queries are timed
+             "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(self.url + "/-/ready", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if self.proc.poll() is not None:
+                raise SystemExit(f"dashboards_scale: prometheus exited: {self.proc.stderr.read()[-500:]}")
+            time.sleep(0.2)
+        raise SystemExit("dashboards_scale: prometheus not ready after 120 s")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+
+
+def rule_levels() -> list[list[tuple[str, dict]]]:
+    """The shipped recording rules grouped by dependency depth: level 0 reads
+    only scraped series, level n reads rules of level < n."""
+    rules: list[tuple[str, dict]] = []
+    for f in sorted((ROOT / "prometheus" / "rules").glob("*.yml")):
+        for g in yaml.safe_load(f.read_text())["groups"]:
+            rules += [(g.get("interval", ""), r) for r in g["rules"] if "record" in r]
+    names = {r["record"] for _, r in rules}
+    level: dict[str, int] = {}
+    while len(level) < len(rules):
+        for _, r in rules:
+            deps = [n for n in names if n in r["expr"] and n != r["record"]]
+            if r["record"] not in level and all(d in level for d in deps):
+                level[r["record"]] = 1 + max((level[d] for d in deps), default=-1)
+    out: list[list[tuple[str, dict]]] = [[] for _ in range(max(level.values()) + 1)]
+    for interval, r in rules:
+        out[level[r["record"]]].append((interval, r))
+    return out
+
+
+def backfill_rules(prom: Prometheus, start: int, end: int, work: Path) -> None:
+    for i, rules in enumerate(rule_levels()):
+        groups: dict[str, list[dict]] = {}
+        for interval, r in rules:
+            groups.setdefault(interval, []).append(r)
+        doc = {"groups": [dict(name=f"level{i}-{n}", rules=rs, **({"interval": iv} if iv else {}))
+                          for n, (iv, rs) in enumerate(groups.items())]}
+        rules_file = work / f"rules-{i}.yml"
+        rules_file.write_text(yaml.safe_dump(doc, sort_keys=False))
+        out = work / f"rules-{i}"
+        # groups without an interval use the example config's evaluation_interval
+        run([need("promtool"), "tsdb", "create-blocks-from", "rules", f"--start={start}", f"--end={end}",
+             f"--url={prom.url}", f"--output-dir={out}", "--eval-interval=15s", str(rules_file)])
+        prom.stop()
+        for block in out.iterdir():
+            shutil.move(str(block), prom.data / block.name)
+        prom.start()
+
+
+def wait_loaded(proc: subprocess.Popen, om: Path) -> None:
+    _, err = proc.communicate()
+    om.unlink(missing_ok=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"dashboards_scale: promtool create-blocks-from openmetrics failed: {err.strip()[-500:]}")
+
+
+def build(gpus: int, hours: float, work: Path, scratch: Path) -> tuple[Prometheus, int, int, int]:
+    nodes = math.ceil(gpus / GPUS_PER_NODE)
+    cluster = Cluster(nodes)
+    end = int(time.time()) // BLOCK_S * BLOCK_S
+    start = end - int(hours * 3600)
+    data = work / "data"
+    series = 0
+    t0 = time.monotonic()
+    # One file per hour of data, promtool loading one while Python writes the
+    # next (two cores); hour files never straddle a 2 h block, so each becomes
+    # one block and no two blocks overlap.
+    loading: tuple[subprocess.Popen, Path] | None = None
+    try:
+        for w0 in range(start, end, WINDOW_S):
+            om = scratch / f"gpulse-{gpus}-{w0}.om"
+            n, _ = cluster.write_window(om, w0, w0 + WINDOW_S)
+            series = max(series, n)
+            if loading:
+                wait_loaded(*loading)
+            loading = (subprocess.Popen([need("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(om),
+                                         str(data)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), om)
+        if loading:
+            wait_loaded(*loading)
+            loading = None
+    finally:
+        if loading:
+            loading[0].kill()
+            loading[0].wait()
+            loading[1].unlink(missing_ok=True)
+    print(f"  {gpus} GPUs: {series} scraped series, {hours:g} h backfilled in {time.monotonic() - t0:.0f} s",
+          flush=True)
+    prom = Prometheus(data, work)
+    prom.start()
+    t0 = time.monotonic()
+    backfill_rules(prom, start, end, work)
+    print(f"  recording rules backfilled in {time.monotonic() - t0:.0f} s", flush=True)
+    return prom, start, end, series
+
+
+def requests_for(uid: str, range_ms: int) -> list[tuple[str, str, bool, float, int]]:
+    """(where, expr, instant, step seconds, range seconds) for every target, as
+    Grafana sends them (a panel's relative time, e.g. 30m, shortens its range)."""
+    d = json.loads((ROOT / "grafana" / "dashboards" / f"{uid}.json").read_text())
+    defs = variable_defaults(d)
+    chosen = {k: format_value(defs[k], v) for k, v in VARIABLES[uid].items()}
+    out = []
+    for q in panel_queries(d):
+        timing = q.timing(range_ms, width_px=WIDTH_PX, scrape_interval=SCRAPE)
+        for metric in ("busy", "active", "power") if "${metric}" in q.expr else (None,):
+            v = dict(chosen, metric=metric) if metric else chosen
+            out.append((q.where + (f" metric={metric}" if metric else ""), substitute(q.expr, timing, v),
+                        q.instant, timing.step_ms / 1000, timing.range_ms // 1000))
+    return out
+
+
+def timed(prom: Prometheus, expr: str, instant: bool, step: float, start: int, end: int,
+          repeat: int) -> tuple[float, int, int, float]:
+    """(median seconds, response bytes, series, median Prometheus CPU seconds) of
+    one query over [start, end]. The CPU time is what the query cost Prometheus,
+    whatever else the machine was doing meanwhile."""
+    if instant:
+        path, params = "query", {"query": expr, "time": end}
+    else:
+        # Grafana aligns the range to the step
+        path, params = "query_range", {"query": expr, "start": start // step * step, "end": end // step * step,
+                                       "step": step}
+    times, cpu, size, series = [], [], 0, 0
+    for _ in range(repeat):
+        c0 = cpu_seconds(prom.proc.pid)
+        t0 = time.perf_counter()
+        r = requests.post(f"{prom.url}/api/v1/{path}", data=params, timeout=120)
+        times.append(time.perf_counter() - t0)
+        cpu.append(cpu_seconds(prom.proc.pid) - c0)
+        body = r.json()
+        if body.get("status") != "success":
+            raise SystemExit(f"dashboards_scale: query failed: {body.get('error')}: {expr[:200]}")
+        size, series = len(r.content), len(body["data"]["result"])
+    return statistics.median(times), size, series, statistics.median(cpu)
+
+
+def du(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def measure(gpus: int, args, scratch: Path) -> dict:
+    work = Path(tempfile.mkdtemp(prefix=f"gpulse-dash-{gpus}-"))
+    prom = None
+    try:
+        prom, start, end, scraped = build(gpus, args.hours, work, scratch)
+        range_ms = (end - start) * 1000
+        total_series = int(float(requests.get(f"{prom.url}/api/v1/query", timeout=60, params={
+            "query": 'count({__name__=~".+"})', "time": end - 60}).json()["data"]["result"][0]["value"][1]))
+        results = {}
+        load_before = os.getloadavg()[0]
+        for uid in VARIABLES:
+            for where, expr, instant, step, span in requests_for(uid, range_ms):
+                results[where] = timed(prom, expr, instant, step, end - span, end, args.repeat)
+        heat_step = next(r[3] for r in requests_for("gpulse-cluster-heatmap", range_ms) if r[0].startswith(HEATMAP))
+        sel = 'node=~".*", workload=~".*"'
+        results["(raw counters) heatmap without recording rules"] = timed(
+            prom, RAW_HEATMAP.format(sel=sel), False, heat_step, start, end, args.repeat)
+        results["(raw counters) heatmap without rules, 15 s step"] = timed(
+            prom, RAW_HEATMAP.format(sel=sel), False, 15, start, end, args.repeat)
+        return {"gpus": gpus, "scraped": scraped, "series": total_series, "bytes": du(work / "data"),
+                "results": results, "load": (load_before, os.getloadavg()[0])}
+    finally:
+        if prom:
+            prom.stop()
+        if args.keep:
+            print(f"  kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+def report(runs: list[dict]) -> None:
+    base, top = runs[0], runs[-1]
+    print()
+    for r in runs:
+        print(f"{r['gpus']:>5} GPUs: {r['series']} series ({r['scraped']} scraped + rules), "
+              f"{r['series'] / r['gpus']:.1f} series/GPU, TSDB {r['bytes'] / MB:.1f} MB = "
+              f"{r['bytes'] / r['gpus'] / 1024:.0f} KiB/GPU for the range; "
+              f"load average {r['load'][0]:.1f} -> {r['load'][1]:.1f} while timing")
+    print()
+    head = f"{'query':<78} " + " ".join(f"{str(r['gpus']) + ' GPUs':>22}" for r in runs)
+    if len(runs) > 1:
+        head += f" {'ratio':>6}"
+    print(head)
+    print(f"{'':<78} " + " ".join(f"{'wall s  cpu s   MB':>22}" for _ in runs))
+    worst = 0.0
+    for where in top["results"]:
+        cells = []
+        for r in runs:
+            t, size, _, cpu = r["results"][where]
+            cells.append(f"{t:6.3f} {cpu:6.3f} {size / MB:6.2f}")
+        line = f"{where[:78]:<78} " + " ".join(f"{c:>22}" for c in cells)
+        if len(runs) > 1:
+            line += f" {top['results'][where][0] / max(base['results'][where][0], 1e-6):6.1f}"
+        if not where.startswith("(raw"):
+            worst = max(worst, top["results"][where][0])
+        print(line)
+    heat = [v for k, v in top["results"].items() if k.startswith(HEATMAP)]
+    print()
+    print(f"slowest dashboard panel at {top['gpus']} GPUs: {worst:.3f} s median (target 1 s)")
+    print(f"heatmap at {top['gpus']} GPUs: {max(h[1] for h in heat) / MB:.1f} MB, "
+          f"{heat[0][2]} rows (target 20 MB)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", default="128,1024", help="cluster sizes, the first is the baseline (default %(default)s)")
+    ap.add_argument("--hours", type=float, default=4.0, help="time range backfilled and queried (default %(default)s)")
+    ap.add_argument("--repeat", type=int, default=5, help="runs of each query; the median is reported")
+    ap.add_argument("--keep", action="store_true", help="keep the TSDB directories")
+    args = ap.parse_args(argv)
+    try:
+        sizes = [int(x) for x in args.gpus.split(",")]
+    except ValueError:
+        raise SystemExit(f"dashboards_scale: --gpus: expected numbers like 128,1024, got {args.gpus!r}") from None
+    if args.hours <= 0 or args.hours * 3600 % WINDOW_S:
+        raise SystemExit(f"dashboards_scale: --hours must be a whole number of hours, got {args.hours:g}")
+    scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
+    print(f"dashboards at scale: {args.hours:g} h at a {SCRAPE} scrape interval, queries as Grafana sends them "
+          f"for a {WIDTH_PX}-px panel, median of {args.repeat}", flush=True)
+    runs = [measure(g, args, scratch) for g in sizes]
+    report(runs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
