@@ -37,18 +37,20 @@ from _proc import cpu_seconds, percentile, rss_bytes, start_gpulse, threads
 CLIENT_PROCS = 4
 
 
-def _scraper_proc(port: int, n: int, duration: float, start_at: float, interval: float, out: Any) -> None:
+def _scraper_proc(port: int, n: int, duration: float, start_at: float, interval: float, first: int,
+                  total: int, out: Any) -> None:
     lat: list[float] = []
     codes: collections.Counter = collections.Counter()
     errors: collections.Counter = collections.Counter()
     lock = threading.Lock()
 
-    def run() -> None:
+    def run(phase: float) -> None:
         my_lat, my_codes, my_err = [], collections.Counter(), collections.Counter()
         conn, used = None, 0
-        while time.time() < start_at:
-            time.sleep(0.01)
         end = start_at + duration
+        # paced scrapers start spread over one interval, as independent Prometheus servers do
+        while time.time() < start_at + phase:
+            time.sleep(0.01)
         next_at = time.time()
         while time.time() < end:
             if interval:
@@ -88,7 +90,7 @@ def _scraper_proc(port: int, n: int, duration: float, start_at: float, interval:
             codes.update(my_codes)
             errors.update(my_err)
 
-    ts = [threading.Thread(target=run) for _ in range(n)]
+    ts = [threading.Thread(target=run, args=(interval * (first + i) / total,)) for i in range(n)]
     for t in ts:
         t.start()
     for t in ts:
@@ -162,9 +164,10 @@ def run_load(port: int, scrapers: int, idle: int, duration: float, pid: int | No
     start_at = time.time() + 1.0
     procs = []
     per = [scrapers // CLIENT_PROCS + (1 if i < scrapers % CLIENT_PROCS else 0) for i in range(CLIENT_PROCS)]
-    for n in per:
+    for i, n in enumerate(per):
         if n:
-            procs.append(ctx.Process(target=_scraper_proc, args=(port, n, duration, start_at, interval, q)))
+            procs.append(ctx.Process(target=_scraper_proc, args=(port, n, duration, start_at, interval,
+                                                                 sum(per[:i]), scrapers, q)))
     if idle:
         procs.append(ctx.Process(target=_slowloris_proc, args=(port, idle, duration, start_at, q)))
     for p in procs:
