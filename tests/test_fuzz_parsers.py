@@ -298,3 +298,14 @@ def test_fuzz_dcgm_real_capture_mutated(data):
     max_size=8).map("".join)))
 def test_fuzz_accept_header(accept):
     assert wants_openmetrics(accept) in (True, False)
+
+
+@pytest.mark.parametrize("gpu", ["²", "0²", "١", "0/²", "1/١٢"])
+def test_unicode_digit_gpu_labels(scratch, gpu):
+    """str.isdigit() is true for '²', which int() refuses: the fuzzer's first find in
+    the dcgm path (a crash in the GPU sort order of a replayed log)."""
+    from gpulse.sources.dcgm import DcgmMapper, parse_exposition
+    line = f'DCGM_FI_DEV_GPU_UTIL{{gpu="{gpu}",UUID="GPU-x"}} 50\nDCGM_FI_DEV_GPU_UTIL{{gpu="0",UUID="GPU-y"}} 40\n'
+    series, _ = parse_exposition(line)
+    DcgmMapper().map([(n, lab, v, 0) for n, lab, v, _ts in series], 0.0)
+    _read_log_property(scratch, line * 3, "dcgm")
