@@ -136,10 +136,16 @@ def test_fuzz_config_text(scratch, text):
         one_line(e)
 
 
-@pytest.mark.parametrize("text", ["[" * 100_000, "{a: " * 50_000, "".join(" " * i + f"k{i}:\n" for i in range(1200)),
-                                  "a: &a [" + ", ".join(["*a"] * 3) + "]\n"])
+PATHOLOGICAL_YAML = ["[" * 100_000, "{a: " * 50_000, "".join(" " * i + f"k{i}:\n" for i in range(1200)),
+                     "a: &a [" + ", ".join(["*a"] * 3) + "]\n",
+                     "sample_interval: " + "9" * 5000 + "\n",       # over Python's int digit limit
+                     "source: 2001-13-01\n"]                         # a timestamp YAML cannot build
+
+
+@pytest.mark.parametrize("text", PATHOLOGICAL_YAML)
 def test_config_pathological_yaml_is_one_line_quickly(tmp_path, text):
-    """Deep nesting and alias loops: `gpulse check-config` answers in one line, no hang."""
+    """Deep nesting, alias loops, unbuildable values: `gpulse check-config` answers in
+    one line, no traceback, no hang."""
     path = tmp_path / "deep.yml"
     path.write_text(text)
     p = subprocess.run([sys.executable, "-m", "gpulse", "check-config", str(path)], capture_output=True, text=True,
@@ -175,6 +181,13 @@ http_server_config:
 basic_auth_users:
   prometheus: $2y$10$X0h1gDsPszWURQaxFh.zoubFi6DXncSjhoQNJgRrnGs7EsimhC7zG
 """
+
+
+@pytest.mark.parametrize("text", PATHOLOGICAL_YAML)
+def test_web_config_pathological_yaml(text):
+    with pytest.raises(WebConfigError) as e:
+        parse_web_config(text, "w.yml")
+    one_line(e.value)
 
 
 @FUZZ

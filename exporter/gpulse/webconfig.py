@@ -169,6 +169,8 @@ def _read_yaml(text: str, where: str) -> Any:
         raise WebConfigError(f"{where}:{line} {problem}") from None
     except RecursionError:
         raise WebConfigError(f"{where}: nested too deeply") from None
+    except ValueError as e:    # a value YAML cannot build: a 5000-digit number, month 13
+        raise WebConfigError(f"{where}: unreadable value: {str(e).split(';')[0]}") from None
 
 
 # ---------------------------------------------------------------- validation
