@@ -14,7 +14,6 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 import requests
 
 import fakenvml
@@ -177,9 +176,6 @@ def test_wall_clock_step_forward(gpulse_proc, tmp_path):
     assert "Traceback" not in g.output()
 
 
-@pytest.mark.xfail(strict=True, reason="the NVML source asks the driver for samples newer than the last one it saw; "
-                                       "after a step back there are none until the clock catches up, and the "
-                                       "exporter does not report itself stale meanwhile")
 def test_wall_clock_step_back(gpulse_proc, tmp_path):
     e, offset = faketime_env(tmp_path, "gpus 2\nutil * const 0.9\n")
     g = gpulse_proc("--source", "nvml", "--stale-after", "2s", env=e)

@@ -60,6 +60,9 @@ RETRY_MIN, RETRY_MAX = 1.0, 30.0   # backoff for a lost GPU and for NVML re-init
 ALL_DOWN_REINIT = 10.0
 ALL_DOWN_REINIT_EVERY = 60.0
 DEFAULT_PERIOD = 1 / 6     # driver utilisation sample period until measured
+# Driver timestamps are wall-clock µs. The last one seen this far ahead of the wall
+# clock means the clock was stepped back: samples since then would never qualify.
+CLOCK_STEP_BACK = 2.0
 
 UTIL_SAMPLES = "nvmlDeviceGetSamples[util]"
 POWER_SAMPLES = "nvmlDeviceGetSamples[power]"
@@ -159,6 +162,13 @@ class _State:
         self.throttle = old.throttle
         if "throttle_seconds_total" in old.counters:
             self.counters["throttle_seconds_total"] = old.counters["throttle_seconds_total"]
+
+    def restart_timeline(self, t: float) -> None:
+        """Take driver samples from t on again (after the wall clock stepped back)."""
+        self.util_ts = self.power_ts = int(t * 1e6)
+        self.last_t = t
+        self.power_t, self.power_w = [], []
+        self.reasons_t = None
 
     def set_power(self, points: list[tuple[float, float]]) -> None:
         """Start this read's power points: the previous read's last, then `points`."""
@@ -414,6 +424,9 @@ class NvmlSource(Source):
 
     def _samples_and_memory(self, st: _State, wall: float) -> list[Sample]:
         e, c = st.entity, self.caller
+        if st.last_t - wall > CLOCK_STEP_BACK:
+            log.info("GPU %s: the wall clock went back %.1f s; following it", e.key, st.last_t - wall)
+            st.restart_timeline(wall - self.read_interval)
         mem = c.call(e.key, pynvml.nvmlDeviceGetMemoryInfo, e.handle)
         used = None
         if mem is not None:
