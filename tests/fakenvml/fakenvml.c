@@ -7,7 +7,7 @@
  * moment nvmlInit takes the reference count from 0 to 1, so a test process can
  * init/shutdown several times with a different scenario each time.
  *
- * Only what a monitoring agent reads is implemented; every entry point counts
+ * Only what a monitoring exporter reads is implemented; every entry point counts
  * its calls so benchmarks can report NVML calls per GPU per second
  * ($FAKENVML_STATS names the file the counts are written to).
  *
@@ -729,7 +729,7 @@ EXPORT const char *nvmlErrorString(nvmlReturn_t r) { return error_strings(r); }
 
 /* The scenario is (re)loaded when nvmlInit finds a different scenario file than
  * the one loaded (another path, or the file changed). Re-initialising on the same
- * scenario, as an agent does after a driver reload, keeps its clock and state. */
+ * scenario, as an exporter does after a driver reload, keeps its clock and state. */
 static char loaded_key[4200];
 
 static void scenario_key(char *buf, size_t n) {
@@ -1277,7 +1277,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, uns
     return NVML_SUCCESS;
 }
 
-/* ------------------------------------------------------------ misc state agents read */
+/* ------------------------------------------------------------ misc state exporters read */
 
 UINT_GETTER(nvmlDeviceGetPerformanceState, 0, 0)
 UINT_GETTER(nvmlDeviceGetPersistenceMode, 0, 1)
