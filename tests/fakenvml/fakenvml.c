@@ -105,7 +105,7 @@ typedef struct { unsigned int version, isSupportedDevice; } nvmlGpmSupport_t;
 #define GPM_SM_UTIL 2
 #define GPM_SM_OCCUPANCY 3
 
-/* field ids gpulse and common agents read */
+/* field ids gpulse and common exporters read */
 enum {
     FI_ECC_SBE_VOL_TOTAL = 3, FI_ECC_DBE_VOL_TOTAL = 4, FI_MEMORY_TEMP = 82, FI_TOTAL_ENERGY = 83,
     FI_PCIE_REPLAY = 94, FI_NVLINK_DATA_TX = 138, FI_NVLINK_DATA_RX = 139,
