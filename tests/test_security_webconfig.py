@@ -8,6 +8,7 @@ accepts what promtool rejects.
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,15 @@ def test_property_gpulse_accepts_only_what_promtool_accepts(pki, doc):
     ok, out = promtool_ok(path)
     if accepted:
         assert ok, f"gpulse accepts, promtool rejects: {out}\n{path.read_text()}"
+
+
+def test_bcrypt_is_needed_only_for_basic_auth(pki, monkeypatch):
+    """bcrypt is the [auth] extra: without it gpulse serves TLS or plain HTTP, and a
+    file with users is one line saying what to install."""
+    monkeypatch.setitem(sys.modules, "bcrypt", None)          # import bcrypt now fails
+    tls = write(pki, "no-bcrypt-tls.yml", GOOD["tls"])
+    assert load_web_config(str(tls)).context is not None
+    users = write(pki, "no-bcrypt-users.yml", GOOD["auth only"])
+    with pytest.raises(WebConfigError, match=r"basic_auth_users: the bcrypt package is not installed: "
+                                             r"pip install 'gpulse\[auth\]'$"):
+        load_web_config(str(users))

@@ -18,8 +18,7 @@ import hashlib
 import hmac
 import os
 import threading
-
-import bcrypt
+from typing import Any
 
 BCRYPT_SLOTS = 2
 SLOT_WAIT = 2.0           # seconds a check waits for a free slot
@@ -49,9 +48,20 @@ def parse_basic(header: str | None) -> tuple[str, bytes] | None:
         return None
 
 
+def load_bcrypt() -> Any:
+    """The bcrypt module (the [auth] extra); ImportError names what to install."""
+    try:
+        import bcrypt
+    except ImportError:
+        raise ImportError("the bcrypt package is not installed: pip install 'gpulse[auth]'") from None
+    return bcrypt
+
+
 class BasicAuth:
     def __init__(self, users: dict[str, bytes]):
         self.users = dict(users)
+        # imported only when there are users: gpulse without basic auth needs no bcrypt
+        self._bcrypt = load_bcrypt() if self.users else None
         # an unknown user is checked against a real hash (result ignored), so it costs
         # exactly what a known user costs
         self._decoy = next(iter(self.users.values()), None)
@@ -78,7 +88,7 @@ class BasicAuth:
         if not self._slots.acquire(timeout=SLOT_WAIT):
             return BUSY
         try:
-            good = bcrypt.checkpw(password[:BCRYPT_MAX], target)
+            good = self._bcrypt.checkpw(password[:BCRYPT_MAX], target)
         except ValueError:          # a hash the library cannot read: no one gets in with it
             good = False
         finally:

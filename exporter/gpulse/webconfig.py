@@ -295,6 +295,12 @@ def _users(c: _Checker, raw: Any) -> dict[str, bytes]:
         if not BCRYPT_RE.match(hashed):
             raise c.fail(key, "not a bcrypt hash (expected $2y$<cost>$... as htpasswd -B writes it)")
         users[name] = hashed.encode()
+    if users:
+        from .basicauth import load_bcrypt
+        try:
+            load_bcrypt()
+        except ImportError as e:
+            raise c.fail("basic_auth_users", str(e)) from None
     return users
 
 
