@@ -96,6 +96,8 @@ class Sampler:
     def _run(self) -> None:
         cfg = self.cfg
         assert self.engine is not None
+        # a source that buffers samples itself (NVML) is not woken more often than it needs
+        interval = max(cfg.sample_interval, self.source.poll_interval or 0.0)
         next_poll = time.monotonic()
         next_analysis = next_poll + cfg.analysis_interval
         while not self._stop.is_set():
@@ -122,7 +124,7 @@ class Sampler:
                     self._publish()
                 log.info("source %s finished; serving the final values", self.source.name)
                 return
-            next_poll += cfg.sample_interval
+            next_poll += interval
             delay = next_poll - time.monotonic()
             if delay < 0:            # fell behind (slow poll): skip, don't burst
                 next_poll = time.monotonic()

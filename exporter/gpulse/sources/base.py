@@ -21,6 +21,9 @@ class Source(abc.ABC):
     #: whether samples carry a real-work signal (sm_active); decides the default
     #: activity measure (see gpulse.analysis.activity)
     has_sm_active: bool = False
+    #: the source gains nothing from polls closer than this (seconds); the sampler then
+    #: sleeps that long instead of --sample-interval. NVML buffers its own samples.
+    poll_interval: float | None = None
 
     @abc.abstractmethod
     def open(self) -> list[DeviceInfo]:

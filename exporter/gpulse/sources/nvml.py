@@ -198,6 +198,7 @@ class NvmlSource(Source):
     def __init__(self, cfg: Any):
         self.cfg = cfg
         self.read_interval = max(cfg.sample_interval, READ_INTERVAL)
+        self.poll_interval = self.read_interval   # driver samples wait in its buffer
         self.counter_interval = max(self.read_interval, COUNTER_INTERVAL)
         self.caller = Caller()
         self.states: list[_State] = []
