@@ -1,9 +1,10 @@
 """NVIDIA GPUs through NVML (nvidia-ml-py, `import pynvml`).
 
-Cadence. The sampler calls poll() every --sample-interval (0.1 s), but NVML does not
-need that: the driver buffers a utilisation sample every ~1/6 s, and
-nvmlDeviceGetSamples(..., last_seen_timestamp) returns every one since the previous
-read. So the source reads in two tiers and returns an empty result in between:
+Cadence. NVML does not need the sampler's --sample-interval (0.1 s): the driver
+buffers a utilisation sample every ~1/6 s, and nvmlDeviceGetSamples(...,
+last_seen_timestamp) returns every one since the previous read. So the source sets
+`poll_interval` (the sampler then wakes once a second) and reads in two tiers,
+returning an empty result for a poll that comes early:
 
     every 1 s:   utilisation samples and power samples (nvmlDeviceGetSamples, two
                  C calls each), memory, clock-event reasons   (~6 calls/GPU/s)
