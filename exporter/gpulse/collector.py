@@ -184,24 +184,25 @@ class Exposition:
         self.live = CollectorRegistry(auto_describe=False)
         self.live.register(_Live(node, health))
         ProcessCollector(registry=self.live)
-        self._cache: dict[bool, tuple[int, bytes]] = {}
+        # keyed by the snapshot object itself, held: an id() alone could be reused by a
+        # newer snapshot once the old one is freed, and the stale body served again
+        self._cache: dict[bool, tuple[Snapshot, bytes]] = {}
         self._lock = threading.Lock()
 
     def _snapshot_body(self, snap: Snapshot, openmetrics: bool) -> bytes:
-        key = id(snap)
         hit = self._cache.get(openmetrics)
-        if hit is not None and hit[0] == key:
+        if hit is not None and hit[0] is snap:
             return hit[1]
         with self._lock:   # one render per snapshot even under concurrent scrapes
             hit = self._cache.get(openmetrics)
-            if hit is not None and hit[0] == key:
+            if hit is not None and hit[0] is snap:
                 return hit[1]
             ah = self.attribution_health() if self.attribution_health else None
             reg = _Static(snapshot_families(snap, ah))
             body = _render(reg, openmetrics)
             if openmetrics:
                 body = body[: -len(b"# EOF\n")]
-            self._cache[openmetrics] = (key, body)
+            self._cache[openmetrics] = (snap, body)
             return body
 
     def render(self, openmetrics: bool) -> bytes:

@@ -248,9 +248,16 @@ def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config into {dotted key: raw value}; unknown keys are errors."""
     try:
         with open(path, encoding="utf-8") as fh:
-            doc = yaml.safe_load(fh)
+            # libyaml where present: PyYAML's own parser takes quadratic time on deep nesting
+            doc = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loaders
     except OSError as e:
         raise ConfigError(f"config file {path}: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path}: not UTF-8 text (byte {e.start})") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path}: nested too deeply") from None
+    except ValueError as e:    # a value YAML cannot build: a 5000-digit number, month 13
+        raise ConfigError(f"config file {path}: unreadable value: {str(e).split(';')[0]}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -146,7 +146,7 @@ class DcgmMapper:
     def entity(self, labels: dict[str, str]) -> tuple[str, str] | None:
         """(gpu key, host) of a series; None for series that are not about a GPU."""
         gpu = labels.get("gpu", "")
-        if not gpu.isdigit():
+        if not gpu.isdecimal():
             return None
         host = next((labels[k] for k in _HOST_LABELS if labels.get(k)), "")
         if self._first_host is None:

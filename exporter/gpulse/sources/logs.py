@@ -120,7 +120,7 @@ class _Errors:
 def gpu_sort_key(gpu: str) -> tuple:
     """'2' < '10'; MIG '0/1' right after GPU 0; host-prefixed names after plain ones."""
     host, _, rest = gpu.rpartition(":")
-    return (host,) + tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in rest.split("/"))
+    return (host,) + tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in rest.split("/"))
 
 
 _NA = re.compile(r"^\[?(N/?A|Not Supported|Unknown|Unknown Error|Insufficient Permissions|"
@@ -192,7 +192,7 @@ def parse_smi_time(s: str) -> float:
             _smi_time_cache.clear()
         _smi_time_cache[head] = base
     if dot:
-        if not frac.isdigit():
+        if not frac.isdecimal():
             raise CellError(f"not a timestamp: {s.strip()[:40]!r}")
         return base + int(frac) / 10 ** len(frac)
     return base
@@ -488,7 +488,7 @@ def _read_smi_csv(path: str, lines: list[str], err: _Errors, interval: float) ->
             continue
         if key_field == "index":
             raw_idx = values.get("index")
-            if raw_idx is None or not raw_idx.isdigit():
+            if raw_idx is None or not raw_idx.isdecimal():
                 err.add(line, f"column 'index': not a GPU index: {raw_idx!r}; row skipped")
                 continue
             gpu = str(int(raw_idx))
@@ -502,7 +502,7 @@ def _read_smi_csv(path: str, lines: list[str], err: _Errors, interval: float) ->
             gpu = str(pos % n_per_poll)
         if t is None:
             # no clock in the log: one instant per round of GPUs, `interval` apart
-            idx = int(gpu.split("/")[0]) if gpu.isdigit() else pos
+            idx = int(gpu.split("/")[0]) if gpu.isdecimal() else pos
             if last_index is None or idx <= last_index:
                 instant += 1
             last_index = idx
@@ -564,7 +564,7 @@ def _read_dmon(path: str, lines: list[str], err: _Errors, interval: float) -> di
             continue
         row = dict(zip(names, toks))
         idx_txt = row.get("gpu", "")
-        if not idx_txt.isdigit():
+        if not idx_txt.isdecimal():
             err.add(i, f"column 'gpu': not a GPU index: {idx_txt!r}; row skipped")
             continue
         idx = int(idx_txt)
