@@ -43,14 +43,13 @@ ALL = "$__all"
 
 # Which variable values each dashboard is checked with. `metric` is tried with
 # every choice, so each branch of the heatmap's metric switch must return data.
-# The node detail is looked at for two nodes, because a device reports only the
-# families it has (no NVLink on the simulated GPUs): each of its targets must
-# return data for at least one of them.
+# The node detail looks at the dcgm node: it reports every family (the
+# simulated GPUs have no NVLink, ECC or PCIe counters).
 VARIABLES = {
-    "gpulse-cluster-heatmap": [{"node": ALL, "workload": ALL}],
-    "gpulse-training-workload": [{"workload": STALL_JOB}],
-    "gpulse-node-detail": [{"node": DCGM_NODE, "gpu": ALL}, {"node": STALL_NODE, "gpu": ALL}],
-    "gpulse-exporter-health": [{"job": ALL, "instance": ALL}],
+    "gpulse-cluster-heatmap": {"node": ALL, "workload": ALL},
+    "gpulse-training-workload": {"workload": STALL_JOB},
+    "gpulse-node-detail": {"node": DCGM_NODE, "gpu": ALL},
+    "gpulse-exporter-health": {"job": ALL, "instance": ALL},
 }
 METRIC_VALUES = ("busy", "active", "power")
 
@@ -192,10 +191,10 @@ class Request:
 
 def grafana_requests(uid: str, choice: dict[str, str | list[str]] | None = None) -> list[Request]:
     """Every target of a dashboard as Grafana would send it, for one choice of
-    the dashboard's variables (the first of VARIABLES[uid] by default)."""
+    the dashboard's variables (VARIABLES[uid] by default)."""
     d = load(uid)
     defs = variable_defaults(d)
-    chosen = {k: format_value(defs[k], v) for k, v in (choice or VARIABLES[uid][0]).items()}
+    chosen = {k: format_value(defs[k], v) for k, v in (choice or VARIABLES[uid]).items()}
     dash_range = parse_duration_ms(DASHBOARD_RANGE)
     out = []
     for q in panel_queries(d):
@@ -208,13 +207,9 @@ def grafana_requests(uid: str, choice: dict[str, str | list[str]] | None = None)
     return out
 
 
-def empty_targets(stack: "Stack", uid: str) -> list[str]:
-    """Targets that return no data under every variable choice of VARIABLES[uid]."""
-    empty: set[str] | None = None
-    for choice in VARIABLES[uid]:
-        missing = {r.where for r in grafana_requests(uid, choice) if not run(stack, r)}
-        empty = missing if empty is None else empty & missing
-    return sorted(empty or ())
+def empty_targets(stack: "Stack", uid: str, choice: dict | None = None) -> list[str]:
+    """Targets that return no data."""
+    return [r.where for r in grafana_requests(uid, choice) if not run(stack, r)]
 
 
 def run(stack: Stack, req: Request) -> list:
@@ -268,7 +263,7 @@ def test_cluster_dashboard_with_several_nodes_and_workloads_selected(stack):
     choice = {"node": [STALL_NODE, STRAGGLER_NODE], "workload": [STALL_JOB, STRAGGLER_JOB]}
     reqs = grafana_requests("gpulse-cluster-heatmap", choice)
     assert any('node=~"(sim-stall|sim-straggler)"' in r.expr for r in reqs)
-    empty = [r.where for r in reqs if not run(stack, r)]
+    empty = empty_targets(stack, "gpulse-cluster-heatmap", choice)
     assert not empty, "panel queries that returned no data:\n  " + "\n  ".join(empty)
     heatmap = next(r for r in reqs if r.where.startswith("GPU cluster heatmap / GPU utilisation heatmap"))
     assert {s["metric"]["node"] for s in run(stack, heatmap)} == {STALL_NODE, STRAGGLER_NODE}
@@ -305,10 +300,10 @@ def test_straggler_and_stall_panels_show_the_simulated_failures(stack):
 
 def test_variable_queries_list_values(stack):
     """Each `label_values(selector, label)` variable, sent as Grafana does it."""
-    for uid, choices in VARIABLES.items():
+    for uid, choice in VARIABLES.items():
         d = load(uid)
         defs = variable_defaults(d)
-        formatted = {k: format_value(defs[k], v) for k, v in choices[0].items()}
+        formatted = {k: format_value(defs[k], v) for k, v in choice.items()}
         for v in defs.values():
             if v["type"] != "query":
                 continue
@@ -324,7 +319,7 @@ def test_alert_annotation_queries_are_valid(stack):
     for uid in VARIABLES:
         d = load(uid)
         defs = variable_defaults(d)
-        formatted = {k: format_value(defs[k], v) for k, v in VARIABLES[uid][0].items()}
+        formatted = {k: format_value(defs[k], v) for k, v in VARIABLES[uid].items()}
         annotations = d.get("annotations", {}).get("list", [])
         assert annotations, f"{uid}: no alert annotation"
         for a in annotations:

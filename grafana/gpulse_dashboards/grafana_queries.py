@@ -10,7 +10,6 @@ times them, so both exercise exactly what a browser would ask for.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
@@ -195,10 +194,3 @@ def substitute(expr: str, timing: Timing, variables: Mapping[str, str]) -> str:
         raise KeyError(f"no value for variable ${name} in {expr!r}")
 
     return _VAR_RE.sub(repl, expr)
-
-
-def step_range(end_s: float, timing: Timing) -> tuple[float, float]:
-    """(start, end) of a range query that ends at `end_s` and spans the range
-    with whole steps, so the last point falls on `end_s`."""
-    steps = math.ceil(timing.range_ms / timing.step_ms)
-    return end_s - steps * timing.step_ms / 1000, end_s
