@@ -73,6 +73,13 @@ class OnsetSim(SimSource):
         return super().sample(i, t)
 
 
+def expected_util(level: float, noise: float) -> float:
+    """E[clip(level + U(-noise, noise), 0, 1)], the mean a GPU at this level shows."""
+    over = max(0.0, level + noise - 1.0)
+    under = max(0.0, noise - level)
+    return level - over * over / (4 * noise) + under * under / (4 * noise)
+
+
 def make_corpus(n: int, seed: int) -> list[Run]:
     """n runs with random parameters: 40 % stall, 40 % straggler, the rest negatives
     of other shapes (imbalanced halves, one long checkpoint pause, balanced)."""
@@ -96,10 +103,12 @@ def make_corpus(n: int, seed: int) -> list[Run]:
             gap = rng.uniform(0.0, 0.6)
             hot = level + gap <= 0.99 and (level - gap < 0.05 or rng.random() < 0.5)
             k = rng.randrange(gpus)
-            r = Run(idx, "straggler", s, gpus, dict(gpu=k, level=level, straggler_level=level + gap if hot else level - gap,
-                                                    noise=noise))
-            r.gap = gap if hot else -gap
-            r.straggler_positive = gap >= GAP_THRESHOLD
+            slevel = level + gap if hot else level - gap
+            r = Run(idx, "straggler", s, gpus, dict(gpu=k, level=level, straggler_level=slevel, noise=noise))
+            # the simulator clips utilisation to 0..1, which pulls a level near either
+            # end towards the middle: the truth is the gap between expected values
+            r.gap = expected_util(slevel, noise) - expected_util(level, noise)
+            r.straggler_positive = abs(r.gap) >= GAP_THRESHOLD
         elif u < 0.9:
             r = Run(idx, "imbalance", s, gpus, dict(level=0.95, low=rng.uniform(0.05, 0.9), noise=noise))
         elif u < 0.95:
