@@ -132,6 +132,15 @@ def test_fragments_of_one_long_stall_are_one_episode():
     assert tr.stalls_total == 5
 
 
+def test_a_group_stalled_most_of_the_time_still_has_episodes():
+    # 4 s stalls every 5 s: every gap merges, but no merged episode outgrows 120 s
+    tr = StallTracker(min_stall=0.2)
+    pat = WARM + ("." * 40 + "#" * 10) * 100 + SETTLE
+    tr.advance([_runs(pat), _runs(pat)], until=len(pat) * 0.1)
+    assert tr.stalls_total >= 4
+    assert all(e.duration <= 120 for e in tr.episodes)
+
+
 def test_a_stall_that_ends_in_release_is_not_an_episode():
     tr = StallTracker(min_stall=0.2)
     a = _runs(WARM + "." * 30) + _runs("." * 20, holds=False, t0=8.0)

@@ -15,7 +15,7 @@ process attached). The tracker sweeps the runs of all members in time order:
 
 An *episode* is a stalled stretch, merged with the next one when the activity between
 them is short against the stalls themselves (gap < MERGE_RATIO × the longer stretch,
-at most MAX_MERGE_GAP): a checkpoint during which rank 0 touches the GPU for a moment
+at most MAX_MERGE_GAP, and the result no longer than MAX_MERGED): a checkpoint during which rank 0 touches the GPU for a moment
 is one 17 s stall, not three, while 0.3 s stalls 1.7 s apart stay separate. An episode
 is therefore counted once nothing can merge with it any more: MAX_MERGE_GAP after the
 last stall, or MAX_PENDING after it ended while short stalls keep coming.
@@ -54,6 +54,8 @@ WARMUP_ACTIVE = 5.0
 MERGE_RATIO = 0.25
 MAX_MERGE_GAP = 5.0
 MAX_PENDING = 20.0   # an episode is counted at the latest this long after it ended
+MAX_MERGED = 120.0   # merging stops here, so a group stalled most of the time still
+                     # produces episodes (and a period) instead of one endless stall
 
 
 class StallTracker:
@@ -174,6 +176,8 @@ class StallTracker:
             x, y = p[-2], p[-1]
             gap = y.start - (x.start + x.duration)
             if gap >= min(MAX_MERGE_GAP, MERGE_RATIO * max(x.duration, y.duration)):
+                break
+            if y.start + y.duration - x.start > MAX_MERGED:
                 break
             p[-2:] = [Episode(x.start, y.start + y.duration - x.start, x.stalled + y.stalled)]
 
