@@ -88,7 +88,10 @@ def test_shutdown_finishes_requests_in_flight_and_closes_idle_connections():
     t.join(10)
     assert result and result[0].status_code == 200 and result[0].text == "done\n"
     assert result[0].headers.get("Connection") == "close"
-    assert idle.recv(1) == b""              # the idle connection was closed, not left hanging
+    try:                                    # the idle connection was closed, not left hanging:
+        assert idle.recv(1) == b""          # an orderly close, or
+    except ConnectionResetError:            # a reset, when the kernel had not yet acked everything
+        pass
     idle.close()
     assert took < DRAIN_S + STOP_S
     with pytest.raises(requests.ConnectionError):

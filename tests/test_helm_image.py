@@ -68,8 +68,10 @@ def test_extras_the_image_installs_exist():
 def test_make_image_runs_docker_build():
     if shutil.which("make") is None:
         pytest.skip("make not installed")
-    out = subprocess.run(["make", "-n", "image", "IMAGE=registry.example.com/gpulse:test"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
+    # under `make test` the outer make's variables would make this one print directory lines
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "--no-print-directory", "-n", "image", "IMAGE=registry.example.com/gpulse:test"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["docker", "build", "-t", "registry.example.com/gpulse:test", "."]
 
