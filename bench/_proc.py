@@ -28,16 +28,25 @@ def start_gpulse(*args: str, env: dict | None = None) -> tuple[subprocess.Popen,
                           f"127.0.0.1:{port}", "--log.level", "warning", *args],
                          env=e, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
+    wait_ready(p, url + "/readyz", 30, f"gpulse {' '.join(args)} did not become ready")
+    return p, url
+
+
+def wait_ready(p: subprocess.Popen, url: str, timeout: float, failure: str) -> None:
+    """Poll url until it answers 200; kill the process and exit with `failure` if it
+    exits first or the time runs out."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            if requests.get(url + "/readyz", timeout=1).status_code == 200:
-                return p, url
+            if requests.get(url, timeout=2).status_code == 200:
+                return
         except requests.RequestException:
             pass
+        if p.poll() is not None:
+            break
         time.sleep(0.05)
     p.kill()
-    raise SystemExit(f"gpulse {' '.join(args)} did not become ready")
+    raise SystemExit(failure)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import requests
 
-from _proc import ROOT, cpu_seconds, free_port, percentile, rss_bytes, start_gpulse
+from _proc import ROOT, cpu_seconds, free_port, percentile, rss_bytes, start_gpulse, wait_ready
 
 sys.path.insert(0, str(ROOT / "tests"))
 import fakenvml  # noqa: E402  (the test double lives with the tests)
@@ -69,18 +69,8 @@ def start_nvitop(env: dict) -> tuple[subprocess.Popen, str]:
     p = subprocess.Popen([str(nvitop_exporter()), "--bind-address", "127.0.0.1", "--port", str(port)],
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(url + "/metrics", timeout=2).status_code == 200:
-                return p, url
-        except requests.RequestException:
-            pass
-        if p.poll() is not None:
-            break
-        time.sleep(0.1)
-    p.kill()
-    raise SystemExit("nvitop-exporter did not start on the fake library")
+    wait_ready(p, url + "/metrics", 60, "nvitop-exporter did not start on the fake library")
+    return p, url
 
 
 def stats_now(path: Path) -> dict:

@@ -60,7 +60,7 @@ def main() -> None:
     size = (big["ticks"] * big["gpus"]) / (base["ticks"] * base["gpus"])
     print(f"{'run':<28}{'GPU-ticks':>11}{'engine s':>10}{'analyse s':>11}{'render s':>10}"
           f"{'report s':>10}{'html MB':>9}{'png MB':>8}{'json MB':>9}{'stalls':>8}")
-    for name, r in ((f"baseline 8 GPUs x 30 min", base), (f"{ns.gpus} GPUs x {ns.hours:g} h", big)):
+    for name, r in (("baseline 8 GPUs x 30 min", base), (f"{ns.gpus} GPUs x {ns.hours:g} h", big)):
         print(f"{name:<28}{r['ticks'] * r['gpus']:>11}{r['engine']:>10.2f}{r['analyse']:>11.2f}{r['render']:>10.2f}"
               f"{r['analyse'] + r['render']:>10.2f}{r['html_mb']:>9.2f}{r['png_mb']:>8.2f}{r['json_mb']:>9.2f}"
               f"{r['episodes']:>8}")

@@ -85,6 +85,19 @@ class Gpulse:
         r.raise_for_status()
         return r.text
 
+    def wait_metrics(self, pred, what: str = "the condition", timeout: float = 30.0) -> str:
+        """Scrape until pred(/metrics text) holds and return that text; every scrape
+        must answer. On timeout, fail with the last body and the exporter's log."""
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.metrics()
+            if pred(text):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"{what} not seen within {timeout}s; last /metrics:\n{text[-3000:]}\n"
+                             f"{self.output()[-2000:]}")
+
     def stop(self) -> int:
         if self.proc.poll() is None:
             self.proc.terminate()

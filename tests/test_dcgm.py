@@ -483,32 +483,19 @@ def test_unreachable_at_start_is_not_fatal():
 
 
 # ---------------------------------------------------------------- gpulse serve --source dcgm
-
-def _wait_metrics(g, pred, timeout=20.0):
-    """Scrape until pred(text) holds; every scrape must answer."""
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = g.metrics()
-        if pred(text):
-            return text
-        time.sleep(0.1)
-    raise AssertionError(f"condition not met; last /metrics:\n{text[-3000:]}")
-
-
 def test_serve_dcgm_endpoint(exporter, gpulse_proc):
     ex = exporter(_text(H100))
     g = gpulse_proc("--source", "dcgm", "--dcgm.url", ex.url, "--dcgm.interval", "200ms", "--dcgm.timeout", "300ms")
-    text = _wait_metrics(g, lambda t: 'gpulse_gpu_power_watts{container="main",gpu="6"' in t)
+    text = g.wait_metrics(lambda t: 'gpulse_gpu_power_watts{container="main",gpu="6"' in t)
     assert ('gpulse_gpu_power_watts{container="main",gpu="6",namespace="dynamo-workload",node=' in text
             and 'pod="vllm-agg-0-vllmdecodeworker-5fljt"} 115.22' in text)
     assert 'model="NVIDIA H100 80GB HBM3"' in text
     # garbage from the endpoint is counted, not served
     ex.body = "\n".join(ln.rsplit(" ", 1)[0] + " 218322032" if ln.startswith('DCGM_FI_DEV_GPU_UTIL{gpu="2"') else ln
                         for ln in ex.body.splitlines()) + "\n"
-    _wait_metrics(g, lambda t: 'gpulse_source_errors_total{call="dcgm_invalid_value"' in t)
+    g.wait_metrics(lambda t: 'gpulse_source_errors_total{call="dcgm_invalid_value"' in t)
     # the endpoint dies: its GPUs go down, scrapes keep answering
     ex.stop()
-    text = _wait_metrics(g, lambda t: 'gpulse_gpu_up{gpu="0",node=' in t and
+    text = g.wait_metrics(lambda t: 'gpulse_gpu_up{gpu="0",node=' in t and
                          any(ln.startswith('gpulse_gpu_up{gpu="0"') and ln.endswith(" 0.0") for ln in t.splitlines()))
     assert 'gpulse_source_errors_total{call="dcgm_scrape"' in text

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import textwrap
-import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -43,18 +42,6 @@ def series(text: str, name: str) -> list[tuple[dict[str, str], float]]:
     return [(dict(x.labels), x.value) for fam in text_string_to_metric_families(text)
             for x in fam.samples if x.name == name]
 
-
-def wait_for(g, predicate, what: str, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = g.metrics()
-        if predicate(text):
-            return text
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}; last /metrics:\n{text[-3000:]}")
-
-
 @pytest.fixture
 def node(tmp_path):
     cluster = FakeCluster([
@@ -86,11 +73,11 @@ def test_imbalance_is_computed_per_workload(gpulse_proc, node):
     # badly imbalanced group.
     plain = gpulse_proc("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "8",
                         "--sim.seed", str(SEED), "--node-name", NODE, "--analysis-window", "3s")
-    text = wait_for(plain, lambda t: imbalance_by_workload(t), "node imbalance")
+    text = plain.wait_metrics(lambda t: imbalance_by_workload(t), "node imbalance")
     node_imbalance = imbalance_by_workload(text)
     assert set(node_imbalance) == {""}
     g = gpulse_proc(*args, env=env)
-    text = wait_for(g, lambda t: {"pretrain", "finetune"} <= set(imbalance_by_workload(t)),
+    text = g.wait_metrics(lambda t: {"pretrain", "finetune"} <= set(imbalance_by_workload(t)),
                     "one group per workload")
     per_job = imbalance_by_workload(text)
     assert "" not in per_job   # every GPU belongs to a job: no node-wide group
@@ -115,7 +102,7 @@ def test_imbalance_is_computed_per_workload(gpulse_proc, node):
 
     # The finetune job ends: its GPUs lose their attribution and its group goes.
     cluster.set_pods([p for p in cluster.pods() if p.name != "finetune-0"])
-    text = wait_for(g, lambda t: "finetune" not in imbalance_by_workload(t)
+    text = g.wait_metrics(lambda t: "finetune" not in imbalance_by_workload(t)
                     and 'workload="finetune"' not in t, "the finished job's series to disappear")
     by_gpu = {lab["gpu"]: lab for lab, _ in series(text, "gpulse_gpu_busy_seconds_total")}
     assert "pod" not in by_gpu["5"] and by_gpu["0"]["pod"] == "pretrain-0"
@@ -127,7 +114,7 @@ def test_api_forbidden_and_missing_socket_keep_metrics_flowing(gpulse_proc, node
     cluster, kubelet, api, env, args = node
     api.status = 403
     g = gpulse_proc(*args, env=env)
-    text = wait_for(g, lambda t: any(lab.get("reason") == "api_forbidden" and v > 0 for lab, v in
+    text = g.wait_metrics(lambda t: any(lab.get("reason") == "api_forbidden" and v > 0 for lab, v in
                                      series(t, "gpulse_attribution_errors_total"))
                     and 'pod="finetune-0"' in t, "api_forbidden counted and pods attributed")
     assert series(text, "gpulse_attribution_up")[0][1] == 0
@@ -141,7 +128,7 @@ def test_api_forbidden_and_missing_socket_keep_metrics_flowing(gpulse_proc, node
 
     missing = [a if a != kubelet.socket_path else str(tmp_path / "absent.sock") for a in args]
     g2 = gpulse_proc(*missing, env=env)
-    text = wait_for(g2, lambda t: any(lab.get("reason") == "socket_missing" and v > 0 for lab, v in
+    text = g2.wait_metrics(lambda t: any(lab.get("reason") == "socket_missing" and v > 0 for lab, v in
                                       series(t, "gpulse_attribution_errors_total")), "socket_missing counted")
     busy = series(text, "gpulse_gpu_busy_seconds_total")
     assert len(busy) == 8 and all("pod" not in lab for lab, _ in busy)
@@ -173,7 +160,7 @@ def test_mig_instances_are_attributed_one_by_one(gpulse_proc, tmp_path):
         g = gpulse_proc("--source", "nvml", "--node-name", MIG_NODE, "--kube.enabled",
                         "--kube.pod-resources-socket", kubelet.socket_path, "--kube.refresh-interval", "1s",
                         env=env)
-        text = wait_for(g, lambda t: len(series(t, "gpulse_gpu_info")) == 10, "2 GPUs + 8 MIG instances")
+        text = g.wait_metrics(lambda t: len(series(t, "gpulse_gpu_info")) == 10, "2 GPUs + 8 MIG instances")
         uuid = {s["gpu"]: s["uuid"] for s in [lab for lab, _ in series(text, "gpulse_gpu_info")]}
         assert uuid["0/7"].startswith("MIG-") and uuid["0"].startswith("GPU-")
 
@@ -186,7 +173,7 @@ def test_mig_instances_are_attributed_one_by_one(gpulse_proc, tmp_path):
                     devices={"model": {"nvidia.com/mig-3g.40gb": [uuid["0/2"]]}},
                     labels={"app.kubernetes.io/instance": "embed"}),
         ])
-        text = wait_for(g, lambda t: sum(1 for lab, _ in series(t, "gpulse_gpu_up") if lab.get("workload")) == 3,
+        text = g.wait_metrics(lambda t: sum(1 for lab, _ in series(t, "gpulse_gpu_up") if lab.get("workload")) == 3,
                         "three attributed MIG instances")
         up = {lab["gpu"]: lab for lab, _ in series(text, "gpulse_gpu_up")}
         assert {gpu for gpu, s in up.items() if s.get("workload") == "chat"} == {"0/7", "1/8"}
@@ -217,13 +204,13 @@ def test_slurm_job_map_end_to_end(gpulse_proc, tmp_path):
         (jobs / str(i)).write_text("101\n" if i < 4 else "102\n")
     g = gpulse_proc("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "8", "--node-name", NODE,
                     "--slurm.job-map-dir", str(jobs), "--kube.refresh-interval", "1s", "--analysis-window", "3s")
-    text = wait_for(g, lambda t: {"101", "102"} <= set(imbalance_by_workload(t)), "one group per Slurm job")
+    text = g.wait_metrics(lambda t: {"101", "102"} <= set(imbalance_by_workload(t)), "one group per Slurm job")
     assert max(imbalance_by_workload(text).values()) < 0.2
     by_gpu = {lab["gpu"]: lab for lab, _ in series(text, "gpulse_gpu_busy_seconds_total")}
     assert by_gpu["2"]["workload"] == "101" and by_gpu["6"]["workload"] == "102"
     assert "pod" not in by_gpu["2"]   # Slurm knows no pods
     for i in range(4, 8):             # the epilog removes job 102's files
         (jobs / str(i)).unlink()
-    text = wait_for(g, lambda t: "102" not in imbalance_by_workload(t) and 'workload="102"' not in t,
+    text = g.wait_metrics(lambda t: "102" not in imbalance_by_workload(t) and 'workload="102"' not in t,
                     "job 102's series to disappear")
     assert [v for _, v in series(text, "gpulse_attribution_up")] == [1.0]

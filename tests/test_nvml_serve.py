@@ -45,26 +45,14 @@ def one(text: str, name: str) -> float | None:
     vals = list(series(text, name).values())
     return vals[0] if vals else None
 
-
-def wait_for(g: Gpulse, pred, timeout: float, what: str) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = g.metrics()
-        if pred(text):
-            return text
-        time.sleep(0.2)
-    raise AssertionError(f"{what} not seen within {timeout}s:\n{text[-3000:]}\n{g.output()[-2000:]}")
-
-
 def test_serve_reports_every_gpu(gpulse_proc, tmp_path):
     g = gpulse_proc("--source", "nvml", env=scenario(tmp_path, """
         gpus 8
         util * const 0.9
         mig 7 3g.40gb:1 3g.40gb:2
     """))
-    text = wait_for(g, lambda t: len([v for v in per_gpu(t, "gpulse_gpu_busy_seconds_total").values() if v > 0]) >= 7,
-                    15, "busy time on every GPU")
+    text = g.wait_metrics(lambda t: len([v for v in per_gpu(t, "gpulse_gpu_busy_seconds_total").values() if v > 0]) >= 7,
+                    "busy time on every GPU", 15)
     up = per_gpu(text, "gpulse_gpu_up")
     assert up == {str(i): 1.0 for i in range(8)} | {"7/1": 1.0, "7/2": 1.0}
     info = {dict(k)["gpu"]: dict(k) for k in series(text, "gpulse_gpu_info")}
@@ -97,8 +85,8 @@ def test_stall_scenario_gives_the_same_derived_metrics_as_the_simulator(gpulse_p
     sim = gpulse_proc("--source", "sim", "--sim.scenario", "sync-stall", "--sim.gpus", "4")
     got = {}
     for name, g in (("nvml", nv), ("sim", sim)):
-        got[name] = wait_for(g, lambda t: one(t, "gpulse_group_stall_period_seconds") is not None
-                             and one(t, "gpulse_group_sampled_seconds_total") >= 8, 25, f"{name} stall period")
+        got[name] = g.wait_metrics(lambda t: one(t, "gpulse_group_stall_period_seconds") is not None
+                             and one(t, "gpulse_group_sampled_seconds_total") >= 8, f"{name} stall period", 25)
     figures = {}
     for name, text in got.items():
         sampled = one(text, "gpulse_group_sampled_seconds_total")
@@ -126,7 +114,7 @@ def test_one_gpu_lost_while_the_others_keep_reporting(gpulse_proc, tmp_path):
         gpus 4
         fault 2 * lost at=1.5
     """))
-    first = wait_for(g, lambda t: per_gpu(t, "gpulse_gpu_up").get("2") == 0, 15, "GPU 2 down")
+    first = g.wait_metrics(lambda t: per_gpu(t, "gpulse_gpu_up").get("2") == 0, "GPU 2 down", 15)
     time.sleep(2.5)
     later = g.metrics()
     up = per_gpu(later, "gpulse_gpu_up")
@@ -161,7 +149,7 @@ def test_hung_call_does_not_delay_scrapes(gpulse_proc, tmp_path):
         assert r.status_code == 200 and one(r.text, "gpulse_exporter_stale") == 1
         time.sleep(0.1)
     assert statistics.median(latencies) < 0.1, latencies
-    text = wait_for(g, lambda t: one(t, "gpulse_exporter_stale") == 0, 8, "recovery after the hang")
+    text = g.wait_metrics(lambda t: one(t, "gpulse_exporter_stale") == 0, "recovery after the hang", 8)
     assert per_gpu(text, "gpulse_gpu_up") == {"0": 1, "1": 1}
 
 
@@ -186,5 +174,5 @@ def test_driver_not_loaded_exits_unless_waiting(gpulse_proc, tmp_path):
     assert rc == 1 and "driver is not loaded" in out and "Traceback" not in out, out
     waiting = gpulse_proc("--source", "nvml", "--nvml.wait",
                           env=scenario(tmp_path, "gpus 2\ninit_error 9 until=2\n", "later.txt"))
-    text = wait_for(waiting, lambda t: per_gpu(t, "gpulse_gpu_up") == {"0": 1, "1": 1}, 15, "GPUs after the driver came")
+    text = waiting.wait_metrics(lambda t: per_gpu(t, "gpulse_gpu_up") == {"0": 1, "1": 1}, "GPUs after the driver came", 15)
     assert "gpulse_gpu_info" in text

@@ -4,7 +4,6 @@ import re
 import subprocess
 import time
 
-import pytest
 import requests
 
 from conftest import ROOT, require_binary

@@ -86,16 +86,11 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
             f.gauge("gpulse_gpu_peer_deviation", doc, {**lab, "signal": "active"}, v.deviation_active)
         if v.last_sample_wall is not None:
             f.gauge("gpulse_gpu_last_sample_timestamp_seconds", "Unix time of this GPU's latest sample.", lab, v.last_sample_wall)
-        for key, val in v.gauges.items():
-            fam = GAUGES.get(key)
-            if fam is None:
-                continue
-            _add_family(f, "gauge", fam.key, fam.help, fam.labels, lab, val)
-        for key, val in v.counters.items():
-            fam = COUNTERS.get(key)
-            if fam is None:
-                continue
-            _add_family(f, "counter", fam.key, fam.help, fam.labels, lab, val)
+        for kind, values, catalog in (("gauge", v.gauges, GAUGES), ("counter", v.counters, COUNTERS)):
+            for key, val in values.items():
+                fam = catalog.get(key)
+                if fam is not None:
+                    _add_family(f, kind, fam.key, fam.help, fam.labels, lab, val)
     for g in snap.groups:
         lab = _group_labels(node, g.workload)
         f.gauge("gpulse_group_gpus", "GPUs in the peer group.", lab, len(g.gpus))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
                        load_balance, peer_deviation, spin_gate_watts, stall_period)

@@ -12,7 +12,6 @@ ticks costs about 30 MB.
 """
 from __future__ import annotations
 
-import math
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable

@@ -39,7 +39,6 @@ from statistics import median
 from typing import Any
 
 from ..analysis import imbalance as imbalance_of, load_balance, peer_deviation, stall_period
-from ..analysis.coidle import Episode
 from .collect import GpuTrack, GroupTrack, Recording
 
 WORK_BUSY = 0.5

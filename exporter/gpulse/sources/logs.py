@@ -26,7 +26,7 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ..model import DeviceInfo, Sample
 from .base import SourceError
