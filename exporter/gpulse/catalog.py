@@ -29,7 +29,10 @@ GAUGES: dict[str, Family] = {f.key: f for f in (
     Family("fan_speed_ratio", "Fan speed as a fraction of its maximum."),
     Family("remapped_rows", "Rows remapped by the memory controller since boot.", ("type",)),
     Family("remapping_pending", "1 when a row remapping waits for a GPU reset."),
+    Family("sm_active_ratio", "Fraction of time an SM had at least one warp resident, averaged over SMs (DCGM profiling)."),
     Family("tensor_active_ratio", "Fraction of cycles the tensor pipes were active (DCGM profiling)."),
+    Family("dram_active_ratio", "Fraction of cycles the device memory interface was sending or receiving data (DCGM profiling)."),
+    Family("memory_copy_utilization_ratio", "Fraction of time device memory was being read or written (DCGM_FI_DEV_MEM_COPY_UTIL)."),
     Family("gr_engine_active_ratio", "Fraction of time the graphics/compute engine was active (DCGM profiling)."),
 )}
 

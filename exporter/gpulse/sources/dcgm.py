@@ -59,6 +59,8 @@ FIELDS: dict[str, Field] = {
     "DCGM_FI_DEV_FB_USED": Field("sample:memory_used_bytes", MIB, 0.0, 2.0 ** 24),
     # gauges
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": Field("gauge:tensor_active_ratio", **_RATIO),
+    "DCGM_FI_PROF_DRAM_ACTIVE": Field("gauge:dram_active_ratio", **_RATIO),
+    "DCGM_FI_DEV_MEM_COPY_UTIL": Field("gauge:memory_copy_utilization_ratio", **_PCT),
     "DCGM_FI_DEV_FB_TOTAL": Field("gauge:memory_total_bytes", MIB, 0.0, 2.0 ** 24),
     "DCGM_FI_DEV_FB_FREE": Field("fb:free", MIB, 0.0, 2.0 ** 24),
     "DCGM_FI_DEV_FB_RESERVED": Field("fb:reserved", MIB, 0.0, 2.0 ** 24),
@@ -253,6 +255,8 @@ class DcgmMapper:
                 gauges["memory_total_bytes"] = sample_kw["memory_used_bytes"] + fb["free"] + fb.get("reserved", 0.0)
         if "gr_active" in sample_kw:
             gauges["gr_engine_active_ratio"] = sample_kw["gr_active"]
+        if "sm_active" in sample_kw:
+            gauges["sm_active_ratio"] = sample_kw["sm_active"]
         limit = limits.get("enforced", limits.get("mgmt"))
         if limit is not None:
             gauges["power_limit_watts"] = limit
