@@ -378,8 +378,8 @@ def test_slow_api_never_blocks_lookup(cluster, kubelet, api):
         att.stop()
 
 
-def test_disabled_and_grpc_missing(monkeypatch, tmp_path):
-    assert make_attributor(test_config()) is None
+def hide_grpc(monkeypatch) -> None:
+    """Imports of grpc fail from here on, as without the [kube] extra."""
     import builtins
 
     real_import = builtins.__import__
@@ -390,6 +390,11 @@ def test_disabled_and_grpc_missing(monkeypatch, tmp_path):
         return real_import(name, *a, **kw)
 
     monkeypatch.setattr(builtins, "__import__", no_grpc)
+
+
+def test_disabled_and_grpc_missing(monkeypatch, tmp_path):
+    assert make_attributor(test_config()) is None
+    hide_grpc(monkeypatch)
     with pytest.raises(ConfigError, match=r"^kube.enabled: needs grpcio"):
         make_attributor(test_config(kube__enabled=True))
 
