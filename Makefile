@@ -6,7 +6,7 @@ SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 BASE   := $(VENV)/.base-$(SUM)
 TESTS  := $(VENV)/.test-$(SUM)
 
-.PHONY: demo test bench dashboards proto clean
+.PHONY: demo test bench dashboards proto chart clean
 
 # the demo needs only gpulse itself; the tests add the [test] extra
 $(BASE): pyproject.toml
@@ -32,6 +32,10 @@ bench: $(BASE)
 dashboards: $(TESTS)
 	$(PY) -m pip install --quiet "$$($(PY) grafana/generate.py --requirement)"
 	$(PY) grafana/generate.py
+
+# The Helm chart as a self-contained package (rules and dashboards inside): dist/gpulse-<version>.tgz
+chart: $(TESTS)
+	$(PY) helm/package_chart.py
 
 proto: $(TESTS)
 	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh

@@ -25,7 +25,8 @@ SCHEMA = json.loads((CHART / "values.schema.json").read_text())
 
 @pytest.fixture(scope="module")
 def chart():
-    with helm.Chart.load(CHART) as c:
+    from helmchart import packaged
+    with helm.Chart.load(packaged()) as c:
         yield c
 
 
