@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from conftest import IN_CI, ROOT, wait_http
+from helmchart import packaged
 
 
 def _need(module: str):
@@ -51,7 +52,8 @@ OPERATOR_API = ["monitoring.coreos.com/v1"]
 
 @pytest.fixture(scope="module")
 def chart():
-    with helm.Chart.load(CHART) as c:
+    """The packaged chart (.tgz), as a registry would serve it."""
+    with helm.Chart.load(packaged()) as c:
         yield c
 
 
@@ -201,6 +203,7 @@ def matrix() -> dict[str, tuple[dict, list[str]]]:
         "attribution": ({"attribution": {"enabled": True},
                          "config": {"kube": {"copy_labels": ["team", "queue"], "refresh_interval": "30s"}}},
                         OPERATOR_API),
+        "attribution-off": ({"attribution": {"enabled": False}}, []),
         "attribution-socket-only": ({"attribution": {"enabled": True, "kubeApi": False, "runAsRoot": False},
                                      "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001,
                                                             "supplementalGroups": [993],
@@ -246,7 +249,7 @@ def matrix() -> dict[str, tuple[dict, list[str]]]:
     }
 
 
-CASES = ["defaults", "with-operator", "attribution", "attribution-socket-only", "tls-basic-auth",
+CASES = ["defaults", "with-operator", "attribution", "attribution-off", "attribution-socket-only", "tls-basic-auth",
          "existing-web-config", "podmonitor", "scheduling", "dcgm-source", "rules-tuned", "everything-off"]
 
 
@@ -267,7 +270,7 @@ def test_renders_and_validates_strictly(chart, case):
 @pytest.mark.parametrize("case", CASES)
 def test_lint_strict(case):
     values, _ = matrix()[case]
-    report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE)
+    report = helm.lint(packaged(), values, strict=True, namespace=NAMESPACE)
     problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
     assert not problems, problems
 
@@ -306,8 +309,8 @@ def test_default_daemonset_runs_on_gpu_nodes_only(chart):
     assert not any(k.startswith("nvidia.com/") for k in limits)
 
 
-def test_default_security_context_is_locked_down(chart):
-    manifests = docs(render(chart))
+def test_without_attribution_the_pod_is_locked_down(chart):
+    manifests = docs(render(chart, {"attribution": {"enabled": False}}))
     pod = one(manifests, "DaemonSet")["spec"]["template"]["spec"]
     sc = container(manifests)["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -322,6 +325,7 @@ def test_default_security_context_is_locked_down(chart):
     assert not pod.get("hostNetwork") and not pod.get("hostPID")
     kinds = {d["kind"] for d in manifests}
     assert not kinds & {"ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Secret"}, kinds
+    assert "--no-kube.enabled" in container(manifests)["args"]
 
 
 def test_resources_have_requests_and_limits(chart):
@@ -541,17 +545,6 @@ def test_stale_threshold_override_fails(chart):
     with pytest.raises(helm.HelmError, match=re.escape(f"prometheusRule.alerts.{alert}.thresholds")):
         render(chart, {"prometheusRule": {"alerts": {alert: {"thresholds": {"> 12345.678": "> 1"}}}}},
                api_versions=OPERATOR_API)
-
-
-def test_packaged_chart_carries_the_rules_and_dashboards(chart, tmp_path):
-    """`helm package` follows the links: the archive a registry would serve
-    renders the same objects as the chart folder."""
-    archive = helm.package(CHART, destination=tmp_path)
-    with helm.Chart.load(archive) as packaged:
-        names = {f["name"] for f in packaged.files}
-        assert {f"files/rules/{f.name}" for f in rule_files()} <= names
-        assert {f"files/dashboards/{f.name}" for f in dashboard_files()} <= names
-        assert docs(render(packaged, api_versions=OPERATOR_API)) == docs(render(chart, api_versions=OPERATOR_API))
 
 
 def test_dashboard_configmaps_equal_the_dashboard_files(chart):

@@ -16,6 +16,11 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The namespace of every namespaced object. */}}
+{{- define "gpulse.namespace" -}}
+{{- .Values.namespaceOverride | default .Release.Namespace | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* A name with a suffix, still within 63 characters. Call with (list $ "suffix"). */}}
 {{- define "gpulse.suffixed" -}}
 {{- $root := index . 0 -}}
@@ -39,17 +44,40 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- end -}}
 
+{{/* [registry/]repository(@digest|:tag); global.imageRegistry wins over image.registry. */}}
 {{- define "gpulse.image" -}}
+{{- $registry := (.Values.global | default dict).imageRegistry | default .Values.image.registry | trimSuffix "/" -}}
+{{- $repo := ternary (printf "%s/%s" $registry .Values.image.repository) .Values.image.repository (ne $registry "") -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repo .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+attribution.enabled as "auto", "true" or "" (off). auto leaves gpulse's own
+default (kube.enabled auto: on where the socket exists); true insists.
+*/}}
+{{- define "gpulse.attribution" -}}
+{{- $e := .Values.attribution.enabled -}}
+{{- if eq (toString $e) "auto" -}}auto{{- else if $e -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The runbook prefix the rules and dashboards of this repository carry; the
+templates swap it for .Values.runbookBaseUrl (tests/test_helm_values.py keeps it
+equal to that value's default and to every runbook link in the files).
+Call with (list $ text).
+*/}}
+{{- define "gpulse.runbooks" -}}
+{{- $root := index . 0 -}}
+{{- index . 1 | replace "https://github.com/gpulse/gpulse/blob/main/docs/runbooks" ($root.Values.runbookBaseUrl | trimSuffix "/") -}}
 {{- end -}}
 
 {{/* Attribution reads the Kubernetes API: the only case that needs a token and RBAC. */}}
 {{- define "gpulse.needsKubeApi" -}}
-{{- if and .Values.attribution.enabled .Values.attribution.kubeApi -}}true{{- end -}}
+{{- if and (include "gpulse.attribution" .) .Values.attribution.kubeApi -}}true{{- end -}}
 {{- end -}}
 
 {{- define "gpulse.createServiceAccount" -}}
