@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "exporter"))
 
 from gpulse import config as gcfg  # noqa: E402
+from generated import write_or_check  # noqa: E402
 
 SCHEMA = ROOT / "helm" / "gpulse" / "values.schema.json"
 
@@ -100,15 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only report whether the file is up to date")
     args = ap.parse_args(argv)
     text = SCHEMA.read_text(encoding="utf-8")
-    wanted = render(json.loads(text))
-    if args.check:
-        if text != wanted:
-            print(f"{SCHEMA.relative_to(ROOT)} is out of date with gpulse/config.py FIELDS: "
-                  f"run python helm/sync_config_schema.py", file=sys.stderr)
-            return 1
-        return 0
-    SCHEMA.write_text(wanted, encoding="utf-8")
-    return 0
+    return write_or_check(SCHEMA, text, render(json.loads(text)), args.check,
+                          f"{SCHEMA.relative_to(ROOT)} is out of date with gpulse/config.py FIELDS: "
+                          f"run python helm/sync_config_schema.py")
 
 
 if __name__ == "__main__":
