@@ -661,18 +661,24 @@ def test_tls_and_basic_auth_keep_probes_open_and_metrics_closed(chart, gpulse_pr
 
 # ------------------------------------------------------------------ the commands docs/kubernetes.md shows
 
+INSTALL_DOCS = ("docs/kubernetes.md", "README.md", "helm/gpulse/README.md", "docs/migrating-from-dcgm-exporter.md")
+
+
 def _documented_installs() -> list[list[str]]:
-    doc = (ROOT / "docs" / "kubernetes.md").read_text() + (ROOT / "README.md").read_text()
+    """`helm install|upgrade` of the chart folder or of the package `make chart` writes."""
+    doc = "".join((ROOT / p).read_text() for p in INSTALL_DOCS)
     text = re.sub(r"\\\n\s*", " ", doc)  # join continued shell lines
     commands = [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("helm ")]
-    return [c for c in commands if c[1] in ("install", "upgrade") and "./helm/gpulse" in c]
+    return [c for c in commands if c[1] in ("install", "upgrade")
+            and any(a == "./helm/gpulse" or re.fullmatch(r"dist/gpulse-[\d.]+\.tgz", a) for a in c)]
 
 
 def test_documented_install_commands_render(chart):
-    """Each `helm install ./helm/gpulse ...` in docs/kubernetes.md and README.md,
-    with its --set and -f values, passes the schema and renders valid manifests."""
+    """Each `helm install` of the chart in INSTALL_DOCS, with its --set and -f
+    values, passes the schema and renders valid manifests (from the package)."""
     installs = _documented_installs()
-    assert len(installs) >= 3, "docs/kubernetes.md shows the plain, kube-prometheus-stack and attribution installs"
+    assert len(installs) >= 6, "the plain, kube-prometheus-stack, attribution, dcgm and packaged installs"
+    assert any(any(a.startswith("dist/") for a in c) for c in installs)
     doc = (ROOT / "docs" / "kubernetes.md").read_text()
     for cmd in installs:
         values: dict = {}

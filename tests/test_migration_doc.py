@@ -120,20 +120,20 @@ def test_every_recipe_parses(tmp_path):
         assert "DCGM_FI_" in dcgm and "DCGM_FI_" not in gpulse.split("label_replace")[0], (dcgm, gpulse)
 
 
-def test_the_side_by_side_install_renders():
-    """The doc's `helm install` for gpulse reading dcgm-exporter passes the chart's
-    schema and renders a DaemonSet pointed at the node's dcgm-exporter."""
-    from test_helm import container, docs, helm, render
+def test_the_side_by_side_install_points_gpulse_at_dcgm_exporter():
+    """The doc's `helm install` (rendered with the others by test_helm) sets up
+    gpulse reading the node's dcgm-exporter."""
+    from test_helm import INSTALL_DOCS, _documented_installs, _merge, container, docs, helm, render
     from helmchart import packaged
+    assert "docs/migrating-from-dcgm-exporter.md" in INSTALL_DOCS
     joined = re.sub(r"\\\n\s*", " ", DOC)
     (line,) = [ln.strip() for ln in joined.splitlines() if ln.strip().startswith("helm install gpulse ")]
+    assert shlex.split(line) in _documented_installs()
     args = shlex.split(line)
     values: dict = {}
     for i, a in enumerate(args):
         if a == "--set":
-            for k, v in helm.parse_set_string(args[i + 1]).items():
-                values[k] = {**values[k], **v} if isinstance(v, dict) and isinstance(values.get(k), dict) else v
+            values = _merge(values, helm.parse_set_string(args[i + 1]))
     with helm.Chart.load(packaged()) as chart:
-        chart.validate_schema(values)
         c = container(docs(render(chart, values)))
     assert "--source=dcgm" in c["args"] and "--dcgm.url=http://$(HOST_IP):9400/metrics" in c["args"]
