@@ -14,7 +14,7 @@ from tlsutil import bcrypt_hash, write_web_config
 
 from gpulse.config import test_config
 from gpulse.report.findings import analyse
-from gpulse.report.heatmap import lut
+from gpulse.palette import lut
 from gpulse.report.inputs import from_source
 from gpulse.report.png import decode_png_rgb
 from gpulse.report.render import write_outputs
