@@ -16,7 +16,7 @@ from .clock import elapsed
 from .findings import Analysis
 from .font import ADVANCE, HEIGHT, text_width
 from .png import Canvas
-from .render import Picture, elapsed_tick, ordered, row_height, straggler_badge
+from .render import Picture, elapsed_tick, natural_key, ordered, row_height, straggler_badge
 
 PNG_MAX_WIDTH = 2000          # heatmap columns in the PNG
 MIN_PLOT = 800                # px: short runs get wider columns so the text fits
@@ -88,7 +88,7 @@ def render_png(a: Analysis, max_width: int = PNG_MAX_WIDTH, order: str = "natura
 
     # title and what is shown
     y = M
-    nodes = sorted({g.node for g in p.gpus if g.node})
+    nodes = sorted({g.node for g in p.gpus if g.node}, key=natural_key)
     text(M, y, f"gpulse heatmap: {p.rec.source}", ink, 2)
     y += 18
     when = (f"{p.clock.wall(p.t0, True)} to {p.clock.wall(p.t1, True)} ({elapsed(p.t1 - p.t0)})"
@@ -152,9 +152,9 @@ def render_png(a: Analysis, max_width: int = PNG_MAX_WIDTH, order: str = "natura
     bar = 160
     text(M, y + 2, "idle")
     bx = M + text_width("idle") + 6
-    stops = palette.lut()[:palette.NO_DATA]
+    ramp = palette.lut()[:palette.NO_DATA]
     for i in range(bar):
-        cv.fill(bx + i, y, 1, 10, stops[round(i / (bar - 1) * (len(stops) - 1))])
+        cv.fill(bx + i, y, 1, 10, ramp[round(i / (bar - 1) * (len(ramp) - 1))])
     x = text(bx + bar + 6, y + 2, "working") + 16
     cv.fill(x, y, 10, 10, palette.STALL_RGB)
     x = text(x + 14, y + 2, "sync stall") + 16
