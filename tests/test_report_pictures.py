@@ -392,3 +392,20 @@ def test_cli_order_flag(tmp_path):
     assert labels[0] == "0" and sorted(labels) == [str(i) for i in range(8)]     # the straggler first
     bad = run_cli("--input", str(src), "--out", str(tmp_path), "--order", "random")
     assert bad.returncode == 2 and "invalid choice: 'random'" in bad.stderr
+
+
+def test_work_time_card_counts_parallel_groups_once():
+    a = analyse(fleet(["node-1", "node-2", "node-3"], "node-2"))
+    doc = a.as_json()
+    span = a.rec.times[-1] - a.t0
+    assert 60 < float(card_map(render_html(a, doc))["work"][0].rstrip(" s")) <= span
+
+
+def test_binning_one_tick_per_column_matches_the_general_path():
+    from gpulse.report import heatmap
+    num = [0.0, 0.5, 1.2, float("nan"), 0.25, -0.1, 0.7]
+    den = [1.0, 1.0, 1.0, 1.0, float("nan"), 1.0, 0.0]
+    fast = heatmap.binned(num, den, len(num))
+    assert list(fast) == [heatmap.cell(n / d) if d > 0 else palette.NO_DATA for n, d in zip(num, den)]
+    assert list(fast) == [0, 127, 254, 255, 255, 0, 255]
+    assert heatmap.binned(num[:2], den[:2], 1) == bytes([heatmap.cell(0.25)])

@@ -32,8 +32,8 @@ def _cells_line(cells: bytes, table: list[bytes]) -> bytes:
 
 
 def render_png(a: Analysis, max_width: int = PNG_MAX_WIDTH, order: str = "natural",
-               doc: dict[str, Any] | None = None) -> bytes:
-    p = Picture(a, max_width, order, doc)
+               doc: dict[str, Any] | None = None, picture: Picture | None = None) -> bytes:
+    p = picture or Picture(a, max_width, order, doc)
     col_px = max(1, MIN_PLOT // p.cols)
     plot_w = p.cols * col_px
     lut = [bytes(c) * col_px for c in palette.lut()]
@@ -44,13 +44,13 @@ def render_png(a: Analysis, max_width: int = PNG_MAX_WIDTH, order: str = "natura
     # rows: (label, cells) in drawing order; a second block drills into one node
     def gpu_rows(first: int, end: int) -> list[tuple[str, bytes]]:
         out = []
-        for g, cells in zip(p.gpus[first:end], p.cells[mode][first:end]):
+        for g, cells in zip(p.gpus[first:end], p.rows(mode)[first:end]):
             st = p.stragglers.get(g.key)
             out.append((p.label(g) + (f" ({straggler_badge(st)[0]} straggler)" if st else ""), cells))
         return out
     if p.grouped:
         blocks = [("", [(f"{n or 'node'} ({b - a_} GPUs)", cells)
-                        for (n, a_, b), cells in zip(p.nodes, p.node_cells[mode])])]
+                        for (n, a_, b), cells in zip(p.nodes, p.node_rows(mode))])]
         worst = ordered(a, "worst")[0].node
         k = next(i for i, nd in enumerate(p.nodes) if nd[0] == worst)
         n, first, end = p.nodes[k]

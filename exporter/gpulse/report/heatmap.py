@@ -37,6 +37,16 @@ def binned(num: Sequence[float], den: Sequence[float], cols: int) -> bytes:
     """Σnum/Σden over `cols` equal bins of the ticks (ticks without data, den ≤ 0 or
     NaN, are left out of their bin; a bin with none is NO_DATA)."""
     n = len(num)
+    top = NO_DATA - 1
+    if cols >= n:                  # one tick per column: the common case, kept cheap
+        out = bytearray([NO_DATA]) * cols
+        for i in range(n):
+            d = den[i]
+            if d > 0:
+                x = num[i] / d
+                if x == x:                          # NaN stays NO_DATA
+                    out[i] = 0 if x <= 0 else top if x >= 1 else round(x * top)
+        return bytes(out)
     out = bytearray(cols)
     for c in range(cols):
         a = c * n // cols

@@ -89,12 +89,7 @@ class Picture:
         self.t0 = a.t0
         self.t1 = rec.times[-1] if rec.ticks else a.t0
         self.dt = (self.t1 - self.t0) / self.cols if self.cols else rec.interval
-        self.cells = {
-            "work": [heatmap.binned(heatmap.work_seconds(g.active, g.spin_wait), g.sampled, self.cols)
-                     for g in self.gpus],
-            "busy": [heatmap.binned(g.busy, g.sampled, self.cols) for g in self.gpus],
-            "active": [heatmap.binned(g.active, g.sampled, self.cols) for g in self.gpus],
-        }
+        self._cells: dict[str, list[bytes]] = {}
         self.stall = self._stall_row()
         self.stragglers = {s["key"]: s for s in a.stragglers}
         self.nodes: list[tuple[str, int, int]] = []          # (node, first row, last row + 1)
@@ -104,8 +99,6 @@ class Picture:
             else:
                 self.nodes.append((g.node, i, i + 1))
         self.grouped = len(self.gpus) >= GROUP_AT and len(self.nodes) > 1
-        self.node_cells = {m: [heatmap.mean_rows(rows[a_:b]) for _, a_, b in self.nodes]
-                           for m, rows in self.cells.items()} if self.grouped else {}
         doc = doc if doc is not None else a.as_json()
         self.findings = doc["findings"]
         # finding number (1-based, as listed) -> its spans clipped to the run
@@ -115,6 +108,23 @@ class Picture:
             sp = [s for s in sp if s[1] > s[0]]
             if sp:
                 self.spans.append((n, sp))
+
+    def rows(self, mode: str) -> list[bytes]:
+        """Every GPU's cells in one colouring (palette.MODES), binned on first use."""
+        if mode not in self._cells:
+            num = {"work": lambda g: heatmap.work_seconds(g.active, g.spin_wait), "busy": lambda g: g.busy,
+                   "active": lambda g: g.active}[mode]
+            self._cells[mode] = [heatmap.binned(num(g), g.sampled, self.cols) for g in self.gpus]
+        return self._cells[mode]
+
+    @property
+    def cells(self) -> dict[str, list[bytes]]:
+        return {m: self.rows(m) for m in palette.MODES}
+
+    def node_rows(self, mode: str) -> list[bytes]:
+        """One row per node: the mean of its GPUs' cells."""
+        rows = self.rows(mode)
+        return [heatmap.mean_rows(rows[a:b]) for _, a, b in self.nodes]
 
     def _stall_row(self) -> bytes:
         """Share of each column the peer groups spent in sync stalls (mean over groups)."""
@@ -386,7 +396,7 @@ def cards(p: Picture, doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                             for s in sorted(p.a.stragglers, key=lambda s: -s["gap"])) or "none"
     return [
         ("run", "run", f"{run['duration_seconds']:.0f} s", "from the first to the last sample"),
-        ("work", "work time", f"{run['work_seconds']:.0f} s",
+        ("work", "work time", f"{_work_span(doc):.0f} s",
          "time with sustained GPU work; start-up, exit and gaps left out. The shares below are of this time"),
         ("gpus", "GPUs", str(run["gpus"]), "GPUs in the report"),
         ("stall_fraction", "time lost to sync stalls", _pct(doc["stall_fraction"]),
@@ -400,6 +410,18 @@ def cards(p: Picture, doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
          "the GPUs everyone waits for: cold = its rank is busy off the GPU while the others spin-wait; "
          "hot = it computes longer than its peers"),
     ]
+
+
+def _work_span(doc: dict[str, Any]) -> float:
+    """Seconds in which some group was at work (the union of the work phases, so
+    several groups working at once count once)."""
+    spans = sorted((ph["start"], ph["start"] + ph["duration_seconds"]) for ph in doc["phases"] if ph["kind"] == "work")
+    total, end = 0.0, -math.inf
+    for a, b in spans:
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
 
 
 def _summary(p: Picture, doc: dict[str, Any]) -> str:
@@ -421,8 +443,9 @@ def _heatmap_block(p: Picture, rows: list[str], rh: int, canvas_id: str, strips:
             f"</canvas>{_bands(p)}{_span_boxes(p)}</div>{_axis(p)}</div></div>")
 
 
-def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS, order: str = "natural") -> str:
-    p = Picture(a, max_cols, order, doc)
+def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS, order: str = "natural",
+                picture: Picture | None = None) -> str:
+    p = picture or Picture(a, max_cols, order, doc)
     run = doc["run"]
     c = p.clock
     when = (f"{c.wall(p.t0, True)} – {c.wall(p.t1, True)}" if c.epoch else f"{run['duration_seconds']:.0f} s")
@@ -436,9 +459,11 @@ def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS, o
     if p.grouped:
         rh = row_height(len(p.nodes))
         drh = row_height(max(b - a_ for _, a_, b in p.nodes))
-        first = p.nodes[0]
-        options = "".join(f"<option value='{k}'>{_esc(n or 'node')} ({b - a_} GPUs)</option>"
-                          for k, (n, a_, b) in enumerate(p.nodes))
+        worst = ordered(a, "worst")[0].node        # the drill-down opens on the worst node
+        pick = next(k for k, nd in enumerate(p.nodes) if nd[0] == worst)
+        first = p.nodes[pick]
+        options = "".join(f"<option value='{k}'{' selected' if k == pick else ''}>{_esc(n or 'node')} "
+                          f"({b - a_} GPUs)</option>" for k, (n, a_, b) in enumerate(p.nodes))
         heat = (f"<p class='muted'>{len(p.gpus)} GPUs on {len(p.nodes)} nodes: one row per node (the mean of its "
                 f"GPUs); pick a node below, or click its row, for its GPUs.</p>"
                 + _heatmap_block(p, [_node_label(p, n, a_, b, rh) for n, a_, b in p.nodes], rh, "heatmap", True)
@@ -478,7 +503,7 @@ def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS, o
     }
     if p.grouped:
         data["nodes"] = [{"name": n or "node", "first": a_, "end": b} for n, a_, b in p.nodes]
-        data["node_cells"] = {m: heatmap.b64(rows) for m, rows in p.node_cells.items()}
+        data["node_cells"] = {m: heatmap.b64(p.node_rows(m)) for m in palette.MODES}
     page = web_asset("report.html")
     title = f"gpulse report — {doc['source']}"
     for key, value in (("{{TITLE}}", _esc(title)), ("{{STYLE}}", page_style()),
@@ -501,17 +526,19 @@ def _clock_json(p: Picture) -> dict[str, Any]:
 # ------------------------------------------------------------------ outputs
 
 def write_outputs(a: Analysis, out_dir: str, max_cols: int = MAX_COLUMNS, order: str = "natural") -> dict[str, str]:
-    from .figure import render_png
+    from .figure import PNG_MAX_WIDTH, render_png
     os.makedirs(out_dir, exist_ok=True)
     doc = a.as_json()
     paths = {name: os.path.join(out_dir, name) for name in ("report.html", "heatmap.png", "findings.json")}
     with open(paths["findings.json"], "w", encoding="utf-8") as fh:
         json.dump(doc, fh, indent=2)
         fh.write("\n")
+    p = Picture(a, max_cols, order, doc)
     with open(paths["report.html"], "w", encoding="utf-8") as fh:
-        fh.write(render_html(a, doc, max_cols, order))
+        fh.write(render_html(a, doc, picture=p))
     with open(paths["heatmap.png"], "wb") as fh:
-        fh.write(render_png(a, order=order, doc=doc))
+        # the same binning serves the PNG unless the page has more columns than it takes
+        fh.write(render_png(a, order=order, doc=doc, picture=p if p.cols <= PNG_MAX_WIDTH else None))
     return paths
 
 
