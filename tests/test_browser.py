@@ -287,3 +287,16 @@ def test_live_page_uses_the_palette_and_names_a_straggler(browser, gpulse_proc):
     assert badge.text == palette.STRAGGLER["busier"][0]
     assert "GPU 1 (hot)" in browser.find_element("id", "stragglers").text
     assert console_errors(browser) == []
+
+
+def test_page_writes_times_as_the_report_does(browser, tmp_path):
+    from gpulse.report.clock import Clock, elapsed
+    load(browser, make_report(tmp_path, "balanced", 2, 30).as_uri())
+    for s in (0, 12, 245, 3725):
+        got = browser.execute_script("return gpulse.fmtTime(arguments[0], {epoch: false, t0: 0, offset: 0})", s)
+        assert got == f"{elapsed(s)} into the recording" == Clock(epoch=False).when(s, 0)
+    t = 1753576947.0            # 2025-07-27 00:42:27 UTC
+    got = browser.execute_script("return gpulse.fmtTime(arguments[0], {epoch: true, t0: arguments[0] - 5, "
+                                 "offset: 7200})", t)
+    from gpulse.report.clock import parse_zone
+    assert got == Clock(zone=parse_zone("+02:00")).when(t, t - 5) == "02:42:27 (5 s into the recording)"

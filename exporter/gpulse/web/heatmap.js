@@ -92,8 +92,10 @@ gpulse.pct = function (v) { return v === 255 ? "no data" : Math.round(v / 254 * 
    and the time since the start of the recording. */
 gpulse.fmtTime = function (t, clock) {
   var s = Math.max(0, Math.round(t - clock.t0));
-  var since = (s >= 3600 ? Math.floor(s / 3600) + " h " : "") + (s >= 60 ? Math.floor(s % 3600 / 60) + " min " : "") +
-    (s % 60) + " s into the recording";
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+  /* as report/clock.py's elapsed(): 12 s, 4 min 05 s, 1 h 02 min */
+  var since = (s < 60 ? s + " s" : s < 3600 ? Math.floor(s / 60) + " min " + two(s % 60) + " s" :
+    Math.floor(s / 3600) + " h " + two(Math.floor(s % 3600 / 60)) + " min") + " into the recording";
   if (!clock.epoch) return since;
   var d = new Date((t + clock.offset) * 1000);
   return d.toISOString().substr(11, 8) + " (" + since + ")";
