@@ -7,7 +7,6 @@ import re
 import subprocess
 import sys
 import os
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +22,7 @@ from gpulse.report.figure import render_png
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log, from_source
 from gpulse.report.png import Canvas, decode_png_rgb
-from gpulse.report.render import Picture, cards, ordered, render_html
+from gpulse.report.render import Picture, ordered, render_html
 from gpulse.sources.sim import SimSource
 
 TRACES = "traces/h100-8gpu/"
@@ -114,7 +113,7 @@ def test_palette_is_defined_only_in_palette_py():
     assert stall_rules and all("var(--gpulse-stall" in body for _, body in stall_rules)
 
 
-def test_the_check_catches_a_stray_palette(tmp_path):
+def test_the_check_catches_a_stray_palette():
     """The spellings the check looks for are what a copy of the palette would contain."""
     copy_of_viridis = "STOPS = ((0x44, 0x01, 0x54), (0x48, 0x28, 0x78))\nRED = '#e01e84'\n"
     found = {s for s in palette_spellings() if s in copy_of_viridis.lower()}

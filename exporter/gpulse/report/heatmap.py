@@ -22,11 +22,6 @@ def cell(x: float | None) -> int:
     return round(min(1.0, max(0.0, x)) * (NO_DATA - 1))
 
 
-def fraction(v: int) -> float:
-    """A cell byte back to its fraction (NaN for no data)."""
-    return math.nan if v == NO_DATA else v / (NO_DATA - 1)
-
-
 def work_seconds(active: Sequence[float], spin: Sequence[float]) -> list[float]:
     """Per tick, the seconds the work score counts: real work + SPIN_WEIGHT × spin-wait
     (palette.work_score over a tick's integrals)."""
