@@ -249,7 +249,7 @@ def test_finding_spans_are_marked_in_the_png_and_the_page():
     assert page.count(f"class='strip fspans' data-finding='{n}'") == 1
     assert page.count(f"class='fbox' data-finding='{n}'") == 2
     item = re.search(rf"<li [^>]*data-finding='{n}'>(.*?)</li>", page).group(1)
-    assert "when: " in item and "3 min 20 s to 5 min 20 s after the start (2 min 00 s)" in item
+    assert "when: " in item and "3 min 20 s to 5 min 20 s into the recording (2 min 00 s)" in item
 
 
 def test_spans_outside_the_run_or_empty_are_ignored():

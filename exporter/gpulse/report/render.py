@@ -232,7 +232,7 @@ def _finding_lanes(p: Picture) -> tuple[str, str]:
 
 def _span_text(p: Picture, a: float, b: float) -> str:
     when = f"{p.clock.wall(a)}–{p.clock.wall(b)}, " if p.clock.epoch else ""
-    return f"{when}{elapsed(a - p.t0)} to {elapsed(b - p.t0)} after the start ({elapsed(b - a)})"
+    return f"{when}{elapsed(a - p.t0)} to {elapsed(b - p.t0)} into the recording ({elapsed(b - a)})"
 
 
 def _bands(p: Picture, limit: int = 300) -> str:
@@ -390,8 +390,8 @@ def cards(p: Picture, doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     real = imb["whole_run"]
     real_note = "(max − min) / max of each GPU's real work (active) over the work time; spin-waiting is not work"
     if stragglers and real is not None and busy_imb is not None and real < busy_imb / 2:
-        real_note += (". Low here although a GPU is waited for: its peers spin-wait (busy, not working) while it "
-                      "is busy off the GPU, so no GPU does much real work — see the utilisation imbalance")
+        real_note += (". Low here although a GPU is waited for: its peers spin-wait while it works off the GPU, "
+                      "so none does much real work; see the utilisation imbalance")
     strag_value = ", ".join(f"{p.a.label(s['key'])} ({straggler_badge(s)[0]})"
                             for s in sorted(p.a.stragglers, key=lambda s: -s["gap"])) or "none"
     return [
