@@ -70,9 +70,14 @@ STALL_HEX = hex_rgb(STALL_RGB)
 NO_DATA_HEX = hex_rgb(NO_DATA_RGB)
 
 
+def work_amount(active: float, spin: float) -> float:
+    """What the work score counts, in the unit of its inputs (seconds or shares)."""
+    return active + SPIN_WEIGHT * spin
+
+
 def work_score(active: float, spin: float) -> float:
     """The default cell value from the share of time working and spin-waiting (0..1 each)."""
-    return min(1.0, max(0.0, active + SPIN_WEIGHT * spin))
+    return min(1.0, max(0.0, work_amount(active, spin)))
 
 
 def _blend(a: tuple[int, int, int], b: tuple[int, int, int], f: float) -> tuple[int, int, int]:

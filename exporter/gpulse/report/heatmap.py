@@ -11,7 +11,7 @@ import base64
 import math
 from typing import Sequence
 
-from ..palette import NO_DATA, SPIN_WEIGHT
+from ..palette import NO_DATA, work_amount
 
 ORDERS = ("natural", "worst")     # row orders of every heatmap the report draws (see render.ordered)
 
@@ -23,9 +23,9 @@ def cell(x: float | None) -> int:
 
 
 def work_seconds(active: Sequence[float], spin: Sequence[float]) -> list[float]:
-    """Per tick, the seconds the work score counts: real work + SPIN_WEIGHT × spin-wait
-    (palette.work_score over a tick's integrals)."""
-    return [a + SPIN_WEIGHT * s for a, s in zip(active, spin)]
+    """Per tick, the seconds the work score counts (binned over the sampled seconds,
+    this is palette.work_score of each column)."""
+    return [work_amount(a, s) for a, s in zip(active, spin)]
 
 
 def binned(num: Sequence[float], den: Sequence[float], cols: int) -> bytes:
