@@ -14,7 +14,7 @@ from tlsutil import bcrypt_hash, write_web_config
 
 from gpulse.config import test_config
 from gpulse.report.findings import analyse
-from gpulse.report.heatmap import lut
+from gpulse.palette import lut
 from gpulse.report.inputs import from_source
 from gpulse.report.png import decode_png_rgb
 from gpulse.report.render import write_outputs
@@ -215,3 +215,88 @@ def test_the_checks_see_errors_and_foreign_requests(browser, tmp_path):
     errors = console_errors(browser)
     assert any("undefinedFunction" in e for e in errors), errors
     assert foreign(requested_urls(browser, page.as_uri()), "file://") == ["http://127.0.0.2:9/pixel.png"]
+
+
+# ------------------------------------------------------------------ palette, spans, many GPUs
+
+def test_report_page_default_colouring_legend_and_finding_spans(browser, tmp_path):
+    from gpulse import palette
+    from gpulse.report.render import render_html
+    cfg = test_config(source="sim", sim__scenario="checkpoint", sim__gpus=8, node_name="n1")
+    a = analyse(from_source(SimSource(cfg), cfg, "sim checkpoint", until=150))
+    doc = a.as_json()
+    f = next(f for f in doc["findings"] if f["kind"] == "straggler")
+    f["spans"] = [{"start": a.t0 + 40, "end": a.t0 + 100}]
+    page = tmp_path / "report.html"
+    page.write_text(render_html(a, doc))
+    load(browser, page.as_uri())
+    assert console_errors(browser) == []
+    mode = browser.find_element("id", "mode")
+    assert mode.get_attribute("value") == "work"
+    assert [o.text for o in mode.find_elements("tag name", "option")] == list(palette.MODES.values())
+    assert palette.LEGEND["cells"] in browser.find_element("css selector", ".legend-text").text
+    # the stall bands are drawn in the palette's stall colour
+    colour = browser.execute_script("return getComputedStyle(document.querySelector('.band')).borderLeftColor")
+    assert colour == "rgb(%d, %d, %d)" % palette.STALL_RGB
+    # the finding's lane: one bar from 40 s to 100 s of a 150 s run, and an outline over the rows
+    lane = browser.find_element("css selector", ".strip.fspans span")
+    plot = browser.find_element("id", "heatmap")
+    left = (lane.rect["x"] - plot.rect["x"]) / plot.rect["width"]
+    assert left == pytest.approx(40 / 150, abs=0.03) and lane.rect["width"] / plot.rect["width"] == \
+        pytest.approx(60 / 150, abs=0.03)
+    assert len(browser.find_elements("css selector", ".fbox")) == 1
+    badge = browser.find_element("css selector", "#heatmap-section .row-label.straggler .badge")
+    assert badge.text == palette.STRAGGLER["idler"][0] and "everyone waits for" in badge.get_attribute("title")
+
+
+def test_report_page_of_many_gpus_has_node_rows_and_a_drill_down(browser, tmp_path):
+    from test_report_pictures import NODES, fleet
+    a = analyse(fleet(NODES, "node-17"))
+    write_outputs(a, str(tmp_path))
+    load(browser, (tmp_path / "report.html").as_uri())
+    assert console_errors(browser) == []
+    assert browser.find_element("id", "heatmap").get_attribute("data-rows") == "33"
+    assert browser.find_element("id", "drill").get_attribute("data-rows") == "8"
+    labels = browser.find_elements("css selector", ".node-row")
+    assert [e.text for e in labels[:3]] == ["node-1 (8 GPUs)", "node-2 (8 GPUs)", "node-3 (8 GPUs)"]
+    assert all(e.size["height"] >= 9 for e in labels)
+    def drill_text(d):
+        return d.find_element("id", "drill").find_element("xpath", "ancestor::div[@class='hm-grid']").text
+    # it opens on the worst node: node-17's own rows, GPU 1 (the hot straggler) brighter than its peers
+    assert "node-17 GPU 0" in drill_text(browser)
+    fractions = [nearest_fraction(c) for c in row_colours(browser, "drill")]
+    assert fractions[1] > max(fractions[:1] + fractions[2:]) + 0.2, fractions
+    assert_picture(browser, browser.find_element("id", "drill"))
+    # a click on a node's row drills into that node
+    browser.find_element("css selector", ".node-row[data-node='node-3']").click()
+    WebDriverWait(browser, 10).until(lambda d: "node-3 GPU 0" in drill_text(d))
+    fractions = [nearest_fraction(c) for c in row_colours(browser, "drill")]
+    assert max(fractions) - min(fractions) < 0.1, fractions
+
+
+def test_live_page_uses_the_palette_and_names_a_straggler(browser, gpulse_proc):
+    from gpulse import palette
+    g = gpulse_proc("--source", "sim", "--sim.scenario", "straggler", "--sim.gpus", "4", "--node-name", "n1")
+    load(browser, g.url + "/")
+    wait_rows(browser, 4)
+    assert browser.find_element("id", "mode").get_attribute("value") == "work"
+    assert requests.get(g.url + "/api/heatmap", timeout=5).json()["work"]
+    # the hot straggler is named as the GPU the others wait for, once the window shows it
+    WebDriverWait(browser, 60).until(lambda d: d.find_elements("css selector", "#labels .badge"))
+    badge = browser.find_element("css selector", "#labels .badge")
+    assert badge.text == palette.STRAGGLER["busier"][0]
+    assert "GPU 1 (hot)" in browser.find_element("id", "stragglers").text
+    assert console_errors(browser) == []
+
+
+def test_page_writes_times_as_the_report_does(browser, tmp_path):
+    from gpulse.report.clock import Clock, elapsed
+    load(browser, make_report(tmp_path, "balanced", 2, 30).as_uri())
+    for s in (0, 12, 245, 3725):
+        got = browser.execute_script("return gpulse.fmtTime(arguments[0], {epoch: false, t0: 0, offset: 0})", s)
+        assert got == f"{elapsed(s)} into the recording" == Clock(epoch=False).when(s, 0)
+    t = 1753576947.0            # 2025-07-27 00:42:27 UTC
+    got = browser.execute_script("return gpulse.fmtTime(arguments[0], {epoch: true, t0: arguments[0] - 5, "
+                                 "offset: 7200})", t)
+    from gpulse.report.clock import parse_zone
+    assert got == Clock(zone=parse_zone("+02:00")).when(t, t - 5) == "02:42:27 (5 s into the recording)"

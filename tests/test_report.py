@@ -138,7 +138,7 @@ def test_sim_lost_gpu_is_named():
     doc = sim("gpu-lost", seconds=60)
     validate(doc)
     [f] = kinds(doc, "gpu_missing")
-    assert f["severity"] == "high" and f["text"].startswith("GPU 7 stopped reporting at +1")
+    assert f["severity"] == "high" and f["text"].startswith("GPU 7 stopped reporting at 1") and "s into the recording" in f["text"]
     assert "never came back" in f["text"] and "XID" in f["remedy"]
     lost = doc["gpus"][7]
     assert lost["sampled_seconds"] < doc["gpus"][0]["sampled_seconds"] / 2
@@ -164,7 +164,7 @@ def test_cli_writes_three_outputs(tmp_path):
     assert "GPU 7" in page and "every ~25" in page
     assert "http://" not in page.replace("http-equiv", "") and "https://" not in page
     w, h, rows = decode_png_rgb((tmp_path / "heatmap.png").read_bytes())
-    assert w == 699 and h > 8 * 10
+    assert w >= 699 and h > 8 * 10          # at least one column per tick, one band per GPU
     colours = {rows[y][x * 3:x * 3 + 3] for y in range(0, h, 3) for x in range(0, w, 7)}
     assert len(colours) > 20          # a picture, not a blank
 

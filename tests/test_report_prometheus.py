@@ -161,3 +161,27 @@ def test_step_and_chunks():
     assert parts[0] == (0.0, 10.0) and parts[-1][1] == 100.0
     assert all(b < c for (_, b), (c, _) in zip(parts, parts[1:]))          # no step fetched twice
     assert sum(int(b - a) + 1 for a, b in parts) == 101                   # and none missed
+
+
+def test_timezone_only_picks_how_prometheus_times_are_shown(prom, tmp_path):
+    """Prometheus stores Unix time: --timezone moves nothing, it only writes the
+    times in that zone and says which."""
+    import re
+    from datetime import datetime, timezone
+    end = int(time.time()) - 5
+    rng = ("--start", str(end - 90), "--end", str(end), "--quiet")
+    utc = report(prom, tmp_path / "utc", *rng)
+    tokyo = report(prom, tmp_path / "tokyo", *rng, "--timezone", "Asia/Tokyo")
+    assert utc.returncode == tokyo.returncode == 0, tokyo.stderr
+    a = json.loads((tmp_path / "utc" / "findings.json").read_text())
+    b = json.loads((tmp_path / "tokyo" / "findings.json").read_text())
+    assert a["run"]["start_time"] == b["run"]["start_time"] and a["notes"] == b["notes"] == []
+    page_a = (tmp_path / "utc" / "report.html").read_text()
+    page_b = (tmp_path / "tokyo" / "report.html").read_text()
+    assert "times: UTC" in page_a and "times: Asia/Tokyo (UTC+09:00)" in page_b
+    first = re.compile(r"data-axis='wall'><span[^>]*>([0-9:]+)<")
+    t_a = datetime.strptime(first.search(page_a).group(1), "%H:%M:%S")
+    t_b = datetime.strptime(first.search(page_b).group(1), "%H:%M:%S")
+    assert ((t_b - t_a).total_seconds() - 9 * 3600) % 86400 == 0
+    start = datetime.fromisoformat(a["run"]["start_time"].replace("Z", "+00:00"))
+    assert start.astimezone(timezone.utc).strftime("%H:%M:%S") == first.search(page_a).group(1)

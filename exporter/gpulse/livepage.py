@@ -19,8 +19,9 @@ import math
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .report.heatmap import NO_DATA, b64, cell, lut_hex
-from .report.render import web_asset
+from . import palette
+from .report.heatmap import NO_DATA, b64, cell
+from .report.render import page_style, web_asset
 
 JSON_TYPE = "application/json"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -41,9 +42,10 @@ class LivePage:
 
     def _build_page(self) -> bytes:
         page = web_asset("live.html")
-        boot = {"node": self.cfg.node_name, "lut": lut_hex(), "minutes": min(DEFAULT_MINUTES, self.max_minutes),
+        boot = {"node": self.cfg.node_name, "palette": palette.for_browser(),
+                "minutes": min(DEFAULT_MINUTES, self.max_minutes),
                 "max_minutes": self.max_minutes, "interval": self.cfg.analysis_interval}
-        for key, value in (("{{STYLE}}", web_asset("gpulse.css")),
+        for key, value in (("{{STYLE}}", page_style()),
                            ("{{BOOT}}", json.dumps(boot).replace("</", "<\\/")),
                            ("{{SCRIPT}}", web_asset("heatmap.js") + "\n" + web_asset("live.js")),
                            ("{{NODE}}", _esc(self.cfg.node_name))):
@@ -74,21 +76,27 @@ class LivePage:
         cols = max(1, int(round(minutes * 60 / self.cfg.analysis_interval)))
         doc: dict[str, Any] = {"node": self.cfg.node_name, "source": self.cfg.source, "minutes": minutes,
                                "interval": self.cfg.analysis_interval, "stale": bool(sampler.health().get("stale")),
-                               "t": None, "rows": [], "cols": 0, "busy": "", "active": "", "groups": [],
+                               "t": None, "rows": [], "cols": 0, "work": "", "busy": "", "active": "", "groups": [],
                                "stragglers": [], "gpus": []}
         if snap is None:
             return doc
         keys = [v.info.gpu for v in snap.gpus]
         width = min(cols, max((len(history.get(k, ())) for k in keys), default=0))
-        busy, active = [], []
+        work, busy, active = [], [], []
         for k in keys:
             h = history.get(k, [])[-width:] if width else []
             pad = width - len(h)
+            # the history keeps each tick's busy and active ratios; spin-wait is the busy
+            # time that was not active, as the engine integrates it
+            work.append(bytes([NO_DATA] * pad) + bytes(
+                _cell(None if x[1] is None or x[2] is None else palette.work_score(x[2], max(0.0, x[1] - x[2])))
+                for x in h))
             busy.append(bytes([NO_DATA] * pad) + bytes(_cell(x[1]) for x in h))
             active.append(bytes([NO_DATA] * pad) + bytes(_cell(x[2]) for x in h))
         now = snap.t
         window = width * self.cfg.analysis_interval
-        doc.update(t=now, rows=[f"GPU {k}" for k in keys], cols=width, busy=b64(busy), active=b64(active))
+        doc.update(t=now, rows=[f"GPU {k}" for k in keys], cols=width, work=b64(work), busy=b64(busy),
+                   active=b64(active))
         for g in snap.groups:
             eps, open_since = trackers.get(g.workload, ([], None))
             doc["groups"].append({

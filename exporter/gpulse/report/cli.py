@@ -16,7 +16,9 @@ from typing import Any
 
 from ..config import parse_duration
 from ..sources.logs import CellError, parse_any_time
+from .clock import parse_zone, settle
 from .errors import ReportError, UsageError
+from .heatmap import ORDERS
 
 LOG_FORMATS = ("auto", "nvidia-smi-csv", "dmon", "dcgm")
 
@@ -55,7 +57,14 @@ def add_parser(sub: Any) -> None:
     an.add_argument("--activity", default=None, choices=("auto", "power-gated", "utilization", "sm_active", "gr_engine_active"))
     an.add_argument("--power-gate", dest="power_gate", default=None)
     an.add_argument("--analysis-window", dest="analysis_window", default=None, metavar="DURATION")
-    p.add_argument("--out", metavar="DIR", required=True, help="directory for report.html, heatmap.png, findings.json")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", metavar="DIR", required=True, help="directory for report.html, heatmap.png, findings.json")
+    out.add_argument("--timezone", metavar="ZONE", default=None,
+                     help="where the log was written, e.g. Europe/Berlin or +02:00 (nvidia-smi writes local time "
+                          "without a zone); times are shown in it (default: UTC, the zone of a zoneless log unknown)")
+    out.add_argument("--order", default="natural", choices=ORDERS,
+                     help="heatmap rows: natural (node, then GPU index) or worst (stragglers and the lowest work "
+                          "score first) (default: natural)")
     p.add_argument("--quiet", action="store_true", help="print no progress")
     p.set_defaults(run=run)
 
@@ -116,6 +125,15 @@ class _Progress:
             sys.stderr.write("\r\033[K")
 
 
+def _log_format(path: str, fmt: str) -> str | None:
+    """The format the replay source read (the same detector, on the same first lines)."""
+    if fmt != "auto":
+        return fmt
+    from ..sources.logs import detect_format
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        return detect_format([fh.readline().rstrip("\r\n") for _ in range(50)])
+
+
 def run(ns: argparse.Namespace) -> int:
     try:
         return _run(ns)
@@ -132,6 +150,8 @@ def _run(ns: argparse.Namespace) -> int:
 
     if bool(ns.input) == bool(ns.prometheus):
         raise UsageError("give one input: --input FILE or --prometheus URL")
+    if ns.timezone:
+        parse_zone(ns.timezone)           # a bad zone is a usage error before any work
     analysis = {k: getattr(ns, k) for k in inputs.ANALYSIS_KEYS if getattr(ns, k, None) is not None}
     progress = _Progress(ns.quiet)
     t0 = time.monotonic()
@@ -150,9 +170,10 @@ def _run(ns: argparse.Namespace) -> int:
     progress.done()
     if not rec.gpus:
         raise ReportError(f"{rec.source}: no GPU data to report on")
+    settle(rec, _log_format(ns.input, ns.input_format) if ns.input else None, ns.timezone)
     a = analyse(rec)
     try:
-        paths = write_outputs(a, ns.out)
+        paths = write_outputs(a, ns.out, order=ns.order)
     except OSError as e:
         raise ReportError(f"cannot write the report into {ns.out}: {e.strerror or e}") from None
     doc_lines = summary_lines(a.as_json())

@@ -87,6 +87,7 @@ class Recording:
     times: array = field(default_factory=lambda: array("d"))
     epoch: bool = True            # times are Unix seconds (a clock was recorded)
     notes: list[str] = field(default_factory=list)
+    clock: Any = None             # report.clock.Clock the times are shown on (None: UTC)
 
     @property
     def ticks(self) -> int:

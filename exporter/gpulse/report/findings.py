@@ -39,6 +39,7 @@ from statistics import median
 from typing import Any
 
 from ..analysis import imbalance as imbalance_of, load_balance, peer_deviation, stall_period
+from .clock import clock_of
 from .collect import GpuTrack, GroupTrack, Recording
 
 WORK_BUSY = 0.5
@@ -556,10 +557,7 @@ class Analysis:
         return out
 
     def _when(self, t: float) -> str:
-        off = f"+{_secs(t - self.t0)}"
-        if self.rec.epoch:
-            return time.strftime("%H:%M:%S", time.gmtime(t)) + f" ({off})"
-        return off
+        return clock_of(self.rec).when(t, self.t0)
 
     # ------------------------------------------------------------ JSON
 

@@ -1,9 +1,9 @@
 """Heatmap cells, shared by the report (HTML and PNG) and the live page.
 
-A heatmap is rows × columns of one byte: 0..254 is a fraction 0..1 (utilisation or
-real work), 255 is "no data". Both pages ship the bytes base64-encoded together with
-the 256-entry colour table built here, so the browser, the PNG and the legend can
-never disagree about what a colour means.
+A heatmap is rows × columns of one byte: 0..254 is a fraction 0..1 (work score,
+utilisation or real work), 255 is "no data". Both pages ship the bytes
+base64-encoded together with the colour table of gpulse.palette, so the browser,
+the PNG and the legend can never disagree about what a colour means.
 """
 from __future__ import annotations
 
@@ -11,40 +11,37 @@ import base64
 import math
 from typing import Sequence
 
-NO_DATA = 255
-# viridis, sampled at nine points: dark = idle, yellow = fully busy; readable in
-# greyscale and by the colour-blind
-STOPS = ((0x44, 0x01, 0x54), (0x48, 0x28, 0x78), (0x3E, 0x4A, 0x89), (0x31, 0x68, 0x8E), (0x26, 0x82, 0x8E),
-         (0x1F, 0x9E, 0x89), (0x35, 0xB7, 0x79), (0x6E, 0xCE, 0x58), (0xFD, 0xE7, 0x25))
-NO_DATA_RGB = (0xDD, 0xDD, 0xDD)
+from ..palette import NO_DATA, work_amount
+
+ORDERS = ("natural", "worst")     # row orders of every heatmap the report draws (see render.ordered)
 
 
-def lut() -> list[tuple[int, int, int]]:
-    out = []
-    for v in range(255):
-        x = v / 254 * (len(STOPS) - 1)
-        i = min(int(x), len(STOPS) - 2)
-        f = x - i
-        a, b = STOPS[i], STOPS[i + 1]
-        out.append(tuple(round(a[c] + (b[c] - a[c]) * f) for c in range(3)))   # type: ignore[misc]
-    out.append(NO_DATA_RGB)
-    return out
-
-
-def lut_hex() -> list[str]:
-    return ["#%02x%02x%02x" % c for c in lut()]
-
-
-def cell(x: float) -> int:
+def cell(x: float | None) -> int:
     if x is None or math.isnan(x):
         return NO_DATA
-    return round(min(1.0, max(0.0, x)) * 254)
+    return round(min(1.0, max(0.0, x)) * (NO_DATA - 1))
+
+
+def work_seconds(active: Sequence[float], spin: Sequence[float]) -> list[float]:
+    """Per tick, the seconds the work score counts (binned over the sampled seconds,
+    this is palette.work_score of each column)."""
+    return [work_amount(a, s) for a, s in zip(active, spin)]
 
 
 def binned(num: Sequence[float], den: Sequence[float], cols: int) -> bytes:
     """Σnum/Σden over `cols` equal bins of the ticks (ticks without data, den ≤ 0 or
     NaN, are left out of their bin; a bin with none is NO_DATA)."""
     n = len(num)
+    top = NO_DATA - 1
+    if cols >= n:                  # one tick per column: the common case, kept cheap
+        out = bytearray([NO_DATA]) * cols
+        for i in range(n):
+            d = den[i]
+            if d > 0:
+                x = num[i] / d
+                if x == x:                          # NaN stays NO_DATA
+                    out[i] = 0 if x <= 0 else top if x >= 1 else round(x * top)
+        return bytes(out)
     out = bytearray(cols)
     for c in range(cols):
         a = c * n // cols
@@ -56,6 +53,18 @@ def binned(num: Sequence[float], den: Sequence[float], cols: int) -> bytes:
                 sn += num[i]
                 sd += d
         out[c] = cell(sn / sd) if sd > 0 else NO_DATA
+    return bytes(out)
+
+
+def mean_rows(rows: Sequence[bytes]) -> bytes:
+    """Column-wise mean of several rows (one row per node from its GPUs' rows);
+    NO_DATA where none of them has data."""
+    if not rows:
+        return b""
+    out = bytearray(len(rows[0]))
+    for c in range(len(out)):
+        vals = [r[c] for r in rows if r[c] != NO_DATA]
+        out[c] = round(sum(vals) / len(vals)) if vals else NO_DATA
     return bytes(out)
 
 

@@ -1,10 +1,56 @@
-"""A minimal PNG writer (8-bit RGB, no interlace): a heatmap is only pixels, so the
-report needs no imaging library. Format: PNG specification, ISO/IEC 15948."""
+"""A minimal PNG writer (8-bit RGB, no interlace) and a canvas to draw on: a heatmap
+is pixels, boxes and a little text (report/font.py), so the report needs no imaging
+library. Format: PNG specification, ISO/IEC 15948."""
 from __future__ import annotations
 
 import struct
 import zlib
 from typing import Iterable
+
+from . import font
+
+RGB = tuple[int, int, int]
+
+
+class Canvas:
+    """An RGB pixel buffer: filled boxes, pre-coloured pixel rows and bitmap text.
+    Everything is clipped to the canvas."""
+
+    def __init__(self, width: int, height: int, background: RGB):
+        self.width, self.height = width, height
+        self.px = bytearray(bytes(background) * (width * height))
+
+    def fill(self, x: int, y: int, w: int, h: int, rgb: RGB) -> None:
+        x0, x1 = max(0, x), min(self.width, x + w)
+        if x1 <= x0:
+            return
+        line = bytes(rgb) * (x1 - x0)
+        for yy in range(max(0, y), min(self.height, y + h)):
+            off = (yy * self.width + x0) * 3
+            self.px[off:off + len(line)] = line
+
+    def pixels(self, x: int, y: int, line: bytes, h: int = 1) -> None:
+        """Copy one row of RGB bytes to (x, y) and the h - 1 rows below."""
+        if x < 0 or x >= self.width:
+            return
+        line = line[:(self.width - x) * 3]
+        for yy in range(max(0, y), min(self.height, y + h)):
+            off = (yy * self.width + x) * 3
+            self.px[off:off + len(line)] = line
+
+    def text(self, x: int, y: int, s: str, rgb: RGB, scale: int = 1) -> int:
+        """Draw s with its top-left at (x, y); returns the x after the last character."""
+        for ch in font.ascii_text(s):
+            for row, cols in enumerate(font.GLYPHS[ch]):
+                for c in cols:
+                    self.fill(x + c * scale, y + row * scale, scale, scale, rgb)
+            x += font.ADVANCE * scale
+        return x
+
+    def encode(self) -> bytes:
+        stride = self.width * 3
+        return encode_png(self.width, self.height,
+                          (bytes(self.px[y * stride:(y + 1) * stride]) for y in range(self.height)))
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

@@ -1,5 +1,6 @@
 /* gpulse heatmap: rows x columns of one byte (0..254 = fraction, 255 = no data),
-   drawn through a 256-colour table. Shared by report.html and the live page. */
+   drawn through a 256-colour table. Shared by report.html and the live page. The
+   colours come from the page's embedded palette (gpulse/palette.py), never from here. */
 "use strict";
 var gpulse = window.gpulse || {};
 window.gpulse = gpulse;
@@ -22,8 +23,9 @@ gpulse.rgbTable = function (lut) {
 };
 
 /* Draw `cells` (rows*cols bytes, row-major) on `canvas`: one band of rowHeight CSS
-   pixels per row, columns stretched to the canvas' CSS width, no smoothing. */
-gpulse.drawHeatmap = function (canvas, cells, rows, cols, lut, rowHeight) {
+   pixels per row, columns stretched to the canvas' CSS width, no smoothing; rowGap
+   (a CSS colour) draws thin separators that keep rows countable. */
+gpulse.drawHeatmap = function (canvas, cells, rows, cols, lut, rowHeight, rowGap) {
   var table = gpulse.rgbTable(lut);
   var off = document.createElement("canvas");
   off.width = Math.max(cols, 1);
@@ -48,12 +50,32 @@ gpulse.drawHeatmap = function (canvas, cells, rows, cols, lut, rowHeight) {
   var ctx = canvas.getContext("2d");
   ctx.imageSmoothingEnabled = false;
   ctx.drawImage(off, 0, 0, off.width, off.height, 0, 0, canvas.width, canvas.height);
-  if (rowHeight >= 6 && rows > 1) {          // thin separators keep rows countable
-    ctx.fillStyle = "rgba(255,255,255,0.6)";
+  if (rowGap && rowHeight >= 6 && rows > 1) {
+    ctx.fillStyle = rowGap;
     for (var r = 1; r < rows; r++) ctx.fillRect(0, Math.round(r * rowHeight * dpr), canvas.width, Math.max(1, Math.round(dpr / 2)));
   }
   canvas.setAttribute("data-rows", String(rows));
   canvas.setAttribute("data-cols", String(cols));
+};
+
+/* Fill a <select> with the palette's cell modes, the default selected. */
+gpulse.modeOptions = function (select, palette) {
+  if (select.options.length) return;
+  Object.keys(palette.modes).forEach(function (k) {
+    var o = document.createElement("option");
+    o.value = k; o.textContent = palette.modes[k];
+    if (k === palette.default_mode) o.selected = true;
+    select.appendChild(o);
+  });
+};
+
+/* A straggler badge: the wording and explanation the palette gives its direction. */
+gpulse.badge = function (palette, direction) {
+  var s = palette.straggler[direction], b = document.createElement("span");
+  b.className = "badge " + (direction === "idler" ? "cold" : "hot");
+  b.textContent = s.badge;
+  b.title = s.title;
+  return b;
 };
 
 /* Which cell is under the mouse: {row, col} or null. */
@@ -66,8 +88,15 @@ gpulse.cellAt = function (canvas, ev, rows, cols, rowHeight) {
 
 gpulse.pct = function (v) { return v === 255 ? "no data" : Math.round(v / 254 * 100) + " %"; };
 
-gpulse.fmtTime = function (t, epoch, t0) {
-  if (!epoch) return "+" + Math.round(t - t0) + " s";
-  var d = new Date(t * 1000);
-  return d.toISOString().substr(11, 8) + " UTC";
+/* A moment as the report writes it: wall clock in the report's zone (one offset)
+   and the time since the start of the recording. */
+gpulse.fmtTime = function (t, clock) {
+  var s = Math.max(0, Math.round(t - clock.t0));
+  function two(n) { return (n < 10 ? "0" : "") + n; }
+  /* as report/clock.py's elapsed(): 12 s, 4 min 05 s, 1 h 02 min */
+  var since = (s < 60 ? s + " s" : s < 3600 ? Math.floor(s / 60) + " min " + two(s % 60) + " s" :
+    Math.floor(s / 3600) + " h " + two(Math.floor(s % 3600 / 60)) + " min") + " into the recording";
+  if (!clock.epoch) return since;
+  var d = new Date((t + clock.offset) * 1000);
+  return d.toISOString().substr(11, 8) + " (" + since + ")";
 };

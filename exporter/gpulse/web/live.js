@@ -17,8 +17,9 @@
     if (m === boot.minutes) o.selected = true;
     minutesSel.appendChild(o);
   });
-  var stops = [0, 64, 127, 191, 254].map(function (i) { return boot.lut[i]; }).join(", ");
-  document.getElementById("legend-bar").style.background = "linear-gradient(90deg, " + stops + ")";
+  var pal = boot.palette;
+  gpulse.modeOptions(mode, pal);
+  document.getElementById("legend-text").textContent = pal.legend.cells + "; " + pal.legend.no_data;
 
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + " %"; }
   function setText(id, v) { document.getElementById(id).textContent = v; }
@@ -34,18 +35,13 @@
       var d = document.createElement("div");
       d.className = "row-label" + (marks[name] ? " straggler" : "");
       d.style.height = ROW + "px";
-      if (marks[name]) {
-        var b = document.createElement("span");
-        b.className = "badge";
-        b.textContent = marks[name].direction === "busier" ? "▲ busier" : "▼ idler";
-        d.appendChild(b);
-      }
+      if (marks[name]) d.appendChild(gpulse.badge(pal, marks[name].direction));
       d.appendChild(document.createTextNode(name));
       labels.appendChild(d);
     });
     if (last.cols > 0 && rows > 0) {
-      cells = { busy: gpulse.decode(last.busy), active: gpulse.decode(last.active) };
-      gpulse.drawHeatmap(canvas, cells[mode.value], rows, last.cols, boot.lut, ROW);
+      cells = { work: gpulse.decode(last.work), busy: gpulse.decode(last.busy), active: gpulse.decode(last.active) };
+      gpulse.drawHeatmap(canvas, cells[mode.value], rows, last.cols, pal.lut, ROW, pal.row_gap);
     }
     var axis = document.getElementById("axis");
     axis.textContent = "";
@@ -65,7 +61,7 @@
     setText("stall-total", pct(g.stall_fraction_total));
     setText("stall-period", g.stall_period ? g.stall_period.toFixed(1) + " s" : "none");
     setText("stragglers", last.stragglers.length ? last.stragglers.map(function (s) {
-      return "GPU " + s.gpu + (s.direction === "busier" ? " ▲" : " ▼"); }).join(", ") : "none");
+      return "GPU " + s.gpu + " (" + (s.direction === "idler" ? "cold" : "hot") + ")"; }).join(", ") : "none");
     setText("minutes-label", String(last.minutes));
     setText("status", (last.stale ? "STALE · " : "") + "updated " + new Date().toLocaleTimeString());
     document.body.setAttribute("data-ready", "1");
@@ -88,7 +84,8 @@
     if (!c) { tip.style.display = "none"; return; }
     var i = c.row * last.cols + c.col;
     var ago = Math.round((last.cols - 1 - c.col) * last.interval);
-    tip.textContent = last.rows[c.row] + " · " + ago + " s ago · busy " + gpulse.pct(cells.busy[i]) +
+    tip.textContent = last.rows[c.row] + " · " + ago + " s ago · work score " + gpulse.pct(cells.work[i]) +
+      " · busy " + gpulse.pct(cells.busy[i]) +
       " · real work " + gpulse.pct(cells.active[i]);
     tip.style.left = (ev.clientX + 14) + "px";
     tip.style.top = (ev.clientY + 10) + "px";
