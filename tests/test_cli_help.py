@@ -166,3 +166,14 @@ def test_check_config_reads_the_environment_as_serve_does(tmp_path):
     p = gpulse("check-config", env={"GPULSE_SIM_SCENARIO": "straggler"})
     assert p.returncode == 0 and "environment: OK" in p.stdout, p.stdout + p.stderr
     one_line_error(gpulse("check-config", env={"GPULSE_SOURCE": "gpu"}), "GPULSE_SOURCE: source", "nvml")
+
+
+def test_a_near_miss_environment_variable_is_warned_about(tmp_path):
+    env = {"GPULSE_SIM_GPU": "3", "GPULSE_PROMETHEUS_URL": "http://p:9090"}   # the second is Grafana's
+    p = gpulse("check-config", env=env)
+    assert p.returncode == 0 and "environment: OK" in p.stdout, p.stdout + p.stderr
+    assert p.stderr.strip() == ("gpulse: warning: GPULSE_SIM_GPU is not a setting and is ignored; "
+                                "did you mean GPULSE_SIM_GPUS?"), p.stderr
+    p = gpulse("serve", "--source", "replay", "--replay.file", str(tmp_path / "none.csv"), *LOOPBACK, env=env)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    assert "did you mean GPULSE_SIM_GPUS?" in p.stderr and "PROMETHEUS" not in p.stderr, p.stderr

@@ -16,7 +16,7 @@ import threading
 from typing import Any, Sequence
 
 from . import __version__
-from .config import FIELDS, ConfigError, Field, env_name, env_settings, flag_name, load_config
+from .config import FIELDS, ConfigError, Field, env_name, env_near_misses, env_settings, flag_name, load_config
 
 log = logging.getLogger("gpulse")
 
@@ -111,6 +111,8 @@ def cmd_check_config(ns: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"gpulse: {e}", file=sys.stderr)
         return 2
+    for warning in env_near_misses(os.environ):
+        print(f"gpulse: warning: {warning}", file=sys.stderr)
     env = sorted(env_name(k) for k in env_settings(os.environ))
     with_env = f" (with {', '.join(env)} from the environment)" if env else ""
     print(f"{ns.file or 'environment'}: OK{with_env}")
@@ -125,6 +127,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         print(f"gpulse: {e}", file=sys.stderr)
         return 2
     setup_logging(cfg.log.level, cfg.log.format)
+    for warning in env_near_misses(os.environ):
+        log.warning("%s", warning)
     from .runtime import Runtime, RuntimeStartError
     try:
         rt = Runtime(cfg, config_file=ns.config)

@@ -26,11 +26,12 @@ from .logs import FORMATTERS as LOG_FORMATS, LEVELS as LOG_LEVELS
 from .safeyaml import StrictLoader, shown
 from .sources import SOURCES
 from .sources.logs import FORMATS as REPLAY_FORMATS
+from .sources.sim import SCENARIOS as SIM_SCENARIOS
 
 DEFAULT_PORT = 9479
 DEFAULT_LISTEN = f":{DEFAULT_PORT}"
 
-SCENARIOS = ("balanced", "sync-stall", "straggler", "imbalance", "checkpoint", "gpu-lost", "idle")
+SCENARIOS = tuple(SIM_SCENARIOS)
 
 DEFAULT_WORKLOAD_LABEL_KEYS = (
     "training.kubeflow.org/job-name",
@@ -365,6 +366,19 @@ def env_settings(environ: Any) -> dict[str, str]:
     return {f.key: environ[env_name(f.key)] for f in FIELDS if env_name(f.key) in environ}
 
 
+def env_near_misses(environ: Any) -> list[str]:
+    """Warnings for GPULSE_* variables that are not a setting but nearly are one
+    (GPULSE_SIM_GPU): ignored like any other variable, but most likely a typo. Others
+    are left alone: GPULSE_* names are also used by the tools around gpulse."""
+    known = [env_name(f.key) for f in FIELDS]
+    out = []
+    for name in sorted(n for n in environ if n.startswith("GPULSE_") and n not in known):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            out.append(f"{name} is not a setting and is ignored; did you mean {close[0]}?")
+    return out
+
+
 def load_config(file: str | None = None, overrides: dict[str, Any] | None = None,
                 environ: dict[str, str] | None = None) -> Any:
     """Defaults < file < GPULSE_* environment < overrides (flags). Raises ConfigError."""
@@ -434,4 +448,4 @@ test_config.__test__ = False  # not a pytest test
 __all__ = ["Config", "ConfigError", "FIELDS", "FIELD_BY_KEY", "load_config", "read_config_file",
            "parse_duration", "parse_listen_address", "config_value", "as_dict", "test_config",
            "DEFAULT_PORT", "DEFAULT_LISTEN", "SCENARIOS", "env_name", "env_settings", "flag_name",
-           "format_duration", "suggest"]
+           "format_duration", "suggest", "env_near_misses"]
