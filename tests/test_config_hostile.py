@@ -253,3 +253,20 @@ def test_messages_never_carry_a_big_raw_value(tmp_path, text):
     path = tmp_path / "big.yml"
     path.write_text(text)
     one_line_error(gpulse("check-config", str(path)), str(path))
+
+
+@pytest.mark.parametrize("key", ["replay.file", "web.config_file", "slurm.job_map_dir", "dcgm.url", "node_name",
+                                 "kube.copy_labels"])
+def test_a_nul_in_a_string_setting_is_refused(tmp_path, key):
+    """A NUL in a path used to reach open() as 'embedded null byte' (a traceback at
+    start, or an error on every attribution refresh)."""
+    path = tmp_path / "nul.yml"
+    sec, _, name = key.rpartition(".")
+    path.write_text(f'{sec}:\n  {name}: "a\\0b"\n' if sec else f'{name}: "a\\0b"\n')
+    one_line_error(gpulse("check-config", str(path)), f"{path}: {key}: contains a NUL character")
+    one_line_error(gpulse("serve", "--source", "sim", "--config", str(path), *LOOPBACK), "NUL")
+
+
+def test_a_huge_node_name_is_refused():
+    """It would be a label value on every series of every scrape."""
+    one_line_error(gpulse("serve", "--node-name", "n" * 100_000, *LOOPBACK), "node_name", "longer than 4096")

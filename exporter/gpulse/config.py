@@ -52,6 +52,8 @@ MAX_FILE_BYTES = 1 << 20
 # Longest integer accepted anywhere: bounds are checked on the number, and a
 # 400-digit one cannot even be formatted as a float in a message.
 MAX_INT_DIGITS = 18
+# Longest string setting (PATH_MAX): a node name or path beyond it is an attack or a mistake.
+MAX_STR_CHARS = 4096
 
 
 # ---------------------------------------------------------------- value parsers
@@ -130,17 +132,27 @@ def _parse_float(value: Any) -> float:
     return f
 
 
+def _text(s: str) -> str:
+    # a NUL reaches open() and the OS as "embedded null byte"; no setting needs one,
+    # nor a value longer than the longest path
+    if "\x00" in s:
+        raise ValueError("contains a NUL character")
+    if len(s) > MAX_STR_CHARS:
+        raise ValueError(f"longer than {MAX_STR_CHARS} characters ({len(s)})")
+    return s
+
+
 def _parse_str(value: Any) -> str:
     if isinstance(value, (dict, list)):
         raise ValueError(f"expected a string, got {shown(value)}")
-    return str(value)
+    return _text(str(value))
 
 
 def _parse_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
+        return tuple(v.strip() for v in _text(value).split(",") if v.strip())
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return tuple(value)
+        return tuple(_text(v) for v in value)
     raise ValueError(f"expected a list of strings, got {shown(value)}")
 
 
