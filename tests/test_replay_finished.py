@@ -65,8 +65,8 @@ def test_finished_replay_turns_stale_and_not_ready():
         g.stop()
         reader.join(10)
     progress = [int(m.group(1)) for ln in lines if (m := re.search(r"source replay: (\d+)% done", ln))]
-    assert len(progress) >= 5 and progress == sorted(progress) and progress[-1] >= 80, lines
-    assert len(progress) <= 12, progress         # a line per tenth, not per poll
+    assert len(progress) >= 3 and progress == sorted(progress) and progress[-1] >= 50, lines
+    assert len(progress) <= 10, progress         # at most a line per tenth, not per poll
     assert any("source replay finished" in ln for ln in lines), lines
     assert not any("Traceback" in ln for ln in lines)
 
@@ -89,3 +89,5 @@ def test_looping_replay_stays_fresh(tmp_path):
     finally:
         out = g.output()
     assert "finished" not in out and "Traceback" not in out, out
+    progress = [ln for ln in out.splitlines() if "% done" in ln]
+    assert len(progress) <= 6, progress          # many passes, but at most a line a second

@@ -24,9 +24,11 @@ from .sources.base import Source
 log = logging.getLogger("gpulse.sampler")
 
 # A source that knows how far it is (a replay) is logged at every PROGRESS_STEP of
-# the way, and at least every PROGRESS_EVERY_S seconds while it moves.
+# the way, and at least every PROGRESS_EVERY_S seconds while it moves; never more
+# often than PROGRESS_MIN_S (a short log looped fast would pass a step per poll).
 PROGRESS_STEP = 0.10
 PROGRESS_EVERY_S = 60.0
+PROGRESS_MIN_S = 1.0
 
 # Buckets for the poll+ingest duration histogram (seconds).
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -163,6 +165,8 @@ class Sampler:
         if fraction < last:                      # a looping replay started a new pass
             last = 0.0
         crossed = int(fraction / PROGRESS_STEP) > int(last / PROGRESS_STEP)
+        if now - at < PROGRESS_MIN_S:
+            return
         if crossed or (fraction > last and now - at >= PROGRESS_EVERY_S):
             log.info("source %s: %.0f%% done", self.source.name, 100 * fraction)
             self._progress_logged = (fraction, now)
