@@ -177,3 +177,16 @@ def test_a_near_miss_environment_variable_is_warned_about(tmp_path):
     p = gpulse("serve", "--source", "replay", "--replay.file", str(tmp_path / "none.csv"), *LOOPBACK, env=env)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     assert "did you mean GPULSE_SIM_GPUS?" in p.stderr and "PROMETHEUS" not in p.stderr, p.stderr
+
+
+def test_check_config_checks_the_web_config_it_names(tmp_path):
+    web = tmp_path / "web.yml"
+    web.write_text("http_server_config:\n  headers:\n    X-Frame-Options: deny\n")
+    cfg = tmp_path / "gpulse.yml"
+    cfg.write_text(f"web:\n  config_file: {web}\n")
+    p = gpulse("check-config", str(cfg))
+    assert p.returncode == 0 and "OK" in p.stdout, p.stdout + p.stderr
+    web.write_text("http_server_config:\n  headers:\n    X-Frame-Options: allow\n")
+    one_line_error(gpulse("check-config", str(cfg)), f"web config {web}", "X-Frame-Options")
+    one_line_error(gpulse("check-config", env={"GPULSE_WEB_CONFIG_FILE": str(tmp_path / "none.yml")}),
+                   "none.yml")

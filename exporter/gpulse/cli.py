@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
         if f.flag:
             _add_field(serve, f)
     check = sub.add_parser("check-config", help="validate a config file and the GPULSE_* environment, as serve would",
-                           description="Validate a config file together with the GPULSE_* environment variables, "
-                                       "exactly as `gpulse serve --config FILE` would read them, and exit.")
+                           description="Validate a config file together with the GPULSE_* environment variables "
+                                       "and the web config file they name, exactly as `gpulse serve --config FILE` "
+                                       "would read them, and exit.")
     check.add_argument("file", metavar="FILE", nargs="?", help="YAML config file (omit to check the environment alone)")
     _add_optional_commands(sub)
     return p
@@ -106,9 +107,11 @@ def _overrides(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_check_config(ns: argparse.Namespace) -> int:
+    from .webconfig import WebConfigError, load_web_config
     try:
-        load_config(ns.file)
-    except ConfigError as e:
+        cfg = load_config(ns.file)
+        load_web_config(cfg.web.config_file)      # serve refuses to start on a bad one, so say it now
+    except (ConfigError, WebConfigError) as e:
         print(f"gpulse: {e}", file=sys.stderr)
         return 2
     for warning in env_near_misses(os.environ):
