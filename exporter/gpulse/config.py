@@ -229,7 +229,7 @@ FIELDS: tuple[Field, ...] = (
     Field("analysis_window", parse_duration, 30.0, "window for imbalance, peer deviation and gauges", lo=1, hi=3600, metavar="DURATION"),
     Field("idle_threshold", _parse_float, 0.10, "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
     Field("min_stall", parse_duration, 0.2, "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION"),
-    Field("activity", default="auto", help="what counts as real work: auto, power-gated, utilization, sm_active, gr_engine_active",
+    Field("activity", default="auto", help="what counts as real work (auto: SM activity where the source has it, else power-gated)",
           **_choice("auto", "power-gated", "utilization", "sm_active", "gr_engine_active")),
     Field("power_gate", _parse_float, 0.3, "power-gated activity: a sample is work only above this fraction of the power reference", lo=0.0, hi=1.0),
     Field("stale_after", parse_duration, 5.0, "no successful poll for this long marks the sampler stale", lo=0.1, hi=3600, metavar="DURATION"),
@@ -244,7 +244,7 @@ FIELDS: tuple[Field, ...] = (
     Field("log.level", default="info", help="log level", **_choice(*LOG_LEVELS)),
     Field("log.format", default="text", help="log format", **_choice(*LOG_FORMATS)),
     # --- simulated source
-    Field("sim.scenario", default="sync-stall", help="simulated scenario: " + ", ".join(SCENARIOS), **_choice(*SCENARIOS)),
+    Field("sim.scenario", default="sync-stall", help="the training pattern the simulated GPUs follow", **_choice(*SCENARIOS)),
     Field("sim.gpus", _parse_int, 8, "number of simulated GPUs", lo=1, hi=4096),
     Field("sim.seed", _parse_int, 1, "random seed of the simulation"),
     # --- NVML
