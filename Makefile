@@ -10,15 +10,19 @@ TESTS  := $(VENV)/.test-$(SUM)
 
 # the demo needs only gpulse itself; the tests add the [test] extra
 $(BASE): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e .
-	rm -f $(VENV)/.base-* && touch $@
+	@test -x $(PY) || { echo "gpulse: creating the virtual environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	@echo "gpulse: installing gpulse and its four dependencies into $(VENV) (pip, about 10 s)"
+	@$(PY) -m pip install --quiet -e .
+	@rm -f $(VENV)/.base-* && touch $@
+	@echo "gpulse: installed; the command is $(VENV)/bin/gpulse (or run: . $(VENV)/bin/activate)"
 
 $(TESTS): $(BASE)
+	@echo "gpulse: installing the test dependencies into $(VENV) (pip, under a minute)"
 	$(PY) -m pip install --quiet -e '.[test]'
 	rm -f $(VENV)/.test-* && touch $@
 
 demo: $(BASE)
+	@echo "gpulse: serving 8 simulated GPUs with sync stalls; the log prints the URL to open (Ctrl-C stops)"
 	$(VENV)/bin/gpulse serve --source sim --sim.scenario sync-stall
 
 test: $(TESTS)

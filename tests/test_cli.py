@@ -1,5 +1,6 @@
 """Flags, config files and their errors: one line, exit 2, no traceback."""
 import os
+import socket
 import subprocess
 import sys
 
@@ -64,12 +65,16 @@ def test_check_config(tmp_path):
     one_line_error(gpulse("check-config", str(tmp_path / "missing.yml")), "missing.yml")
 
 
-def test_precedence_flags_over_env_over_file(tmp_path):
+def test_precedence_flags_over_env_over_file(tmp_path, monkeypatch):
     f = tmp_path / "c.yml"
     f.write_text("sim:\n  gpus: 3\n  seed: 5\nnode_name: from-file\n")
     cfg = load_config(str(f), {"sim.gpus": "6"}, environ={env_name("sim.seed"): "9"})
     assert (cfg.sim.gpus, cfg.sim.seed, cfg.node_name) == (6, 9, "from-file")
-    assert load_config(environ={"NODE_NAME": "n1"}).node_name in ("n1", os.uname().nodename) or True
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert load_config(environ={}).node_name == socket.gethostname()
+    monkeypatch.setenv("NODE_NAME", "n1")       # the Downward API's spec.nodeName
+    assert load_config(environ={}).node_name == "n1"
+    assert load_config(overrides={"node_name": "n2"}, environ={}).node_name == "n2"
     with pytest.raises(ConfigError, match="replay.file"):
         load_config(overrides={"source": "replay"}, environ={})
 

@@ -7,28 +7,55 @@ exit 2 for bad flags/config, 1 for a fatal runtime problem (no NVML, port taken)
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
+import os
 import signal
 import sys
 import threading
 from typing import Any, Sequence
 
 from . import __version__
-from .config import FIELDS, ConfigError, Field, load_config
+from .config import FIELDS, ConfigError, Field, env_name, env_near_misses, env_settings, flag_name, load_config
 
 log = logging.getLogger("gpulse")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad flag in one line, without the usage block."""
+    """argparse that reports a bad flag in one line, without the usage block, and takes
+    flags only as spelled: `--web.listen` is not `--web.listen-address` (a prefix that
+    silently matches today may match two flags tomorrow)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kw)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        # argparse reports unknown flags from the top parser ("see gpulse --help");
+        # report them from the subcommand they were given to
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._subparser(getattr(ns, "command", None)).unknown(extras)
+        return ns
+
+    def _subparser(self, command: str | None) -> "_Parser":
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+                return action.choices[command]
+        return self
+
+    def unknown(self, extras: list[str]) -> None:
+        hint = ""
+        flag = next((a.split("=", 1)[0] for a in extras if a.startswith("--")), None)
+        if flag is not None:
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            close = [o for o in known if o.startswith(flag)] or difflib.get_close_matches(flag, known, n=1)
+            if close:
+                hint = f"; did you mean {close[0]}?"
+        self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"gpulse: {message} (see gpulse {self.prog.split()[-1]} --help)\n"
-                  if self.prog != "gpulse" else f"gpulse: {message} (see gpulse --help)\n")
-
-
-def flag_name(key: str) -> str:
-    return "--" + key.replace("_", "-")
+        self.exit(2, f"gpulse: {message} (see {self.prog} --help)\n")
 
 
 # Spellings shared with other Prometheus exporters, accepted next to the derived flag.
@@ -36,20 +63,16 @@ FLAG_ALIASES = {"web.config_file": ("--web.config.file",)}
 
 
 def _add_field(p: argparse.ArgumentParser, f: Field) -> None:
-    helptext = f.help + (f" (default: {_show(f.default)})" if f.default not in ("", ()) else "")
+    helptext = f.help.replace("%", "%%") + (f" (default: {f.show(f.default)})" if f.default not in ("", ()) else "")
     if f.parse.__name__ == "_parse_bool":
         p.add_argument(flag_name(f.key), dest=f.key, action=argparse.BooleanOptionalAction,
                        default=None, help=helptext)
     else:
+        # choices are listed in the metavar but checked by the config (one message for
+        # a bad value, whether it came from a flag, the environment or the file)
+        metavar = "{" + ",".join(f.choices) + "}" if f.choices else f.metavar or f.key.split(".")[-1].upper()
         p.add_argument(*FLAG_ALIASES.get(f.key, ()), flag_name(f.key), dest=f.key, default=None,
-                       metavar=f.metavar or f.key.split(".")[-1].upper(),
-                       choices=None, help=helptext)
-
-
-def _show(v: Any) -> str:
-    if isinstance(v, tuple):
-        return ",".join(v)
-    return str(v)
+                       metavar=metavar, help=helptext)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,8 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     for f in FIELDS:
         if f.flag:
             _add_field(serve, f)
-    check = sub.add_parser("check-config", help="validate a config file and exit")
-    check.add_argument("file", metavar="FILE")
+    check = sub.add_parser("check-config", help="validate a config file and the GPULSE_* environment, as serve would",
+                           description="Validate a config file together with the GPULSE_* environment variables "
+                                       "and the web config file they name, exactly as `gpulse serve --config FILE` "
+                                       "would read them, and exit.")
+    check.add_argument("file", metavar="FILE", nargs="?", help="YAML config file (omit to check the environment alone)")
     _add_optional_commands(sub)
     return p
 
@@ -81,12 +107,18 @@ def _overrides(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_check_config(ns: argparse.Namespace) -> int:
+    from .webconfig import WebConfigError, load_web_config
     try:
-        load_config(ns.file, environ={})
-    except ConfigError as e:
+        cfg = load_config(ns.file)
+        load_web_config(cfg.web.config_file)      # serve refuses to start on a bad one, so say it now
+    except (ConfigError, WebConfigError) as e:
         print(f"gpulse: {e}", file=sys.stderr)
         return 2
-    print(f"{ns.file}: OK")
+    for warning in env_near_misses(os.environ):
+        print(f"gpulse: warning: {warning}", file=sys.stderr)
+    env = sorted(env_name(k) for k in env_settings(os.environ))
+    with_env = f" (with {', '.join(env)} from the environment)" if env else ""
+    print(f"{ns.file or 'environment'}: OK{with_env}")
     return 0
 
 
@@ -98,6 +130,8 @@ def cmd_serve(ns: argparse.Namespace) -> int:
         print(f"gpulse: {e}", file=sys.stderr)
         return 2
     setup_logging(cfg.log.level, cfg.log.format)
+    for warning in env_near_misses(os.environ):
+        log.warning("%s", warning)
     from .runtime import Runtime, RuntimeStartError
     try:
         rt = Runtime(cfg, config_file=ns.config)

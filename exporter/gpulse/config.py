@@ -5,11 +5,15 @@ are derived from its dotted name, so they cannot drift apart:
 
     sim.scenario  ->  YAML `sim: {scenario: ...}`,  --sim.scenario,  GPULSE_SIM_SCENARIO
 
-Every error names the key and the reason in one line (ConfigError); the CLI prints
-it and exits 2.
+Every error names the key, where the value came from (the file, the GPULSE_*
+variable; flags are on the command line in front of the user) and the reason in one
+line (ConfigError); the CLI prints it and exits 2. Raw values appear in messages only
+through safeyaml.shown(), so a hostile value cannot make the message itself huge.
 """
 from __future__ import annotations
 
+import difflib
+import math
 import os
 import re
 import socket
@@ -18,10 +22,16 @@ from typing import Any, Callable
 
 import yaml
 
+from .logs import FORMATTERS as LOG_FORMATS, LEVELS as LOG_LEVELS
+from .safeyaml import StrictLoader, shown
+from .sources import SOURCES
+from .sources.logs import FORMATS as REPLAY_FORMATS
+from .sources.sim import SCENARIOS as SIM_SCENARIOS
+
 DEFAULT_PORT = 9479
 DEFAULT_LISTEN = f":{DEFAULT_PORT}"
 
-SCENARIOS = ("balanced", "sync-stall", "straggler", "imbalance", "checkpoint", "gpu-lost", "idle")
+SCENARIOS = tuple(SIM_SCENARIOS)
 
 DEFAULT_WORKLOAD_LABEL_KEYS = (
     "training.kubeflow.org/job-name",
@@ -37,22 +47,49 @@ class ConfigError(ValueError):
     """A bad setting. str() is the one line shown to the user."""
 
 
+# A config file is a few hundred bytes; refuse to read a huge one (or /dev/zero).
+MAX_FILE_BYTES = 1 << 20
+# Longest integer accepted anywhere: bounds are checked on the number, and a
+# 400-digit one cannot even be formatted as a float in a message.
+MAX_INT_DIGITS = 18
+# Longest string setting (PATH_MAX): a node name or path beyond it is an attack or a mistake.
+MAX_STR_CHARS = 4096
+
+
 # ---------------------------------------------------------------- value parsers
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$", re.ASCII)
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
 def parse_duration(value: Any) -> float:
-    """'100ms', '1.5s', '5m', '2h' or a bare number of seconds -> seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration like 100ms or 30s, got {value!r}")
-    if isinstance(value, (int, float)):
-        return float(value)
-    m = _DURATION_RE.match(str(value))
-    if not m:
-        raise ValueError(f"expected a duration like 100ms or 30s, got {value!r}")
-    return float(m.group(1)) * _UNIT[m.group(2)]
+    """'100ms', '1.5s', '5m', '2h' or a bare number of seconds -> seconds (finite)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a duration like 100ms or 30s, got {shown(value)}")
+    if isinstance(value, str):
+        m = _DURATION_RE.match(value)
+        if not m:
+            raise ValueError(f"expected a duration like 100ms or 30s, got {shown(value)}")
+        value = float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        seconds = float(value)
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):   # YAML .nan / .inf, or 400 digits of seconds
+        raise ValueError(f"expected a finite duration like 100ms or 30s, got {shown(value)}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """The way people write it and parse_duration reads it back: 0.1 -> '100ms',
+    30 -> '30s', 900 -> '15m', 1.5 -> '1.5s'."""
+    for unit in ("h", "m", "s"):
+        n = seconds / _UNIT[unit]
+        if n >= 1 and n == round(n):
+            return f"{round(n)}{unit}"
+    if 0 < seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    return f"{seconds:g}s"
 
 
 def _parse_bool(value: Any) -> bool:
@@ -63,42 +100,60 @@ def _parse_bool(value: Any) -> bool:
         return True
     if s in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"expected true or false, got {value!r}")
+    raise ValueError(f"expected true or false, got {shown(value)}")
 
 
 def _parse_int(value: Any) -> int:
-    if isinstance(value, bool) or isinstance(value, float):
-        raise ValueError(f"expected an integer, got {value!r}")
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise ValueError(f"expected an integer, got {value!r}") from None
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[-+]?[0-9]+\s*", value):
+        digits = len(value.strip().lstrip("+-"))
+        if digits > MAX_INT_DIGITS:      # int() of it would work, but nothing can use it
+            raise ValueError(f"expected an integer of at most {MAX_INT_DIGITS} digits, got a {digits}-digit number")
+        n = int(value)
+    else:
+        raise ValueError(f"expected an integer, got {shown(value)}")
+    if abs(n) >= 10 ** MAX_INT_DIGITS:
+        raise ValueError(f"expected an integer of at most {MAX_INT_DIGITS} digits, got {shown(n)}")
+    return n
 
 
 def _parse_float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number, got {shown(value)}")
     try:
         f = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"expected a number, got {value!r}") from None
-    if f != f or f in (float("inf"), float("-inf")):
-        raise ValueError(f"expected a finite number, got {value!r}")
+    except ValueError:
+        raise ValueError(f"expected a number, got {shown(value)}") from None
+    except OverflowError:
+        f = math.inf
+    if not math.isfinite(f):
+        raise ValueError(f"expected a finite number, got {shown(value)}")
     return f
+
+
+def _text(s: str) -> str:
+    # a NUL reaches open() and the OS as "embedded null byte"; no setting needs one,
+    # nor a value longer than the longest path
+    if "\x00" in s:
+        raise ValueError("contains a NUL character")
+    if len(s) > MAX_STR_CHARS:
+        raise ValueError(f"longer than {MAX_STR_CHARS} characters ({len(s)})")
+    return s
 
 
 def _parse_str(value: Any) -> str:
     if isinstance(value, (dict, list)):
-        raise ValueError(f"expected a string, got {type(value).__name__}")
-    return str(value)
+        raise ValueError(f"expected a string, got {shown(value)}")
+    return _text(str(value))
 
 
 def _parse_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
+        return tuple(v.strip() for v in _text(value).split(",") if v.strip())
     if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return tuple(value)
-    raise ValueError(f"expected a list of strings, got {value!r}")
+        return tuple(_text(v) for v in value)
+    raise ValueError(f"expected a list of strings, got {shown(value)}")
 
 
 def parse_listen_address(value: str) -> tuple[str, int]:
@@ -106,7 +161,7 @@ def parse_listen_address(value: str) -> tuple[str, int]:
     s = str(value).strip()
     m = re.match(r"^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]]*)):(\d{1,5})$", s)
     if not m:
-        raise ValueError(f"expected HOST:PORT or :PORT, got {value!r}")
+        raise ValueError(f"expected HOST:PORT or :PORT, got {shown(value)}")
     host = m.group(1) if m.group(1) is not None else (m.group(2) or "")
     port = int(m.group(3))
     if not 0 <= port <= 65535:
@@ -131,16 +186,34 @@ class Field:
 
     def coerce(self, raw: Any) -> Any:
         try:
-            v = self.parse(raw)
+            return self.value(raw)
         except ValueError as e:
             raise ConfigError(f"{self.key}: {e}") from None
+
+    def value(self, raw: Any) -> Any:
+        """The parsed, checked value; ValueError(reason) otherwise."""
+        v = self.parse(raw)
         if self.choices is not None and v not in self.choices:
-            raise ConfigError(f"{self.key}: must be one of {', '.join(self.choices)}; got {v!r}")
+            raise ValueError(f"must be one of {', '.join(self.choices)}; got {shown(v)}")
+        if isinstance(v, float) and not math.isfinite(v):   # a parser that let one through
+            raise ValueError(f"must be finite, got {v}")
         if self.lo is not None and v < self.lo:
-            raise ConfigError(f"{self.key}: must be >= {self.lo:g}, got {v:g}")
+            raise ValueError(f"must be >= {self.show(self.lo)}, got {self.show(v)}")
         if self.hi is not None and v > self.hi:
-            raise ConfigError(f"{self.key}: must be <= {self.hi:g}, got {v:g}")
+            raise ValueError(f"must be <= {self.show(self.hi)}, got {self.show(v)}")
         return v
+
+    def show(self, v: Any) -> str:
+        """A value of this field the way a user writes it (durations as 100ms, 30s)."""
+        if self.parse is parse_duration:
+            return format_duration(v)
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, tuple):
+            return ",".join(v)
+        if isinstance(v, float):
+            return f"{v:g}"
+        return str(v)
 
 
 def _choice(*choices: str):
@@ -149,14 +222,14 @@ def _choice(*choices: str):
 
 FIELDS: tuple[Field, ...] = (
     # --- general
-    Field("source", default="nvml", help="where samples come from", **_choice("nvml", "dcgm", "sim", "replay")),
+    Field("source", default="nvml", help="where samples come from", **_choice(*SOURCES)),
     Field("node_name", _parse_str, "", "value of the node label (default: $NODE_NAME, else the hostname)"),
     Field("sample_interval", parse_duration, 0.1, "how often the source is polled", lo=0.01, hi=60, metavar="DURATION"),
     Field("analysis_interval", parse_duration, 1.0, "how often derived metrics are recomputed", lo=0.1, hi=60, metavar="DURATION"),
     Field("analysis_window", parse_duration, 30.0, "window for imbalance, peer deviation and gauges", lo=1, hi=3600, metavar="DURATION"),
     Field("idle_threshold", _parse_float, 0.10, "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
     Field("min_stall", parse_duration, 0.2, "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION"),
-    Field("activity", default="auto", help="what counts as real work: auto, power-gated, utilization, sm_active, gr_engine_active",
+    Field("activity", default="auto", help="what counts as real work (auto: SM activity where the source has it, else power-gated)",
           **_choice("auto", "power-gated", "utilization", "sm_active", "gr_engine_active")),
     Field("power_gate", _parse_float, 0.3, "power-gated activity: a sample is work only above this fraction of the power reference", lo=0.0, hi=1.0),
     Field("stale_after", parse_duration, 5.0, "no successful poll for this long marks the sampler stale", lo=0.1, hi=3600, metavar="DURATION"),
@@ -168,10 +241,10 @@ FIELDS: tuple[Field, ...] = (
     Field("web.timeout", parse_duration, 10.0, "per-connection read/write timeout", lo=0.1, hi=600, metavar="DURATION"),
     Field("web.healthz_public", _parse_bool, True, "serve /healthz and /readyz without authentication"),
     # --- logging
-    Field("log.level", default="info", help="log level", **_choice("debug", "info", "warning", "error")),
-    Field("log.format", default="text", help="log format", **_choice("text", "json")),
+    Field("log.level", default="info", help="log level", **_choice(*LOG_LEVELS)),
+    Field("log.format", default="text", help="log format", **_choice(*LOG_FORMATS)),
     # --- simulated source
-    Field("sim.scenario", default="sync-stall", help="simulated scenario: " + ", ".join(SCENARIOS), **_choice(*SCENARIOS)),
+    Field("sim.scenario", default="sync-stall", help="the training pattern the simulated GPUs follow", **_choice(*SCENARIOS)),
     Field("sim.gpus", _parse_int, 8, "number of simulated GPUs", lo=1, hi=4096),
     Field("sim.seed", _parse_int, 1, "random seed of the simulation"),
     # --- NVML
@@ -184,7 +257,7 @@ FIELDS: tuple[Field, ...] = (
     Field("dcgm.interval", parse_duration, 1.0, "how often dcgm-exporter is read", lo=0.05, hi=600, metavar="DURATION"),
     # --- replay
     Field("replay.file", _parse_str, "", "recorded log to replay (nvidia-smi CSV, dmon, dcgm-exporter text)", metavar="FILE"),
-    Field("replay.format", default="auto", help="format of replay.file", **_choice("auto", "nvidia-smi-csv", "dmon", "nvidia-smi-q", "dcgm")),
+    Field("replay.format", default="auto", help="format of replay.file", **_choice("auto", *REPLAY_FORMATS)),
     Field("replay.speed", _parse_float, 1.0, "replay speed, 1 = real time, 0 = as fast as possible", lo=0.0, hi=1e6),
     Field("replay.loop", _parse_bool, False, "start again at the end of the file"),
     # --- attribution: Kubernetes
@@ -204,6 +277,10 @@ SECTIONS = sorted({f.key.split(".")[0] for f in FIELDS if "." in f.key})
 
 def env_name(key: str) -> str:
     return "GPULSE_" + key.replace(".", "_").upper()
+
+
+def flag_name(key: str) -> str:
+    return "--" + key.replace("_", "-")
 
 
 # ---------------------------------------------------------------- the object
@@ -227,31 +304,49 @@ Config, _SECTION_CLASSES = _build_config_class()
 Config.__doc__ = "The whole gpulse configuration (frozen). Build it with load_config()."
 
 
-def _flatten(doc: dict, prefix: str = "") -> dict[str, Any]:
+def _name(key: Any) -> str:
+    """A key as a message may show it (a YAML key can be 100 KB long, or a number)."""
+    return key if isinstance(key, str) and len(key) <= 60 else shown(key)
+
+
+def _flatten(doc: dict, where: str, prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in doc.items():
         if not isinstance(k, str):
-            raise ConfigError(f"{prefix}{k!r}: keys must be strings")
+            raise ConfigError(f"{where}: {prefix}{_name(k)}: keys must be strings")
         key = prefix + k
         if k in SECTIONS and not prefix:
             if v is None:
                 continue
             if not isinstance(v, dict):
-                raise ConfigError(f"{key}: expected a mapping, got {type(v).__name__}")
-            out.update(_flatten(v, key + "."))
+                raise ConfigError(f"{where}: {key}: expected a mapping of {key}.* settings, got {shown(v)}")
+            out.update(_flatten(v, where, key + "."))
         else:
             out[key] = v
     return out
 
 
+def suggest(key: str) -> str:
+    """'; did you mean sim.scenario?' for a key that is not one, or ''."""
+    known = list(FIELD_BY_KEY) + SECTIONS
+    underscored = key.replace("-", "_")
+    if underscored != key and underscored in known:
+        return f"; YAML keys use underscores: {underscored}"
+    close = difflib.get_close_matches(underscored, known, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config into {dotted key: raw value}; unknown keys are errors."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            # libyaml where present: PyYAML's own parser takes quadratic time on deep nesting
-            doc = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loaders
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
     except OSError as e:
-        raise ConfigError(f"config file {path}: {e.strerror}") from None
+        raise ConfigError(f"config file {path}: {e.strerror or e}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"config file {path}: larger than {MAX_FILE_BYTES} bytes")
+    try:
+        doc = yaml.load(data.decode("utf-8"), Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except UnicodeDecodeError as e:
         raise ConfigError(f"config file {path}: not UTF-8 text (byte {e.start})") from None
     except RecursionError:
@@ -266,11 +361,11 @@ def read_config_file(path: str) -> dict[str, Any]:
     if doc is None:
         return {}
     if not isinstance(doc, dict):
-        raise ConfigError(f"config file {path}: top level must be a mapping")
-    flat = _flatten(doc)
+        raise ConfigError(f"config file {path}: top level must be a mapping, got {shown(doc)}")
+    flat = _flatten(doc, path)
     for key in flat:
         if key not in FIELD_BY_KEY:
-            raise ConfigError(f"{key}: unknown key in {path}")
+            raise ConfigError(f"{path}: {_name(key)}: unknown key{suggest(key)}")
     return flat
 
 
@@ -278,22 +373,47 @@ def default_node_name() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
+def env_settings(environ: Any) -> dict[str, str]:
+    """{key: raw value} of the GPULSE_* variables that name a setting."""
+    return {f.key: environ[env_name(f.key)] for f in FIELDS if env_name(f.key) in environ}
+
+
+def env_near_misses(environ: Any) -> list[str]:
+    """Warnings for GPULSE_* variables that are not a setting but nearly are one
+    (GPULSE_SIM_GPU): ignored like any other variable, but most likely a typo. Others
+    are left alone: GPULSE_* names are also used by the tools around gpulse."""
+    known = [env_name(f.key) for f in FIELDS]
+    out = []
+    for name in sorted(n for n in environ if n.startswith("GPULSE_") and n not in known):
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        if close:
+            out.append(f"{name} is not a setting and is ignored; did you mean {close[0]}?")
+    return out
+
+
 def load_config(file: str | None = None, overrides: dict[str, Any] | None = None,
                 environ: dict[str, str] | None = None) -> Any:
     """Defaults < file < GPULSE_* environment < overrides (flags). Raises ConfigError."""
     environ = os.environ if environ is None else environ
-    raw: dict[str, Any] = {}
+    raw: dict[str, tuple[Any, str]] = {}       # key -> (raw value, where it was set)
     if file:
-        raw.update(read_config_file(file))
-    for f in FIELDS:
-        if env_name(f.key) in environ:
-            raw[f.key] = environ[env_name(f.key)]
+        raw.update((k, (v, f"{file}: ")) for k, v in read_config_file(file).items())
+    raw.update((k, (v, f"{env_name(k)}: ")) for k, v in env_settings(environ).items())
     for key, v in (overrides or {}).items():
         if key not in FIELD_BY_KEY:
             raise ConfigError(f"{key}: unknown setting")
         if v is not None:
-            raw[key] = v
-    values = {f.key: (f.coerce(raw[f.key]) if f.key in raw else f.default) for f in FIELDS}
+            raw[key] = (v, "")
+    values = {}
+    for f in FIELDS:
+        if f.key not in raw:
+            values[f.key] = f.default
+            continue
+        v, where = raw[f.key]
+        try:
+            values[f.key] = f.value(v)
+        except ValueError as e:
+            raise ConfigError(f"{where}{f.key}: {e}") from None
     _cross_checks(values)
     if not values["node_name"]:
         values["node_name"] = default_node_name()
@@ -339,4 +459,5 @@ test_config.__test__ = False  # not a pytest test
 
 __all__ = ["Config", "ConfigError", "FIELDS", "FIELD_BY_KEY", "load_config", "read_config_file",
            "parse_duration", "parse_listen_address", "config_value", "as_dict", "test_config",
-           "DEFAULT_PORT", "DEFAULT_LISTEN", "SCENARIOS", "env_name"]
+           "DEFAULT_PORT", "DEFAULT_LISTEN", "SCENARIOS", "env_name", "env_settings", "flag_name",
+           "format_duration", "suggest", "env_near_misses"]

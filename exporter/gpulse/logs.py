@@ -1,10 +1,14 @@
-"""Logging setup: text for people, JSON lines for log pipelines."""
+"""Logging setup: text for people, JSON lines for log pipelines.
+
+LEVELS and FORMATTERS are the one list of --log.level and --log.format choices."""
 from __future__ import annotations
 
 import json
 import logging
 import sys
 import time
+
+LEVELS = ("debug", "info", "warning", "error")
 
 
 class JsonFormatter(logging.Formatter):
@@ -20,12 +24,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
+def _text() -> logging.Formatter:
+    return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+FORMATTERS = {"text": _text, "json": JsonFormatter}
+
+
 def setup_logging(level: str, fmt: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(FORMATTERS[fmt]())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -78,9 +78,17 @@ class Runtime:
             raise RuntimeStartError(str(e)) from None
         if self.attributor is not None:
             self.attributor.start()
-        host, port = self.server.server_address[:2]
-        log.info("gpulse listening on %s:%s (%s; source %s, node %s)", host, port,
+        log.info("gpulse listening on %s (%s; source %s, node %s)", self.url(web.context is not None),
                  "TLS" if web.context is not None else "plain HTTP", cfg.source, cfg.node_name)
+
+    def url(self, tls: bool) -> str:
+        """The address to open, as a URL a terminal makes clickable: all interfaces
+        (0.0.0.0, ::) are shown as the loopback address, which is always among them."""
+        host, port = self.server.server_address[:2]
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{'https' if tls else 'http'}://{host}:{port}/"
 
     def serve_forever(self) -> None:
         assert self.server is not None
@@ -132,6 +140,10 @@ class Runtime:
                 self.server.set_web_config(web)
             except (WebConfigError, ValueError) as e:
                 log.error("SIGHUP: %s; keeping the previous web config", e)
+                return
+            except Exception as e:  # noqa: BLE001 - whatever the file does, keep serving
+                log.error("SIGHUP: web config %s: cannot reload (%s); keeping the previous web config",
+                          path, type(e).__name__)
                 return
         log.info("SIGHUP: web config %s reloaded (%s, %d users)", path,
                  "TLS" if web.context is not None else "plain HTTP", len(web.users))

@@ -6,7 +6,10 @@
 Scrapes only read `sampler.snapshot` and `sampler.health()`; they never wait on the
 source. A poll that hangs holds up this thread alone: `health()` reports the
 sampler stale once no poll has succeeded for --stale-after, computed from the last
-success time, so it stays right while the thread is stuck inside the driver.
+success time, so it stays right while the thread is stuck inside the driver. A
+source that has finished (a replay at its end) is no different: its last sample
+ages, it turns stale and the exporter stops reading as ready, while its final
+values stay on /metrics.
 """
 from __future__ import annotations
 
@@ -19,6 +22,13 @@ from .engine import Engine, Snapshot
 from .sources.base import Source
 
 log = logging.getLogger("gpulse.sampler")
+
+# A source that knows how far it is (a replay) is logged at every PROGRESS_STEP of
+# the way, and at least every PROGRESS_EVERY_S seconds while it moves; never more
+# often than PROGRESS_MIN_S (a short log looped fast would pass a step per poll).
+PROGRESS_STEP = 0.10
+PROGRESS_EVERY_S = 60.0
+PROGRESS_MIN_S = 1.0
 
 # Buckets for the poll+ingest duration histogram (seconds).
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -60,6 +70,7 @@ class Sampler:
         self.last_success_mono: float | None = None
         self.polls_total = 0
         self.poll_failures_total = 0
+        self._progress_logged = (0.0, self.started_mono)   # (fraction, time) of the last line
 
     def start(self) -> None:
         """Open the source (SourceError propagates: fatal) and start polling."""
@@ -83,14 +94,24 @@ class Sampler:
         return self._thread is not None and self._thread.is_alive()
 
     def health(self) -> dict[str, Any]:
-        """Live sampler health for the scrape path: plain attribute reads, no locks."""
+        """Live sampler health for the scrape path: plain attribute reads, no locks.
+        `not_ready` is why /readyz answers 503, or None."""
         now = time.monotonic()
         ref = self.last_success_mono if self.last_success_mono is not None else self.started_mono
-        finished = self.source.finished
+        since = now - ref
+        stale = since > self.cfg.stale_after
+        if self.snapshot is None:
+            not_ready = "waiting for the first snapshot"
+        elif stale:
+            ended = " (the source has finished)" if self.source.finished else ""
+            not_ready = f"stale: no successful poll for {since:.0f}s{ended}"
+        else:
+            not_ready = None
         return {
-            "stale": (not finished) and (now - ref > self.cfg.stale_after),
-            "seconds_since_success": now - ref,
-            "alive": self.alive or finished,
+            "stale": stale,
+            "seconds_since_success": since,
+            "alive": self.alive or self.source.finished,
+            "not_ready": not_ready,
         }
 
     def _run(self) -> None:
@@ -119,10 +140,12 @@ class Sampler:
                 if now >= next_analysis or self.snapshot is None:
                     self._publish()
                     next_analysis = max(next_analysis + cfg.analysis_interval, now)
+            self._log_progress()
             if self.source.finished:
                 with self.lock:
                     self._publish()
-                log.info("source %s finished; serving the final values", self.source.name)
+                log.info("source %s finished after %d polls; serving the final values, stale after %gs "
+                         "(/readyz then answers 503)", self.source.name, self.polls_total, cfg.stale_after)
                 return
             next_poll += interval
             delay = next_poll - time.monotonic()
@@ -130,6 +153,23 @@ class Sampler:
                 next_poll = time.monotonic()
                 delay = 0
             self._stop.wait(delay)
+
+    def _log_progress(self) -> None:
+        """One line per PROGRESS_STEP of a source that reports `progress` (0..1 of
+        the way through one pass), or per PROGRESS_EVERY_S while it advances."""
+        fraction = getattr(self.source, "progress", None)
+        if fraction is None or self.source.finished:
+            return
+        last, at = self._progress_logged
+        now = time.monotonic()
+        if fraction < last:                      # a looping replay started a new pass
+            last = 0.0
+        crossed = int(fraction / PROGRESS_STEP) > int(last / PROGRESS_STEP)
+        if now - at < PROGRESS_MIN_S:
+            return
+        if crossed or (fraction > last and now - at >= PROGRESS_EVERY_S):
+            log.info("source %s: %.0f%% done", self.source.name, 100 * fraction)
+            self._progress_logged = (fraction, now)
 
     def _publish(self) -> None:
         snap = self.engine.analyze(wall=time.time())

@@ -82,9 +82,10 @@ class App:
                 return 200, TEXT, b"ok\n"
             return 503, TEXT, b"sampler thread died\n"
         if path == "/readyz":
-            if self.sampler.snapshot is not None:
+            not_ready = self.sampler.health()["not_ready"]
+            if not_ready is None:
                 return 200, TEXT, b"ready\n"
-            return 503, TEXT, b"waiting for the first snapshot\n"
+            return 503, TEXT, not_ready.encode() + b"\n"
         if path in self.extra_routes:
             return self.extra_routes[path](handler)
         if path == "/":

@@ -37,6 +37,8 @@ from typing import Any
 
 import yaml
 
+from .safeyaml import StrictLoader as _StrictLoader   # duplicate keys and alias bombs refused
+
 MAX_FILE_BYTES = 1 << 20     # a web config is a few hundred bytes; refuse to slurp a huge file
 
 TLS_VERSIONS = {
@@ -135,28 +137,6 @@ NO_WEB_CONFIG = WebConfig()
 
 
 # ---------------------------------------------------------------- YAML
-
-
-class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
-    """safe_load that refuses duplicate keys (the Go parser exporter-toolkit uses does too;
-    PyYAML would silently keep the last one: a second `alice:` would replace the first).
-    libyaml's parser where present: PyYAML's own scanner takes quadratic time on deeply
-    nested flow collections (a few thousand `[` take seconds)."""
-
-
-def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict:
-    seen: set[tuple[str, str]] = set()
-    for key_node, _ in node.value:
-        if isinstance(key_node, yaml.ScalarNode):
-            k = (key_node.tag, key_node.value)
-            if k in seen:
-                raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key_node.value!r}",
-                                                        key_node.start_mark)
-            seen.add(k)
-    return loader.construct_mapping(node)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
 
 
 def _read_yaml(text: str, where: str) -> Any:

@@ -1,7 +1,17 @@
 """Where samples come from — one module per source. `make_source` picks by config."""
 from __future__ import annotations
 
+import importlib
+
 from .base import Source, SourceError
+
+# The one list of sources: --source choices and make_source both read it.
+SOURCES = {
+    "nvml": ("nvml", "NvmlSource"),
+    "dcgm": ("dcgm", "DcgmSource"),
+    "sim": ("sim", "SimSource"),
+    "replay": ("replay", "ReplaySource"),
+}
 
 
 def make_source(cfg) -> Source:
@@ -15,20 +25,10 @@ def make_source(cfg) -> Source:
 
 
 def _make(cfg) -> Source:
-    kind = cfg.source
-    if kind == "sim":
-        from .sim import SimSource
-        return SimSource(cfg)
-    if kind == "nvml":
-        from .nvml import NvmlSource
-        return NvmlSource(cfg)
-    if kind == "dcgm":
-        from .dcgm import DcgmSource
-        return DcgmSource(cfg)
-    if kind == "replay":
-        from .replay import ReplaySource
-        return ReplaySource(cfg)
-    raise SourceError(f"unknown source {kind!r}")
+    if cfg.source not in SOURCES:
+        raise SourceError(f"unknown source {cfg.source!r}")
+    module, cls = SOURCES[cfg.source]
+    return getattr(importlib.import_module(f".{module}", __name__), cls)(cfg)
 
 
-__all__ = ["Source", "SourceError", "make_source"]
+__all__ = ["Source", "SourceError", "SOURCES", "make_source"]

@@ -67,6 +67,12 @@ class ReplaySource(Source):
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def progress(self) -> float | None:
+        """How far through the current pass (0..1), for the sampler's progress log."""
+        n = len(self.run.records) if self.run is not None else 0
+        return self._i / n if n else None
+
     def poll(self, now: float) -> PollResult:
         run = self.run
         if run is None:
