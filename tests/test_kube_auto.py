@@ -122,3 +122,20 @@ def test_serve_without_the_socket_logs_one_line(tmp_path, gpulse_proc):
     assert "gpulse_attribution_up" not in text
     out = g.output()
     assert out.count("attribution off") == 1 and absent in out, out
+
+
+def test_auto_can_be_spelled_in_yaml_and_environment(tmp_path):
+    """`auto` is the default, and also a value a file or GPULSE_KUBE_ENABLED may set
+    explicitly (to undo an inherited true/false); anything else is one line."""
+    import subprocess
+    import sys
+    cfg = tmp_path / "gpulse.yml"
+    cfg.write_text("source: sim\nkube:\n  enabled: auto\n")
+    gpulse = [sys.executable, "-m", "gpulse", "check-config"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPULSE_")}
+    assert subprocess.run(gpulse + [str(cfg)], env=env, capture_output=True).returncode == 0
+    ok = subprocess.run(gpulse, env={**env, "GPULSE_KUBE_ENABLED": "auto"}, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    bad = subprocess.run(gpulse, env={**env, "GPULSE_KUBE_ENABLED": "maybe"}, capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0 and "true, false or auto" in bad.stderr

@@ -103,6 +103,16 @@ def _parse_bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {shown(value)}")
 
 
+def _parse_auto_bool(value: Any) -> bool | str:
+    """true/false, or "auto" (decided at start-up from what the machine has)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        return _parse_bool(value)
+    except ValueError:
+        raise ValueError(f"expected true, false or auto, got {shown(value)}") from None
+
+
 def _parse_int(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         n = value
@@ -261,7 +271,7 @@ FIELDS: tuple[Field, ...] = (
     Field("replay.speed", _parse_float, 1.0, "replay speed, 1 = real time, 0 = as fast as possible", lo=0.0, hi=1e6),
     Field("replay.loop", _parse_bool, False, "start again at the end of the file"),
     # --- attribution: Kubernetes
-    Field("kube.enabled", _parse_bool, "auto", "attribute GPUs to pods via the kubelet PodResources API; unset (auto): when its socket exists"),
+    Field("kube.enabled", _parse_auto_bool, "auto", "attribute GPUs to pods via the kubelet PodResources API; unset (auto): when its socket exists"),
     Field("kube.pod_resources_socket", _parse_str, "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet PodResources socket", metavar="PATH"),
     Field("kube.api", _parse_bool, True, "read pod labels and owners from the Kubernetes API"),
     Field("kube.workload_label_keys", _parse_list, DEFAULT_WORKLOAD_LABEL_KEYS, "pod label keys naming the workload, first present wins", metavar="K1,K2"),
