@@ -190,3 +190,12 @@ def test_check_config_checks_the_web_config_it_names(tmp_path):
     one_line_error(gpulse("check-config", str(cfg)), f"web config {web}", "X-Frame-Options")
     one_line_error(gpulse("check-config", env={"GPULSE_WEB_CONFIG_FILE": str(tmp_path / "none.yml")}),
                    "none.yml")
+
+
+def test_report_offers_the_same_log_formats_and_activity_modes_as_serve():
+    """`gpulse report --help` lists every recorded-log format and activity mode that
+    `gpulse serve` does (it once lost nvidia-smi-q by keeping its own list)."""
+    out = gpulse("report", "--help").stdout
+    flat = re.sub(r"\s+", "", out)
+    assert "{auto," + ",".join(FORMATS) + "}" in flat
+    assert "{auto,power-gated,utilization,sm_active,gr_engine_active}" in flat

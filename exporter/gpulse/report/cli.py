@@ -14,13 +14,15 @@ import sys
 import time
 from typing import Any
 
-from ..config import parse_duration
+from ..config import FIELD_BY_KEY, parse_duration
 from ..sources.logs import CellError, parse_any_time
 from .clock import parse_zone, settle
 from .errors import ReportError, UsageError
 from .heatmap import ORDERS
 
-LOG_FORMATS = ("auto", "nvidia-smi-csv", "dmon", "dcgm")
+# the same choices `gpulse serve` offers, from the one list of each
+LOG_FORMATS = FIELD_BY_KEY["replay.format"].choices
+ACTIVITY_MODES = FIELD_BY_KEY["activity"].choices
 
 
 def add_parser(sub: Any) -> None:
@@ -54,7 +56,7 @@ def add_parser(sub: Any) -> None:
     an = p.add_argument_group("analysis (as for gpulse serve)")
     an.add_argument("--idle-threshold", dest="idle_threshold", default=None)
     an.add_argument("--min-stall", dest="min_stall", default=None, metavar="DURATION")
-    an.add_argument("--activity", default=None, choices=("auto", "power-gated", "utilization", "sm_active", "gr_engine_active"))
+    an.add_argument("--activity", default=None, choices=ACTIVITY_MODES)
     an.add_argument("--power-gate", dest="power_gate", default=None)
     an.add_argument("--analysis-window", dest="analysis_window", default=None, metavar="DURATION")
     out = p.add_argument_group("output")
