@@ -269,6 +269,8 @@ class _Exporter:
         self.body = body
         self.delay = 0.0          # before answering
         self.trickle = 0.0        # between chunks of the body
+        self.trickle_bytes = 512  # the size of those chunks
+        self.trickle_head = False # trickle the status line and headers too
         self.status = 200
         self.requests = 0
         self.connections = 0
@@ -292,15 +294,21 @@ class _Exporter:
                 owner.requests += 1
                 time.sleep(owner.delay)
                 data = owner.body.encode()
-                self.send_response(owner.status)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
+                head = (f"HTTP/1.1 {owner.status} OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+                        f"Content-Length: {len(data)}\r\n\r\n").encode()
+                if owner.trickle_head:
+                    data = head + data
+                else:
+                    self.wfile.write(head)
                 if owner.trickle:
-                    for i in range(0, len(data), 512):
-                        self.wfile.write(data[i:i + 512])
-                        self.wfile.flush()
-                        time.sleep(owner.trickle)
+                    step = owner.trickle_bytes
+                    try:
+                        for i in range(0, len(data), step):
+                            self.wfile.write(data[i:i + step])
+                            self.wfile.flush()
+                            time.sleep(owner.trickle)
+                    except OSError:       # the client gave up: what a deadline is for
+                        self.close_connection = True
                 else:
                     self.wfile.write(data)
 
@@ -431,6 +439,30 @@ def test_live_trickling_endpoint_hits_deadline(exporter):
     ex.trickle = 0.1      # 512 bytes every 0.1 s: each read is quick, the whole answer is not
     res = src.poll(1.0)
     assert res.readings[0].error == f"dcgm-exporter {ex.url}: answer not complete within 0.3s"
+    src.close()
+
+
+@pytest.mark.parametrize("head", [False, True], ids=["body", "head-and-body"])
+def test_live_byte_trickle_with_content_length_ends_at_the_deadline(exporter, caplog, head):
+    # 1 byte every 50 ms of a ~4 KB answer would take minutes; every socket read is quick
+    ex = exporter(_text(L4))
+    src = _source(ex.url, timeout=2.0, interval=1.0)
+    src.open()
+    assert src.poll(0.0).readings[0].up
+    ex.trickle, ex.trickle_bytes, ex.trickle_head = 0.05, 1, head
+    t0 = time.monotonic()
+    with caplog.at_level("WARNING", logger="gpulse.dcgm"):
+        res = src.poll(1.0)
+    took = time.monotonic() - t0
+    got = "answer not complete" if not head else "no answer"
+    assert res.readings[0].error == f"dcgm-exporter {ex.url}: {got} within 2s"
+    assert not res.readings[0].up and res.call_errors == {"dcgm_scrape": 1}
+    assert any(f"{got} within 2s; its GPUs are marked down" in r.getMessage() for r in caplog.records)
+    assert took < 20, took       # the whole body would take over 100 s; a stuck read never returns
+    # a well-behaved answer afterwards is read on a fresh connection
+    ex.trickle, ex.trickle_head = 0.0, False
+    res = src.poll(2.0)
+    assert res.readings[0].up and res.call_errors == {}
     src.close()
 
 
