@@ -16,6 +16,7 @@ output (read_dcgm_log), so a live node and a log of one look the same downstream
 from __future__ import annotations
 
 import calendar
+import itertools
 import json
 import logging
 import math
@@ -345,37 +346,56 @@ def _other_sample(s: str) -> bool:
     return True
 
 
-def read_dcgm_log(path: str, text: str, lines: list[str], err: Any, interval: float) -> dict[str, Any]:
-    """Recorded dcgm-exporter output -> records (see gpulse.sources.logs.read_log).
+def read_dcgm_log(lines: Iterable[str], err: Any, interval: float, run: Any) -> Iterator[Record]:
+    """Recorded dcgm-exporter output -> records (see gpulse.sources.logs.LogStream).
 
     - exposition text: one scrape, or many appended (`curl ... >> log`). A new scrape
       starts where a series repeats; a line holding only a time (epoch seconds or ISO
       8601, as `date` prints it between curls) stamps the scrape after it. Sample
       timestamps, when present, win. Without any clock, scrapes are `interval` apart.
-    - Prometheus HTTP API JSON (/api/v1/query or query_range responses).
+    - Prometheus HTTP API JSON (/api/v1/query or query_range responses), parsed whole
+      and so capped at logs.MAX_JSON.
     - CSV: wide (a time column, label columns, one column per DCGM field) or long
       (time, metric, label columns, value).
+    Text and CSV stream: one scrape (or one instant's rows) is held at a time.
     """
+    from .logs import MAX_JSON
     mapper = DcgmMapper()
-    out: dict[str, Any] = {"records": [], "devices": {}, "timed": True, "has_sm_active": False, "nodes": []}
-    first = next(ln.strip() for ln in lines if ln.strip())
+    lines = iter(lines)
+    skipped = []
+    first = ""
+    for ln in lines:
+        skipped.append(ln)
+        if ln.strip():
+            first = ln.strip()
+            break
+    lines = itertools.chain(skipped, lines)
     if first.startswith(("{", "[")):
-        scrapes = _json_scrapes(text, err)
+        size = 0
+        parts = []
+        for ln in lines:
+            size += len(ln) + 1
+            if size > MAX_JSON:
+                raise err.fatal(0, f"Prometheus API JSON larger than {MAX_JSON >> 20} MiB: JSON is read whole; "
+                                   "export a shorter range, or CSV or exposition text, which are streamed")
+            parts.append(ln)
+        scrapes = _json_scrapes("\n".join(parts), err)
+        del parts
     elif not first.startswith("#") and "," in first.split("{")[0]:
         scrapes = _csv_scrapes(lines, err)     # a header row; exposition commas sit inside {}
     else:
-        scrapes = _text_scrapes(lines, err, interval, out)
+        scrapes = _text_scrapes(lines, err, interval, run)
     for t, line, series in scrapes:
         m = mapper.map(series, t)
         for bad_line, desc in m.invalid:
             err.add(bad_line or line, f"{desc}; value dropped")
-        for key, rec in m.records.items():
+        for key, dev in m.devices.items():
+            run.found.setdefault(key, dev)
+        run.has_sm_active = run.has_sm_active or m.has_sm_active
+        run.nodes_found.extend(h for h in m.nodes if h not in run.nodes_found)
+        for rec in m.records.values():
             rec.line = line
-            out["records"].append(rec)
-            out["devices"].setdefault(key, m.devices[key])
-        out["has_sm_active"] = out["has_sm_active"] or m.has_sm_active
-        out["nodes"].extend(h for h in m.nodes if h not in out["nodes"])
-    return out
+            yield rec
 
 
 # (time, first line, [(name, labels, value, line)])
@@ -409,8 +429,11 @@ def _parse_numbered(numbered: list[tuple[int, str]]) -> tuple[list, list[tuple[i
     return series, bad
 
 
-def _text_scrapes(lines: list[str], err: Any, interval: float, out: dict[str, Any]) -> Iterator[_Scrape]:
-    chunks: list[tuple[float | None, int, list[tuple[int, str]]]] = []
+def _text_scrapes(lines: Iterable[str], err: Any, interval: float, run: Any) -> Iterator[_Scrape]:
+    body: list[tuple[int, str]] = []
+    body_t: float | None = None
+    body_line = 0
+    i = 0
     seen: set[str] = set()
     pending_t: float | None = None
     boundary = True
@@ -431,27 +454,35 @@ def _text_scrapes(lines: list[str], err: Any, interval: float, out: dict[str, An
         close = s.rfind("}")
         key = s[:close + 1] if close >= 0 else s
         if boundary or key in seen:
-            chunks.append((pending_t, n, []))
+            if body:
+                yield from _text_scrape(body, body_t, body_line, i, err, interval, run)
+                i += 1
+            body, body_t, body_line = [], pending_t, n
             pending_t, boundary, seen = None, False, set()
         seen.add(key)
-        chunks[-1][2].append((n, s))
-    for i, (t0, line, body) in enumerate(chunks):
-        series, bad = _parse_numbered(body)
-        for n, msg in bad:
-            err.add(n, msg + "; skipped")
-        if any(x[3] is not None for x in series):
-            # explicit sample timestamps win: one scrape per distinct time
-            by_t: dict[float, list] = {}
-            for name, labels, value, ts, n in series:
-                by_t.setdefault(ts if ts is not None else (t0 if t0 is not None else i * interval),
-                                []).append((name, labels, value, n))
-            for ts in sorted(by_t):
-                yield ts, line, by_t[ts]
-            continue
-        if t0 is None:
-            out["timed"] = False
-            t0 = i * interval
-        yield t0, line, [(name, labels, value, n) for name, labels, value, _, n in series]
+        body.append((n, s))
+    if body:
+        yield from _text_scrape(body, body_t, body_line, i, err, interval, run)
+
+
+def _text_scrape(body: list[tuple[int, str]], t0: float | None, line: int, i: int, err: Any, interval: float,
+                 run: Any) -> Iterator[_Scrape]:
+    series, bad = _parse_numbered(body)
+    for n, msg in bad:
+        err.add(n, msg + "; skipped")
+    if any(x[3] is not None for x in series):
+        # explicit sample timestamps win: one scrape per distinct time
+        by_t: dict[float, list] = {}
+        for name, labels, value, ts, n in series:
+            by_t.setdefault(ts if ts is not None else (t0 if t0 is not None else i * interval),
+                            []).append((name, labels, value, n))
+        for ts in sorted(by_t):
+            yield ts, line, by_t[ts]
+        return
+    if t0 is None:
+        run.timed = False
+        t0 = i * interval
+    yield t0, line, [(name, labels, value, n) for name, labels, value, _, n in series]
 
 
 def _json_scrapes(text: str, err: Any) -> Iterator[_Scrape]:
@@ -459,6 +490,8 @@ def _json_scrapes(text: str, err: Any) -> Iterator[_Scrape]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise err.fatal(e.lineno, f"not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise err.fatal(0, "JSON nested too deeply to be a Prometheus API query response") from None
     data = doc.get("data") if isinstance(doc, dict) else None
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(result, list):
@@ -482,7 +515,7 @@ def _json_scrapes(text: str, err: Any) -> Iterator[_Scrape]:
         yield ts, 0, by_t[ts]
 
 
-def _csv_scrapes(lines: list[str], err: Any) -> Iterator[_Scrape]:
+def _csv_scrapes(lines: Iterable[str], err: Any) -> Iterator[_Scrape]:
     import csv
     rows = csv.reader(lines)
     header = [h.strip() for h in next(rows)]
