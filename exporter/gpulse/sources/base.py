@@ -11,6 +11,21 @@ import abc
 from ..model import DeviceInfo, PollResult
 
 
+# What a source corrects or drops in what it reads, counted rather than failed:
+# family -> (help, label). Sources report them in PollResult.events keyed by
+# (family, label value); each is exported as the counter gpulse_source_<family>.
+EVENTS: dict[str, tuple[str, str]] = {
+    "resets_total": (
+        "Times a counter read from the source went backwards (the source restarted); gpulse counts on "
+        "from where it was, so its own counter never decreases. Label counter: the gpulse family.", "counter"),
+    "dropped_series_total": (
+        "Series read from the source and dropped, by reason: duplicate (the same GPU and field twice in one "
+        "answer; the largest value is kept), entity_limit (more GPU entities than a source may report).", "reason"),
+    "expired_entities_total": (
+        "GPU entities the source stopped reporting and gpulse forgot after the expiry delay.", ""),
+}
+
+
 class SourceError(Exception):
     """Fatal source problem with a one-line, user-facing message (no traceback)."""
 

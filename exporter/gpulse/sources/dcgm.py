@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 from ..catalog import THROTTLE_REASONS
 from ..model import DeviceInfo, PollResult, Reading, Sample
 from .base import Source, SourceError
-from .logs import CellError, Record, gpu_sort_key, parse_any_time
+from .logs import CellError, Record, is_gpu_index, gpu_sort_key, parse_any_time
 
 log = logging.getLogger("gpulse.dcgm")
 
@@ -118,6 +118,8 @@ class _State:
 
     t: float | None = None
     rates: dict[tuple[str, str], float] = field(default_factory=dict)
+    raw: dict[tuple[str, str], float] = field(default_factory=dict)      # counters as last read
+    counted: dict[tuple[str, str], float] = field(default_factory=dict)  # ... and as gpulse counts them
     totals: dict[str, dict[tuple[str, ...], float]] = field(default_factory=dict)
     xid_last: float = 0.0
     xid_counts: dict[tuple[str, ...], float] = field(default_factory=dict)
@@ -135,21 +137,32 @@ class Mapped:
     blank: int                  # sentinel values skipped
     has_sm_active: bool
     nodes: list[str]
+    duplicates: int = 0         # series seen twice in this answer (the largest value kept)
+    resets: dict[str, int] = field(default_factory=dict)   # counters that went backwards, by family
 
 
 class DcgmMapper:
     """Maps dcgm-exporter series (name, labels, value) to gpulse records, one scrape at
     a time. Stateful: XID events, throttle time and byte counters accumulate across
-    scrapes of the same entity."""
+    scrapes of the same entity, and DCGM's own counters are counted on across its
+    resets, so a gpulse counter never decreases.
 
-    def __init__(self) -> None:
+    one_node: the series come from one node (a live endpoint), so when none of them
+    names the host seen first, the host was renamed (a new pod name in `Hostname`):
+    its GPUs keep their keys instead of becoming new entities."""
+
+    def __init__(self, one_node: bool = False) -> None:
         self._state: dict[str, _State] = {}
         self._first_host: str | None = None
+        self._one_node = one_node
+
+    def forget(self, key: str) -> None:
+        self._state.pop(key, None)
 
     def entity(self, labels: dict[str, str]) -> tuple[str, str] | None:
         """(gpu key, host) of a series; None for series that are not about a GPU."""
         gpu = labels.get("gpu", "")
-        if not gpu.isdecimal():
+        if not is_gpu_index(gpu):
             return None
         host = next((labels[k] for k in _HOST_LABELS if labels.get(k)), "")
         if self._first_host is None:
@@ -172,6 +185,12 @@ class DcgmMapper:
         blank = 0
         nodes: list[str] = []
         sm_seen = False
+        duplicates = 0
+        if self._one_node:
+            series = list(series)
+            hosts = {next((lab[k] for k in _HOST_LABELS if lab.get(k)), "") for _, lab, _, _ in series}
+            if self._first_host not in hosts and len(hosts - {""}) == 1:
+                self._first_host = None          # renamed: the new name keeps plain indices
         for name, labels, value, line in series:
             spec = FIELDS.get(name)
             if spec is None:
@@ -197,13 +216,22 @@ class DcgmMapper:
             if not spec.lo <= value <= spec.hi:
                 invalid.append((line, f"{name}{{gpu={key}}} = {value:g}: outside {spec.lo:g}..{spec.hi:g}"))
                 continue
-            values.setdefault(key, {})[name] = value
+            got = values.setdefault(key, {})
+            if name in got:
+                # the same field of one GPU twice in one answer: keep the largest, whatever
+                # the order, so the choice is the same at every scrape (and a counter's is
+                # never its smaller value)
+                duplicates += 1
+                value = max(value, got[name])
+            got[name] = value
             if name == "DCGM_FI_PROF_SM_ACTIVE":
                 sm_seen = True
-        records = {key: self._record(key, t, values.get(key, {}), attribution.get(key)) for key in devices}
-        return Mapped(records, devices, invalid, blank, sm_seen, nodes)
+        resets: dict[str, int] = {}
+        records = {key: self._record(key, t, values.get(key, {}), attribution.get(key), resets) for key in devices}
+        return Mapped(records, devices, invalid, blank, sm_seen, nodes, duplicates, resets)
 
-    def _record(self, key: str, t: float, vals: dict[str, float], attribution: dict[str, str] | None) -> Record:
+    def _record(self, key: str, t: float, vals: dict[str, float], attribution: dict[str, str] | None,
+                resets: dict[str, int]) -> Record:
         st = self._state.setdefault(key, _State())
         dt = t - st.t if st.t is not None and t > st.t else 0.0
         sample_kw: dict[str, float] = {}
@@ -221,10 +249,12 @@ class DcgmMapper:
                 gauges[target] = v
             elif kind == "lgauge":
                 gauges.setdefault(target, {})[(spec.label,)] = v
-            elif kind == "counter":
-                counters[target] = v
-            elif kind == "lcounter":
-                counters.setdefault(target, {})[(spec.label,)] = v
+            elif kind in ("counter", "lcounter"):
+                v = _count_on(st, (target, spec.label), v, resets)
+                if kind == "counter":
+                    counters[target] = v
+                else:
+                    counters.setdefault(target, {})[(spec.label,)] = v
             elif kind == "fb":
                 fb[target] = v
             elif kind == "limit":
@@ -269,6 +299,22 @@ class DcgmMapper:
         holds = True if attribution and attribution.get("pod") else None
         return Record(t=t, gpu=key, sample=Sample(t=t, **sample_kw), gauges=gauges, counters=counters,
                       attribution=attribution, holds_workload=holds)
+
+
+def _count_on(st: _State, key: tuple[str, str], v: float, resets: dict[str, int]) -> float:
+    """A counter as DCGM reports it -> as gpulse counts it: the first reading as is, then
+    every increase; a decrease is a reset of DCGM's counter (driver reload, dcgm-exporter
+    restart), after which its new value is all new, as Prometheus' rate() reads resets."""
+    prev = st.raw.get(key)
+    st.raw[key] = v
+    if prev is None:
+        st.counted[key] = v
+    elif v >= prev:
+        st.counted[key] += v - prev
+    else:
+        resets[key[0]] = resets.get(key[0], 0) + 1
+        st.counted[key] += v
+    return st.counted[key]
 
 
 def _device(key: str, labels: dict[str, str]) -> DeviceInfo:
@@ -597,6 +643,12 @@ class DcgmSource(Source):
 
     name = "dcgm"
     MAX_BODY = 64 * 2 ** 20
+    # One node has at most a few dozen GPU entities (16 GPUs x 7 MIG instances); an
+    # answer naming more is broken or hostile, and each would be a dozen series.
+    MAX_ENTITIES = 256
+    # An entity missing from the answers this long is gone (a MIG reconfiguration, a
+    # renamed host, a GPU removed): forgotten, its series leave /metrics.
+    EXPIRE_S = 300.0
 
     def __init__(self, cfg: Any):
         self.url = cfg.dcgm.url
@@ -604,8 +656,10 @@ class DcgmSource(Source):
         self.interval = float(cfg.dcgm.interval)
         self.has_sm_active = False
         self._session: Any = None
-        self._mapper = DcgmMapper()
+        self._mapper = DcgmMapper(one_node=True)
         self._devices: dict[str, DeviceInfo] = {}
+        self._seen: dict[str, float] = {}        # entity -> `now` of the last answer naming it
+        self._capped = False
         self._last: dict[str, Reading] = {}
         self._last_fetch: float | None = None
         self._failing: str | None = None
@@ -613,6 +667,7 @@ class DcgmSource(Source):
         self._devices_changed = False
         self._pending: str | None = None     # the body fetched by open(), mapped by the first poll
         self._deadline = _Deadline()
+        self._events: dict[tuple[str, str], int] = {}
 
     # -- connection
 
@@ -637,8 +692,8 @@ class DcgmSource(Source):
         # discovery only (a throw-away mapper): the first poll maps this body at its own `now`
         self._pending = body
         series, _ = parse_exposition(body)
-        m = DcgmMapper().map(((n, lab, v, 0) for n, lab, v, _ in series), 0.0)
-        self._devices = dict(m.devices)
+        m = DcgmMapper(one_node=True).map(((n, lab, v, 0) for n, lab, v, _ in series), 0.0)
+        self._devices = {k: m.devices[k] for k in self._within_cap(m.devices)}
         self.has_sm_active = m.has_sm_active
         return self.devices()
 
@@ -727,6 +782,12 @@ class DcgmSource(Source):
         self._ingest_body(now, body, errors)
         return self._result(errors)
 
+    def _within_cap(self, found: dict[str, DeviceInfo]) -> list[str]:
+        """The entities kept: those already known, then new ones in GPU order, up to MAX_ENTITIES."""
+        known = [k for k in found if k in self._devices]
+        new = sorted((k for k in found if k not in self._devices), key=gpu_sort_key)
+        return known + new[:max(0, self.MAX_ENTITIES - len(known))]
+
     def _ingest_body(self, now: float, body: str, errors: dict[str, int]) -> None:
         series, bad = parse_exposition(body)
         if bad:
@@ -740,15 +801,37 @@ class DcgmSource(Source):
                 if field_key not in self._reported_invalid:   # once per field and GPU
                     self._reported_invalid.add(field_key)
                     log.warning("dcgm-exporter %s: %s; dropped", self.url, desc)
+        if m.duplicates:
+            self._event(("dropped_series_total", "duplicate"), m.duplicates)
+        for family, n in m.resets.items():
+            self._event(("resets_total", family), n)
+            log.info("dcgm-exporter %s: %s went backwards (DCGM restarted?); counting on from the last value",
+                     self.url, family)
         if m.has_sm_active:
             self.has_sm_active = True
-        for key, dev in m.devices.items():
+        kept = self._within_cap(m.devices)
+        if len(kept) < len(m.devices):
+            over = len(m.devices) - len(kept)
+            self._event(("dropped_series_total", "entity_limit"), over)
+            for key in set(m.devices) - set(kept):
+                self._mapper.forget(key)
+            if not self._capped:
+                log.warning("dcgm-exporter %s: %d GPU entities in one answer, more than %d; the rest are dropped",
+                            self.url, len(m.devices), self.MAX_ENTITIES)
+                self._capped = True
+        for key in kept:
+            self._seen[key] = now
+            dev = m.devices[key]
             if self._devices.get(key) != dev:
                 self._devices[key] = dev
                 self._devices_changed = True
-        for key in self._devices:
-            rec = m.records.get(key)
+        for key in list(self._devices):
+            rec = m.records.get(key) if key in self._seen and self._seen[key] == now else None
             if rec is None:
+                if now - self._seen.get(key, now) >= self.EXPIRE_S:
+                    self._expire(key)
+                    continue
+                self._seen.setdefault(key, now)
                 prev = self._last.get(key)
                 self._last[key] = Reading(key, [], {}, prev.counters if prev else {}, False,
                                           "not in dcgm-exporter output", prev.attribution if prev else None)
@@ -757,6 +840,17 @@ class DcgmSource(Source):
             has_value = any(v is not None for v in (s.util, s.power_w, s.memory_used_bytes, s.sm_active, s.gr_active))
             self._last[key] = Reading(key, [s] if has_value else [], rec.gauges, rec.counters, True, None,
                                       rec.attribution, rec.holds_workload)
+
+    def _expire(self, key: str) -> None:
+        log.info("dcgm-exporter %s: GPU %s not in its answers for %gs; forgotten", self.url, key, self.EXPIRE_S)
+        for d in (self._devices, self._last, self._seen):
+            d.pop(key, None)
+        self._mapper.forget(key)
+        self._devices_changed = True
+        self._event(("expired_entities_total", ""), 1)
+
+    def _event(self, key: tuple[str, str], n: int) -> None:
+        self._events[key] = self._events.get(key, 0) + n
 
     def _result(self, errors: dict[str, int]) -> PollResult:
         devices = None
@@ -767,7 +861,8 @@ class DcgmSource(Source):
         # the samples go out once; repeats between fetches carry none
         self._last = {k: Reading(r.gpu, [], r.gauges, r.counters, r.up, r.error, r.attribution, r.holds_workload)
                       for k, r in self._last.items()}
-        return PollResult(readings, devices, errors)
+        events, self._events = self._events, {}
+        return PollResult(readings, devices, errors, events)
 
 
 

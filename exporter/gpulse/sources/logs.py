@@ -198,7 +198,7 @@ def parse_smi_time(s: str) -> float:
             _smi_time_cache.clear()
         _smi_time_cache[head] = base
     if dot:
-        if not _ascii_index(frac):
+        if not is_gpu_index(frac):
             raise CellError(f"not a timestamp: {s.strip()[:40]!r}")
         return base + int(frac) / 10 ** len(frac)
     return base
@@ -491,7 +491,7 @@ def _read_smi_csv(lines: Iterable[str], err: _Errors, interval: float, run: "Log
     for line, pos, t, values, lost, key_field in itertools.chain(ahead, rows):
         if key_field == "index":
             raw_idx = values.get("index")
-            if raw_idx is None or not _ascii_index(raw_idx):
+            if raw_idx is None or not is_gpu_index(raw_idx):
                 err.add(line, f"column 'index': not a GPU index: {raw_idx!r}; row skipped")
                 continue
             gpu = str(int(raw_idx))
@@ -565,7 +565,7 @@ def _read_dmon(lines: Iterable[str], err: _Errors, interval: float, run: "LogStr
             continue
         row = dict(zip(names, toks))
         idx_txt = row.get("gpu", "")
-        if not _ascii_index(idx_txt):
+        if not is_gpu_index(idx_txt):
             err.add(i, f"column 'gpu': not a GPU index: {idx_txt!r}; row skipped")
             continue
         idx = int(idx_txt)
@@ -1033,7 +1033,7 @@ class LogStream:
             self.backwards.append(line)
 
 
-def _ascii_index(s: str) -> bool:
+def is_gpu_index(s: str) -> bool:
     """A GPU index as drivers write it: ASCII digits only ('٣' and '１' are decimal
     to Python, and no GPU's index)."""
     return s.isascii() and s.isdigit()
@@ -1053,4 +1053,4 @@ def read_log(path: str, fmt: str = "auto", interval: float = 1.0) -> RecordedRun
 
 
 __all__ = ["FORMATS", "LogError", "LogFormatError", "LogStream", "Record", "RecordedRun", "read_log", "detect_format",
-           "parse_quantity", "parse_smi_time", "parse_any_time", "CellError", "gpu_sort_key"]
+           "parse_quantity", "parse_smi_time", "parse_any_time", "CellError", "gpu_sort_key", "is_gpu_index"]
