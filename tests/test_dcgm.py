@@ -473,6 +473,16 @@ def test_live_byte_trickle_with_content_length_ends_at_the_deadline(exporter, ca
     src.close()
 
 
+def test_live_answer_over_the_size_cap_is_dropped(exporter, monkeypatch):
+    ex, src = _polled(exporter, _text(L4))
+    monkeypatch.setattr(DcgmSource, "MAX_BODY", 2 ** 20)
+    ex.body = _text(L4) * (2 ** 20 // len(_text(L4)) + 1)
+    res = src.poll(1.0)
+    assert res.readings[0].error == f"dcgm-exporter {ex.url}: answer larger than 1 MiB"
+    assert not res.readings[0].up and res.call_errors == {"dcgm_scrape": 1}
+    src.close()
+
+
 def test_live_http_error(exporter):
     ex = exporter(_text(L4))
     ex.status = 503

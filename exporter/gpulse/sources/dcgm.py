@@ -729,7 +729,7 @@ class DcgmSource(Source):
                     parts.append(chunk)
                     size += len(chunk)
                     if size > self.MAX_BODY:
-                        raise _FetchError(f"dcgm-exporter {self.url}: answer larger than {self.MAX_BODY >> 20} MiB")
+                        raise _FetchError(f"dcgm-exporter {self.url}: answer larger than {self.MAX_BODY / 2 ** 20:g} MiB")
                 if watch.expired:
                     raise _FetchError(self._late(watch))
                 return b"".join(parts).decode("utf-8", errors="replace")
