@@ -222,3 +222,30 @@ def test_serve_replay_unusable_file_one_line(tmp_path):
     assert out.returncode != 0
     assert "Traceback" not in out.stderr + out.stdout
     assert f"{p}:1: unknown header 'time, watts'" in out.stderr + out.stdout
+
+
+def test_cap_hit_deep_in_the_log_ends_the_replay_not_the_source(tmp_path, caplog):
+    # more rows than open() reads ahead, then a line no text log has
+    rows = _rows(60, gpus=2, step=0.01)
+    path = tmp_path / "run.csv"
+    with path.open("w") as fh:
+        fh.write(HEADER)
+        for k in range(100):               # 100 passes of 60 instants, a minute apart: 12,000 rows
+            for r in rows:
+                fh.write(r.replace("2025/01/01 00:00:", f"2025/01/01 {k // 60:02d}:{k % 60:02d}:"))
+        fh.write("x" * (2 << 20) + "\n")
+    src = _source(str(path), speed=0)
+    assert [d.gpu for d in src.open()] == ["0", "1"]
+    assert src.run.fraction < 1.0
+    n = 0
+    errors = {}
+    with caplog.at_level(logging.ERROR, logger="gpulse.replay"):
+        while not src.finished:
+            res = src.poll(0.0)
+            n += sum(len(r.samples) for r in res.readings)
+            for k, v in res.call_errors.items():
+                errors[k] = errors.get(k, 0) + v
+    assert n == 12_000
+    assert errors == {"replay_parse": 1}
+    assert caplog.messages == [f"{path}:12002: a line longer than 1 MiB characters: not a text log; "
+                               "the replay stops here"]

@@ -858,6 +858,14 @@ class LogStream:
         except OSError as e:
             raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
         self._line_no = 0
+        try:
+            self.format, self._all_lines = self._detect(fmt)
+        except LogFormatError:
+            self.close()
+            raise
+
+    def _detect(self, fmt: str) -> tuple[str, Iterator[str]]:
+        """The format, from the first lines (or as given), and every line from the first."""
         lines = self._lines()
         head: list[str] = []
         for ln in lines:
@@ -865,20 +873,16 @@ class LogStream:
             if len(head) >= 50 and any(h.strip() for h in head):
                 break
         if not any(h.strip() for h in head):
-            self.close()
             raise self.err.fatal(1, "empty file: nothing to replay")
         if fmt == "auto":
             fmt = detect_format(head) or ""
             if not fmt:
                 first_no, first = next((n, ln) for n, ln in enumerate(head, 1) if ln.strip())
-                self.close()
                 raise self.err.fatal(first_no, f"unknown header {first.strip()[:80]!r}: expected nvidia-smi "
                                                "--query-gpu CSV, nvidia-smi dmon, nvidia-smi -q or dcgm-exporter output")
         if fmt not in FORMATS:
-            self.close()
-            raise LogFormatError(f"{path}: unknown log format {fmt!r} (one of: auto, {', '.join(FORMATS)})")
-        self.format = fmt
-        self._all_lines = itertools.chain(head, lines)
+            raise LogFormatError(f"{self.path}: unknown log format {fmt!r} (one of: auto, {', '.join(FORMATS)})")
+        return fmt, itertools.chain(head, lines)
 
     # -- what has been learnt so far
 
@@ -1002,17 +1006,23 @@ class LogStream:
         heap: list[tuple[float, int, Record]] = []
         latest = -math.inf
         last: dict[str, float] = {}
-        for seq, r in enumerate(recs):
-            heapq.heappush(heap, (r.t, seq, r))
-            latest = max(latest, r.t)
-            while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
-                out = self._once(heapq.heappop(heap)[2], last)
-                if out is not None:
-                    yield out
+        failed: LogFormatError | None = None
+        try:
+            for seq, r in enumerate(recs):
+                heapq.heappush(heap, (r.t, seq, r))
+                latest = max(latest, r.t)
+                while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
+                    out = self._once(heapq.heappop(heap)[2], last)
+                    if out is not None:
+                        yield out
+        except LogFormatError as e:     # a cap hit: what was read before it still counts
+            failed = e
         while heap:
             out = self._once(heapq.heappop(heap)[2], last)
             if out is not None:
                 yield out
+        if failed is not None:
+            raise failed
 
     def _once(self, r: Record, last: dict[str, float]) -> Record | None:
         prev = last.get(r.gpu)

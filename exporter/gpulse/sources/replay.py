@@ -132,10 +132,14 @@ class ReplaySource(Source):
     def _wrap(self) -> bool:
         """At the end of the log: start the next pass (True), or finish."""
         if self.loop:
-            self._offset += self._period
-            self._stream = LogStream(self.path, self.fmt, self.untimed_interval)
-            self._recs = self._stream.records()
-            return True
+            try:
+                self._stream = LogStream(self.path, self.fmt, self.untimed_interval)
+            except LogFormatError as e:       # the file went away or changed under us
+                log.error("%s; the replay stops here", e)
+            else:
+                self._offset += self._period
+                self._recs = self._stream.records()
+                return True
         self._finished = True
         return False
 
