@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 
 from ..catalog import THROTTLE_REASONS
 from ..model import DeviceInfo, PollResult, Reading, Sample
-from .base import Source, SourceError
+from .base import CountOn, Source, SourceError
 from .logs import CellError, Record, is_gpu_index, gpu_sort_key, parse_any_time
 
 log = logging.getLogger("gpulse.dcgm")
@@ -118,8 +118,6 @@ class _State:
 
     t: float | None = None
     rates: dict[tuple[str, str], float] = field(default_factory=dict)
-    raw: dict[tuple[str, str], float] = field(default_factory=dict)      # counters as last read
-    counted: dict[tuple[str, str], float] = field(default_factory=dict)  # ... and as gpulse counts them
     totals: dict[str, dict[tuple[str, ...], float]] = field(default_factory=dict)
     xid_last: float = 0.0
     xid_counts: dict[tuple[str, ...], float] = field(default_factory=dict)
@@ -151,13 +149,17 @@ class DcgmMapper:
     names the host seen first, the host was renamed (a new pod name in `Hostname`):
     its GPUs keep their keys instead of becoming new entities."""
 
-    def __init__(self, one_node: bool = False) -> None:
+    def __init__(self, one_node: bool = False, count_on: bool = True) -> None:
         self._state: dict[str, _State] = {}
         self._first_host: str | None = None
         self._one_node = one_node
+        # a recorded log keeps its counters as written; ReplaySource counts on for every format
+        self._count_on = CountOn() if count_on else None
 
     def forget(self, key: str) -> None:
         self._state.pop(key, None)
+        if self._count_on:
+            self._count_on.forget(key)
 
     def entity(self, labels: dict[str, str]) -> tuple[str, str] | None:
         """(gpu key, host) of a series; None for series that are not about a GPU."""
@@ -226,12 +228,11 @@ class DcgmMapper:
             got[name] = value
             if name == "DCGM_FI_PROF_SM_ACTIVE":
                 sm_seen = True
-        resets: dict[str, int] = {}
-        records = {key: self._record(key, t, values.get(key, {}), attribution.get(key), resets) for key in devices}
+        records = {key: self._record(key, t, values.get(key, {}), attribution.get(key)) for key in devices}
+        resets = self._count_on.take_resets() if self._count_on else {}
         return Mapped(records, devices, invalid, blank, sm_seen, nodes, duplicates, resets)
 
-    def _record(self, key: str, t: float, vals: dict[str, float], attribution: dict[str, str] | None,
-                resets: dict[str, int]) -> Record:
+    def _record(self, key: str, t: float, vals: dict[str, float], attribution: dict[str, str] | None) -> Record:
         st = self._state.setdefault(key, _State())
         dt = t - st.t if st.t is not None and t > st.t else 0.0
         sample_kw: dict[str, float] = {}
@@ -250,7 +251,8 @@ class DcgmMapper:
             elif kind == "lgauge":
                 gauges.setdefault(target, {})[(spec.label,)] = v
             elif kind in ("counter", "lcounter"):
-                v = _count_on(st, (target, spec.label), v, resets)
+                if self._count_on:
+                    v = self._count_on((key, target, spec.label), target, v)
                 if kind == "counter":
                     counters[target] = v
                 else:
@@ -299,22 +301,6 @@ class DcgmMapper:
         holds = True if attribution and attribution.get("pod") else None
         return Record(t=t, gpu=key, sample=Sample(t=t, **sample_kw), gauges=gauges, counters=counters,
                       attribution=attribution, holds_workload=holds)
-
-
-def _count_on(st: _State, key: tuple[str, str], v: float, resets: dict[str, int]) -> float:
-    """A counter as DCGM reports it -> as gpulse counts it: the first reading as is, then
-    every increase; a decrease is a reset of DCGM's counter (driver reload, dcgm-exporter
-    restart), after which its new value is all new, as Prometheus' rate() reads resets."""
-    prev = st.raw.get(key)
-    st.raw[key] = v
-    if prev is None:
-        st.counted[key] = v
-    elif v >= prev:
-        st.counted[key] += v - prev
-    else:
-        resets[key[0]] = resets.get(key[0], 0) + 1
-        st.counted[key] += v
-    return st.counted[key]
 
 
 def _device(key: str, labels: dict[str, str]) -> DeviceInfo:
@@ -406,7 +392,7 @@ def read_dcgm_log(lines: Iterable[str], err: Any, interval: float, run: Any) -> 
     Text and CSV stream: one scrape (or one instant's rows) is held at a time.
     """
     from .logs import MAX_JSON
-    mapper = DcgmMapper()
+    mapper = DcgmMapper(count_on=False)
     lines = iter(lines)
     skipped = []
     first = ""

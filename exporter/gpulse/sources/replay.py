@@ -20,7 +20,7 @@ import statistics
 from typing import Any, Iterator
 
 from ..model import DeviceInfo, PollResult, Reading
-from .base import Source
+from .base import CountOn, Source
 from .logs import LogFormatError, LogStream, Record
 
 log = logging.getLogger("gpulse.replay")
@@ -61,6 +61,8 @@ class ReplaySource(Source):
         self._latest: dict[str, Record] = {}
         self._gauges: dict[str, dict[str, Any]] = {}
         self._counters: dict[str, dict[str, Any]] = {}
+        # counters as logged may restart (a driver reload mid-log, the next pass of a loop)
+        self._count_on = CountOn()
         # the loop period, measured on the first pass
         self._first: dict[str, float] = {}
         self._last: dict[str, float] = {}
@@ -193,7 +195,9 @@ class ReplaySource(Source):
             self._devices = {d.gpu: d for d in self.run.devices}
             devices = list(self._devices.values())
         self.has_sm_active = self.has_sm_active or self.run.has_sm_active
-        return PollResult(self._readings(taken), devices, errors)
+        readings = self._readings(taken)
+        events = {("resets_total", fam): n for fam, n in self._count_on.take_resets().items()}
+        return PollResult(readings, devices, errors, events)
 
     def _readings(self, taken: list[Record]) -> list[Reading]:
         samples: dict[str, list] = {}
@@ -202,7 +206,7 @@ class ReplaySource(Source):
             if r.gauges:
                 self._gauges.setdefault(r.gpu, {}).update(r.gauges)
             if r.counters:
-                self._counters.setdefault(r.gpu, {}).update(r.counters)
+                self._counters.setdefault(r.gpu, {}).update(self._count_on.counters(r.gpu, r.counters))
             if r.error is None:
                 samples.setdefault(r.gpu, []).append(r.sample)
         out = []
