@@ -192,3 +192,49 @@ def test_serve_replay_answers_while_the_log_is_still_being_read(tmp_path, gpulse
     first = sampled(g.metrics())
     assert first is None or first < 4 * 690          # ready before the log has been read
     g.wait_metrics(lambda t: (sampled(t) or 0) > 4 * 600, "the whole log replayed", timeout=120)
+
+
+# ---------------------------------------------------------------- small cases
+
+SMI = "timestamp, index, utilization.gpu [%], power.draw [W]\n"
+
+
+@pytest.mark.parametrize("index", ["١", "１", "²"])
+def test_non_ascii_gpu_index_is_a_skipped_row(tmp_path, index):
+    p = tmp_path / "run.csv"
+    p.write_text(SMI + "2025/01/01 00:00:00.000, 0, 50 %, 100 W\n"
+                       f"2025/01/01 00:00:00.001, {index}, 50 %, 100 W\n"
+                       "2025/01/01 00:00:01.000, 0, 50 %, 100 W\n")
+    run = read_log(str(p))
+    assert [d.gpu for d in run.devices] == ["0"] and len(run.records) == 2
+    assert [e.line for e in run.errors] == [3] and "not a GPU index" in run.errors[0].message
+
+
+def test_a_bom_inside_an_appended_log_is_no_column(tmp_path):
+    p = tmp_path / "run.csv"
+    p.write_bytes(b"\xef\xbb\xbf" + SMI.encode() + b"2025/01/01 00:00:00.000, 0, 50 %, 100 W\n" +
+                  b"\xef\xbb\xbf" + SMI.encode() + b"2025/01/01 00:00:01.000, 0, 60 %, 110 W\n")
+    run = read_log(str(p))
+    assert run.errors == [] and [r.sample.util for r in run.records] == [0.5, 0.6]
+
+
+def test_replay_warns_about_clock_trouble_with_lines(tmp_path, caplog):
+    import logging
+    from gpulse.config import test_config
+    from gpulse.sources.replay import ReplaySource
+    rows = [f"2025/01/01 00:01:{k:02d}.000, 0, 50 %, 100 W\n" for k in range(10)]
+    rows.insert(5, rows[4])                                       # line 7 repeats line 6
+    rows += [f"2025/01/01 00:00:{k:02d}.000, 0, 50 %, 100 W\n" for k in range(5)]   # back a minute: line 13
+    p = tmp_path / "run.csv"
+    p.write_text(SMI + "".join(rows))
+    src = ReplaySource(test_config(source="replay", replay__file=str(p), replay__speed=0))
+    with caplog.at_level(logging.WARNING, logger="gpulse.replay"):
+        src.open()
+        ts = []
+        while not src.finished:
+            ts += [s.t for r in src.poll(0.0).readings for s in r.samples]
+    assert len(ts) == 15 and all(a < b for a, b in zip(ts, ts[1:]))
+    assert caplog.messages == [
+        f"{p}: 1 time(s) a GPU's timestamp goes backwards; the clock is taken to have stepped back and the rows "
+        "after it are kept in order after the earlier ones (line 13)",
+        f"{p}: 1 time(s) a row repeats its GPU's previous timestamp; the repeat is dropped (line 7)"]
