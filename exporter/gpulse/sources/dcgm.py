@@ -785,6 +785,8 @@ class DcgmSource(Source):
             for _, desc in m.invalid:
                 field_key = desc.split(" = ")[0]
                 if field_key not in self._reported_invalid:   # once per field and GPU
+                    if len(self._reported_invalid) >= self.MAX_ENTITIES * len(FIELDS):
+                        self._reported_invalid.clear()        # GPUs come and go: stay bounded
                     self._reported_invalid.add(field_key)
                     log.warning("dcgm-exporter %s: %s; dropped", self.url, desc)
         if m.duplicates:
