@@ -1,6 +1,10 @@
 """Recorded GPU logs -> time-ordered records per GPU, for replay and the post-mortem report.
 
-    run = read_log("ckpt1000.csv")            # format detected from the content
+    stream = LogStream("ckpt1000.csv")        # format detected from the first lines
+    for rec in stream.records(): ...          # read as consumed; memory does not follow the file
+    stream.devices, stream.errors, stream.warnings()
+
+    run = read_log("ckpt1000.csv")            # the same, all in memory (tools and tests)
     run.devices, run.records, run.samples("0"), run.errors
 
 Formats (`fmt`):
