@@ -238,3 +238,16 @@ def test_replay_warns_about_clock_trouble_with_lines(tmp_path, caplog):
         f"{p}: 1 time(s) a GPU's timestamp goes backwards; the clock is taken to have stepped back and the rows "
         "after it are kept in order after the earlier ones (line 13)",
         f"{p}: 1 time(s) a row repeats its GPU's previous timestamp; the repeat is dropped (line 7)"]
+
+
+def test_serve_replay_of_dev_zero_is_one_line(tmp_path):
+    from conftest import free_port
+    link = tmp_path / "run.csv"
+    link.symlink_to("/dev/zero")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    out = subprocess.run([sys.executable, "-m", "gpulse", "serve", "--source", "replay", "--replay.file", str(link),
+                          "--web.listen-address", f"127.0.0.1:{free_port()}"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr + out.stdout and "MemoryError" not in out.stderr
+    assert f"{link}: is a device, not a recorded log" in out.stderr
