@@ -251,3 +251,15 @@ def test_serve_replay_of_dev_zero_is_one_line(tmp_path):
     assert out.returncode != 0
     assert "Traceback" not in out.stderr + out.stdout and "MemoryError" not in out.stderr
     assert f"{link}: is a device, not a recorded log" in out.stderr
+
+
+def test_gpus_per_log_are_capped(tmp_path, monkeypatch):
+    from gpulse.sources import logs
+    monkeypatch.setattr(logs, "MAX_GPUS", 64)
+    p = tmp_path / "many.csv"
+    p.write_text(SMI + "".join(f"2025/01/01 00:00:00.{i % 1000:03d}, {i}, 50 %, 100 W\n" for i in range(100)) +
+                 "".join(f"2025/01/01 00:00:01.{i % 1000:03d}, {i}, 50 %, 100 W\n" for i in range(100)))
+    run = read_log(str(p))
+    assert [d.gpu for d in run.devices] == [str(i) for i in range(64)]
+    assert len(run.records) == 128 and run.error_count == 72
+    assert run.errors[0].message == "GPU '64': more than 64 GPUs in one log; row skipped"

@@ -822,6 +822,9 @@ REORDER_S = 5.0
 REORDER_MAX = 200_000       # records held for that at most
 # Line numbers quoted per kind of timestamp trouble; the rest are counted.
 SHOW_LINES = 5
+# GPU entities one log may name (a whole cluster's worth); rows of more are skipped, so
+# per-GPU state, the engine and the report's picture stay bounded whatever the file says.
+MAX_GPUS = 4096
 
 
 class LogStream:
@@ -987,6 +990,10 @@ class LogStream:
         offset = 0.0
         latest = -math.inf
         for r in recs:
+            if r.gpu not in last and len(last) >= MAX_GPUS:
+                self.found.pop(r.gpu, None)
+                self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
+                continue
             t = r.t + offset
             prev = last.get(r.gpu)
             if prev is not None and t < prev:
