@@ -136,6 +136,19 @@ def test_xid_burst_is_counted_and_gpus_keep_reporting(gpulse_proc, tmp_path):
     busy = per_gpu(text, "gpulse_gpu_busy_seconds_total")
     w.until(lambda t: all(per_gpu(t, "gpulse_gpu_busy_seconds_total")[k] > busy[k] + 0.5 for k in busy), 10,
             "GPUs integrating after the burst")
+    # the storm is a few log lines, not 256: the first XID as it came, the rest summed up by code
+    out = g.output()
+    single = re.findall(r"GPU 0: XID (\d+)$", out, re.M)
+    summaries = re.findall(r"GPU 0: (\d+) more XIDs within 10s: (.*)$", out, re.M)
+    assert 1 <= len(single) <= 2 and 1 <= len(summaries) <= 2, out[-3000:]
+    logged = {c: single.count(c) for c in set(single)}
+    for n, by in summaries:
+        parts = dict(p.split(" x") for p in by.replace("XID ", "").split(", "))
+        assert sum(int(v) for v in parts.values()) == int(n)
+        for c, v in parts.items():
+            logged[c] = logged.get(c, 0) + int(v)
+    assert logged == {"13": 64, "31": 64, "43": 64, "48": 64}
+    assert "GPU 1: XID" not in out
 
 
 # ---------------------------------------------------------------- wall clock steps

@@ -302,6 +302,41 @@ def test_fuzz_dcgm_real_capture_mutated(data):
     DcgmMapper().map([(n, lab, v, 0) for n, lab, v, _ts in series], 0.0)
 
 
+def _flat(counters: dict) -> dict:
+    out = {}
+    for fam, v in counters.items():
+        for lab, x in (v.items() if isinstance(v, dict) else [((), v)]):
+            out[(fam, lab)] = x
+    return out
+
+
+@FUZZ
+@given(answers=st.lists(st.lists(st.tuples(
+    st.sampled_from(["DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                     "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+                     "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"]),
+    st.sampled_from(["0", "1"]),
+    st.one_of(st.sampled_from(["-0", "-0.0", "0", "0.005", "7400000", "9.3e18", "2147483632", "NaN", "+Inf", "-1"]),
+              st.integers(0, 2**40).map(str))), max_size=12), min_size=1, max_size=6),
+    steps=st.lists(st.sampled_from([1.0, 0.0, -3.0, 0.5]), min_size=6, max_size=6))
+def test_fuzz_dcgm_counters_never_decrease(answers, steps):
+    """Whatever DCGM's counters do between and within answers (resets, -0, duplicates,
+    blanks, garbage), the counters gpulse exports from them never go down."""
+    from gpulse.sources.dcgm import DcgmMapper, parse_exposition
+    mapper = DcgmMapper(one_node=True)
+    prev: dict = {}
+    t = 0.0
+    for answer, dt in zip(answers, steps):
+        text = "".join(f'{name}{{gpu="{gpu}",Hostname="h"}} {value}\n' for name, gpu, value in answer)
+        series, _ = parse_exposition(text)
+        m = mapper.map([(n, lab, v, 0) for n, lab, v, _ts in series], t)
+        for key, rec in m.records.items():
+            for k, v in _flat(rec.counters).items():
+                assert v >= prev.get((key, k), 0.0), (key, k, prev.get((key, k)), v)
+                prev[(key, k)] = v
+        t += dt
+
+
 # ---------------------------------------------------------------- request headers
 
 

@@ -222,3 +222,50 @@ def test_serve_replay_unusable_file_one_line(tmp_path):
     assert out.returncode != 0
     assert "Traceback" not in out.stderr + out.stdout
     assert f"{p}:1: unknown header 'time, watts'" in out.stderr + out.stdout
+
+
+def test_cap_hit_deep_in_the_log_ends_the_replay_not_the_source(tmp_path, caplog):
+    # more rows than open() reads ahead, then a line no text log has
+    rows = _rows(60, gpus=2, step=0.01)
+    path = tmp_path / "run.csv"
+    with path.open("w") as fh:
+        fh.write(HEADER)
+        for k in range(100):               # 100 passes of 60 instants, a minute apart: 12,000 rows
+            for r in rows:
+                fh.write(r.replace("2025/01/01 00:00:", f"2025/01/01 {k // 60:02d}:{k % 60:02d}:"))
+        fh.write("x" * (2 << 20) + "\n")
+    src = _source(str(path), speed=0)
+    assert [d.gpu for d in src.open()] == ["0", "1"]
+    assert src.run.fraction < 1.0
+    n = 0
+    errors = {}
+    with caplog.at_level(logging.ERROR, logger="gpulse.replay"):
+        while not src.finished:
+            res = src.poll(0.0)
+            n += sum(len(r.samples) for r in res.readings)
+            for k, v in res.call_errors.items():
+                errors[k] = errors.get(k, 0) + v
+    assert n == 12_000
+    assert errors == {"replay_parse": 1}
+    assert caplog.messages == [f"{path}:12002: a line longer than 1 MiB characters: not a text log; "
+                               "the replay stops here"]
+
+
+def test_logged_counters_count_on_across_a_reset_and_a_loop(tmp_path):
+    # ECC counters as nvidia-smi logged them: 5, 6, 7, then a driver reload (0, 1)
+    head = "timestamp, index, utilization.gpu [%], ecc.errors.corrected.volatile.total\n"
+    values = [5, 6, 7, 0, 1]
+    path = tmp_path / "ecc.csv"
+    path.write_text(head + "".join(f"2025/01/01 00:00:0{k}.000, 0, 50 %, {v}\n" for k, v in enumerate(values)))
+    src = _source(str(path), speed=0, loop=True)
+    src.CHUNK = len(values)                      # one pass a poll
+    src.open()
+    seen, resets = [], []
+    for _ in range(3):
+        res = src.poll(0.0)
+        (r,) = res.readings
+        seen.append(r.counters["ecc_errors_total"][("corrected",)])
+        resets.append(res.events.get(("resets_total", "ecc_errors_total"), 0))
+    # 5, 6, 7, the reload (+0), +1; the next pass goes on from 1 to 5 (+4), 6, 7, reload, +1 ...
+    assert seen == [8, 15, 22]
+    assert resets == [1, 1, 1]

@@ -15,6 +15,7 @@ import pytest
 from conftest import require_data
 from gpulse.config import test_config
 from gpulse.engine import run_offline
+from gpulse.sources.logs import read_log
 from gpulse.sources.replay import ReplaySource
 
 
@@ -27,7 +28,7 @@ class Replayed:
     totals: dict[str, object]                     # per GPU Integrals at the end
     stall_seconds: float
     stall_period: float | None
-    run: object                                   # the RecordedRun
+    run: object                                   # the RecordedRun (replay streams it; this is all of it)
 
     def episodes(self) -> list[tuple[float, float]]:
         """(start offset, stalled seconds) of each stretch of ticks in which the stall
@@ -62,7 +63,7 @@ def replay(name: str) -> Replayed:
                 dev_a.setdefault(g.info.gpu, []).append(g.deviation_active)
     (group,) = snap.groups
     return Replayed(src.run.start, ticks, dev_b, dev_a, {g.info.gpu: g.totals for g in snap.gpus},
-                    group.stall_seconds, group.stall_period, src.run)
+                    group.stall_seconds, group.stall_period, read_log(cfg.replay.file))
 
 
 def _window(values: list[float], ticks, lo: float, hi: float, start: float) -> list[float]:

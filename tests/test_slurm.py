@@ -1,6 +1,7 @@
 """Slurm attribution: the prolog-written job map and the job of GPU processes."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -14,6 +15,23 @@ from gpulse.kube.slurm import job_of_pid, jobs_from_processes, read_job_map
 from gpulse.model import DeviceInfo
 
 WHOLE = [DeviceInfo(gpu=str(i), uuid=f"GPU-{i:08x}-0000-0000-0000-0000000000{i:02x}") for i in range(8)]
+
+
+@contextlib.contextmanager
+def child_with_env(**extra):
+    """A Python child with `extra` in its environment, yielded once it says it runs.
+
+    Right after fork, /proc/PID/environ is the parent's (or empty) until the exec has
+    happened; a line on stdout from the child proves it has."""
+    p = subprocess.Popen([sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
+                         env=dict(os.environ, **extra), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ready"
+        yield p
+    finally:
+        p.stdin.close()
+        p.wait()
+        p.stdout.close()
 
 
 def write_map(d, entries):
@@ -85,15 +103,9 @@ def test_read_job_map_direct(tmp_path):
 
 
 def test_job_of_a_real_process_from_its_environment():
-    env = dict(os.environ, SLURM_JOB_ID="4242")
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], env=env,
-                         stdin=subprocess.PIPE)
-    try:
+    with child_with_env(SLURM_JOB_ID="4242") as p:
         assert job_of_pid(p.pid) == "4242"
         assert job_of_pid(os.getpid()) in (None, os.environ.get("SLURM_JOB_ID"))
-    finally:
-        p.stdin.close()
-        p.wait()
     assert job_of_pid(p.pid) is None  # gone
 
 
@@ -122,17 +134,11 @@ def test_process_discovery_with_job_map_precedence(tmp_path):
     jobs = tmp_path / "jobs"
     jobs.mkdir()
     write_map(jobs, {"1": "900\n"})
-    env = dict(os.environ, SLURM_JOB_ID="777")
-    p = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], env=env,
-                         stdin=subprocess.PIPE)
-    try:
+    with child_with_env(SLURM_JOB_ID="777") as p:
         att = slurm_attributor(jobs, gpu_processes=lambda: {"0": [p.pid], "1": [p.pid]})
         att.refresh_once()
         assert att.lookup(WHOLE[0])["workload"] == "777"
         assert att.lookup(WHOLE[1])["workload"] == "900"  # what the scheduler allocated wins
-    finally:
-        p.stdin.close()
-        p.wait()
 
 
 def test_kubernetes_wins_over_slurm(tmp_path):

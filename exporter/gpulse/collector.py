@@ -18,6 +18,7 @@ from prometheus_client.openmetrics import exposition as om_exposition
 from . import __version__
 from .catalog import COUNTERS, GAUGES
 from .engine import GpuView, Snapshot
+from .sources.base import EVENTS as SOURCE_EVENTS
 
 OPENMETRICS_TYPE = om_exposition.CONTENT_TYPE_LATEST
 # 0.0.4 is what every Prometheus version and most scrapers understand
@@ -110,6 +111,9 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
     f.gauge("gpulse_exporter_snapshot_timestamp_seconds", "Unix time the served values were computed.", n_lab, snap.wall)
     for call, n in sorted(snap.call_errors.items()):
         f.counter("gpulse_source_errors_total", "Failed source calls, by call.", {**n_lab, "call": call}, n)
+    for (family, value), n in sorted(snap.source_events.items()):
+        help_text, label = SOURCE_EVENTS[family]
+        f.counter(f"gpulse_source_{family}", help_text, {**n_lab, label: value} if label else n_lab, n)
     d = snap.health.get("durations")
     if d:
         hist = Metric("gpulse_exporter_sample_duration_seconds", "Time of one poll of the source plus ingest.", "histogram")

@@ -65,6 +65,7 @@ class Snapshot:
     groups: tuple[GroupView, ...]
     call_errors: dict[str, int]
     last_success_wall: float | None
+    source_events: dict[tuple[str, str], int] = field(default_factory=dict)
     health: dict[str, Any] = field(default_factory=dict)   # filled by the sampler
 
 
@@ -112,6 +113,7 @@ class Engine:
         self.gpus: dict[str, _Gpu] = {}
         self.trackers: dict[str, StallTracker] = {}
         self.call_errors: dict[str, int] = {}
+        self.source_events: dict[tuple[str, str], int] = {}
         self.last_success_wall: float | None = None
         self.t: float | None = None
         self.set_devices(devices)
@@ -138,6 +140,8 @@ class Engine:
             self.set_devices(result.devices)
         for call, n in result.call_errors.items():
             self.call_errors[call] = self.call_errors.get(call, 0) + n
+        for key, n in result.events.items():
+            self.source_events[key] = self.source_events.get(key, 0) + n
         any_ok = False
         for r in result.readings:
             g = self.gpus.get(r.gpu)
@@ -300,7 +304,7 @@ class Engine:
             ))
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),
-                        call_errors=dict(self.call_errors),
+                        call_errors=dict(self.call_errors), source_events=dict(self.source_events),
                         last_success_wall=self.last_success_wall)
 
     def history(self) -> dict[str, list[tuple[float, float | None, float | None]]]:
@@ -337,7 +341,7 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
                                       r.attribution, r.holds_workload))
         later.append(Reading(r.gpu, r.samples[cut:], {}, {}, r.up, r.error, r.attribution,
                              r.holds_workload))
-    early = PollResult(early_readings, result.devices, result.call_errors)
+    early = PollResult(early_readings, result.devices, result.call_errors, result.events)
     return early, (PollResult(later) if later else None)
 
 

@@ -92,8 +92,12 @@ class PollResult:
     readings:    one Reading per GPU the source tried to read.
     call_errors: errors by source call name since the previous poll, e.g.
                  {"nvmlDeviceGetPowerUsage": 1}; exported as gpulse_source_errors_total.
+    events:      what the source corrected or dropped since the previous poll, keyed by
+                 (family, label value) of gpulse.sources.base.EVENTS, e.g.
+                 {("dropped_series", "duplicate"): 1}; exported as gpulse_source_<family>.
     """
 
     readings: list[Reading]
     devices: list[DeviceInfo] | None = None
     call_errors: dict[str, int] = field(default_factory=dict)
+    events: dict[tuple[str, str], int] = field(default_factory=dict)

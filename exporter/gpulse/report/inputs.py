@@ -49,15 +49,11 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
             return node, gpu
         return node_name or (run.nodes[0] if run is not None and run.nodes else ""), key
 
-    span: list[float] = []
-
     def tick(t: float) -> None:
+        # the log is streamed: how far is how much of the file has been read
         if progress is None or source.run is None:
             return
-        if not span:
-            span.extend([source.run.start or 0.0, source.run.end or 0.0])
-        whole = max(span[1] - span[0], 1e-9)
-        progress(f"analysed {min(100.0, 100.0 * (t - span[0]) / whole):.0f} % of {rec.source}")
+        progress(f"analysed {100.0 * source.run.fraction:.0f} % of {rec.source}")
 
     try:
         pairs = run_offline(source, cfg)
@@ -72,6 +68,7 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
             first = f" (first: {run.errors[0]})" if run.errors else ""
             rec.notes.append(f"{run.error_count} unusable line(s) or value(s) in {os.path.basename(path)} "
                              f"were skipped{first}")
+        rec.notes.extend(run.warnings())
     rec.activity = _engine_activity(cfg, getattr(source, "has_sm_active", False))
     return rec
 

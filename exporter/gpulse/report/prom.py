@@ -89,7 +89,9 @@ class PromClient:
                               "check --prometheus.username/--prometheus.password-file or --prometheus.bearer-token-file")
         try:
             doc = r.json()
-        except ValueError:
+        except (ValueError, RecursionError):      # RecursionError: JSON nested thousands deep
+            doc = None
+        if not isinstance(doc, dict):
             raise ReportError(f"{self.url}{path} answered {r.status_code} {r.reason} and no Prometheus API JSON: "
                               "is --prometheus the server's base URL?") from None
         if doc.get("status") != "success":

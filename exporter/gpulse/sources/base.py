@@ -7,8 +7,69 @@ staleness instead of delaying scrapes.
 from __future__ import annotations
 
 import abc
+from typing import Any
 
 from ..model import DeviceInfo, PollResult
+
+
+# What a source corrects or drops in what it reads, counted rather than failed:
+# family -> (help, label). Sources report them in PollResult.events keyed by
+# (family, label value); each is exported as the counter gpulse_source_<family>.
+EVENTS: dict[str, tuple[str, str]] = {
+    "resets_total": (
+        "Times a counter read from the source went backwards (the source restarted); gpulse counts on "
+        "from where it was, so its own counter never decreases. Label counter: the gpulse family.", "counter"),
+    "dropped_series_total": (
+        "Series read from the source and dropped, by reason: duplicate (the same GPU and field twice in one "
+        "answer; the largest value is kept), entity_limit (more GPU entities than a source may report).", "reason"),
+    "expired_entities_total": (
+        "GPU entities the source stopped reporting and gpulse forgot after the expiry delay.", ""),
+}
+
+
+class CountOn:
+    """Counters as a source reports them -> as gpulse exports them, which never decrease.
+
+    The first reading is taken as is, then every increase; a decrease is a reset of the
+    source's counter (driver reload, dcgm-exporter restart, a logger started again),
+    after which its new value is all new, as Prometheus' rate() reads a reset. Keys are
+    whatever identifies one counter, e.g. (gpu, family, label values)."""
+
+    def __init__(self) -> None:
+        self._raw: dict[Any, float] = {}
+        self._counted: dict[Any, float] = {}
+        self.resets: dict[str, int] = {}      # by family, since the last take_resets()
+
+    def __call__(self, key: Any, family: str, v: float) -> float:
+        prev = self._raw.get(key)
+        self._raw[key] = v
+        if prev is None:
+            self._counted[key] = v
+        elif v >= prev:
+            self._counted[key] += v - prev
+        else:
+            self.resets[family] = self.resets.get(family, 0) + 1
+            self._counted[key] += v
+        return self._counted[key]
+
+    def counters(self, gpu: str, counters: dict[str, Any]) -> dict[str, Any]:
+        """A Reading's counters (floats, or {label values: float}) counted on."""
+        out: dict[str, Any] = {}
+        for fam, v in counters.items():
+            if isinstance(v, dict):
+                out[fam] = {lab: self((gpu, fam, lab), fam, x) for lab, x in v.items()}
+            else:
+                out[fam] = self((gpu, fam), fam, v)
+        return out
+
+    def forget(self, gpu: str) -> None:
+        for d in (self._raw, self._counted):
+            for k in [k for k in d if k[0] == gpu]:
+                del d[k]
+
+    def take_resets(self) -> dict[str, int]:
+        out, self.resets = self.resets, {}
+        return out
 
 
 class SourceError(Exception):

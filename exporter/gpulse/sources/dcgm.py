@@ -16,10 +16,13 @@ output (read_dcgm_log), so a live node and a log of one look the same downstream
 from __future__ import annotations
 
 import calendar
+import itertools
 import json
 import logging
 import math
 import re
+import socket
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -27,8 +30,8 @@ from urllib.parse import urlparse
 
 from ..catalog import THROTTLE_REASONS
 from ..model import DeviceInfo, PollResult, Reading, Sample
-from .base import Source, SourceError
-from .logs import CellError, Record, gpu_sort_key, parse_any_time
+from .base import CountOn, Source, SourceError
+from .logs import CellError, Record, is_gpu_index, gpu_sort_key, parse_any_time
 
 log = logging.getLogger("gpulse.dcgm")
 
@@ -134,21 +137,36 @@ class Mapped:
     blank: int                  # sentinel values skipped
     has_sm_active: bool
     nodes: list[str]
+    duplicates: int = 0         # series seen twice in this answer (the largest value kept)
+    resets: dict[str, int] = field(default_factory=dict)   # counters that went backwards, by family
 
 
 class DcgmMapper:
     """Maps dcgm-exporter series (name, labels, value) to gpulse records, one scrape at
     a time. Stateful: XID events, throttle time and byte counters accumulate across
-    scrapes of the same entity."""
+    scrapes of the same entity, and DCGM's own counters are counted on across its
+    resets, so a gpulse counter never decreases.
 
-    def __init__(self) -> None:
+    one_node: the series come from one node (a live endpoint), so when none of them
+    names the host seen first, the host was renamed (a new pod name in `Hostname`):
+    its GPUs keep their keys instead of becoming new entities."""
+
+    def __init__(self, one_node: bool = False, count_on: bool = True) -> None:
         self._state: dict[str, _State] = {}
         self._first_host: str | None = None
+        self._one_node = one_node
+        # a recorded log keeps its counters as written; ReplaySource counts on for every format
+        self._count_on = CountOn() if count_on else None
+
+    def forget(self, key: str) -> None:
+        self._state.pop(key, None)
+        if self._count_on:
+            self._count_on.forget(key)
 
     def entity(self, labels: dict[str, str]) -> tuple[str, str] | None:
         """(gpu key, host) of a series; None for series that are not about a GPU."""
         gpu = labels.get("gpu", "")
-        if not gpu.isdecimal():
+        if not is_gpu_index(gpu):
             return None
         host = next((labels[k] for k in _HOST_LABELS if labels.get(k)), "")
         if self._first_host is None:
@@ -171,6 +189,12 @@ class DcgmMapper:
         blank = 0
         nodes: list[str] = []
         sm_seen = False
+        duplicates = 0
+        if self._one_node:
+            series = list(series)
+            hosts = {next((lab[k] for k in _HOST_LABELS if lab.get(k)), "") for _, lab, _, _ in series}
+            if self._first_host not in hosts and len(hosts - {""}) == 1:
+                self._first_host = None          # renamed: the new name keeps plain indices
         for name, labels, value, line in series:
             spec = FIELDS.get(name)
             if spec is None:
@@ -196,11 +220,19 @@ class DcgmMapper:
             if not spec.lo <= value <= spec.hi:
                 invalid.append((line, f"{name}{{gpu={key}}} = {value:g}: outside {spec.lo:g}..{spec.hi:g}"))
                 continue
-            values.setdefault(key, {})[name] = value
+            got = values.setdefault(key, {})
+            if name in got:
+                # the same field of one GPU twice in one answer: keep the largest, whatever
+                # the order, so the choice is the same at every scrape (and a counter's is
+                # never its smaller value)
+                duplicates += 1
+                value = max(value, got[name])
+            got[name] = value
             if name == "DCGM_FI_PROF_SM_ACTIVE":
                 sm_seen = True
         records = {key: self._record(key, t, values.get(key, {}), attribution.get(key)) for key in devices}
-        return Mapped(records, devices, invalid, blank, sm_seen, nodes)
+        resets = self._count_on.take_resets() if self._count_on else {}
+        return Mapped(records, devices, invalid, blank, sm_seen, nodes, duplicates, resets)
 
     def _record(self, key: str, t: float, vals: dict[str, float], attribution: dict[str, str] | None) -> Record:
         st = self._state.setdefault(key, _State())
@@ -220,10 +252,13 @@ class DcgmMapper:
                 gauges[target] = v
             elif kind == "lgauge":
                 gauges.setdefault(target, {})[(spec.label,)] = v
-            elif kind == "counter":
-                counters[target] = v
-            elif kind == "lcounter":
-                counters.setdefault(target, {})[(spec.label,)] = v
+            elif kind in ("counter", "lcounter"):
+                if self._count_on:
+                    v = self._count_on((key, target, spec.label), target, v)
+                if kind == "counter":
+                    counters[target] = v
+                else:
+                    counters.setdefault(target, {})[(spec.label,)] = v
             elif kind == "fb":
                 fb[target] = v
             elif kind == "limit":
@@ -347,37 +382,56 @@ def _other_sample(s: str) -> bool:
     return True
 
 
-def read_dcgm_log(path: str, text: str, lines: list[str], err: Any, interval: float) -> dict[str, Any]:
-    """Recorded dcgm-exporter output -> records (see gpulse.sources.logs.read_log).
+def read_dcgm_log(lines: Iterable[str], err: Any, interval: float, run: Any) -> Iterator[Record]:
+    """Recorded dcgm-exporter output -> records (see gpulse.sources.logs.LogStream).
 
     - exposition text: one scrape, or many appended (`curl ... >> log`). A new scrape
       starts where a series repeats; a line holding only a time (epoch seconds or ISO
       8601, as `date` prints it between curls) stamps the scrape after it. Sample
       timestamps, when present, win. Without any clock, scrapes are `interval` apart.
-    - Prometheus HTTP API JSON (/api/v1/query or query_range responses).
+    - Prometheus HTTP API JSON (/api/v1/query or query_range responses), parsed whole
+      and so capped at logs.MAX_JSON.
     - CSV: wide (a time column, label columns, one column per DCGM field) or long
       (time, metric, label columns, value).
+    Text and CSV stream: one scrape (or one instant's rows) is held at a time.
     """
-    mapper = DcgmMapper()
-    out: dict[str, Any] = {"records": [], "devices": {}, "timed": True, "has_sm_active": False, "nodes": []}
-    first = next(ln.strip() for ln in lines if ln.strip())
+    from .logs import MAX_JSON
+    mapper = DcgmMapper(count_on=False)
+    lines = iter(lines)
+    skipped = []
+    first = ""
+    for ln in lines:
+        skipped.append(ln)
+        if ln.strip():
+            first = ln.strip()
+            break
+    lines = itertools.chain(skipped, lines)
     if first.startswith(("{", "[")):
-        scrapes = _json_scrapes(text, err)
+        size = 0
+        parts = []
+        for ln in lines:
+            size += len(ln) + 1
+            if size > MAX_JSON:
+                raise err.fatal(0, f"Prometheus API JSON larger than {MAX_JSON >> 20} MiB: JSON is read whole; "
+                                   "export a shorter range, or CSV or exposition text, which are streamed")
+            parts.append(ln)
+        scrapes = _json_scrapes("\n".join(parts), err)
+        del parts
     elif not first.startswith("#") and "," in first.split("{")[0]:
         scrapes = _csv_scrapes(lines, err)     # a header row; exposition commas sit inside {}
     else:
-        scrapes = _text_scrapes(lines, err, interval, out)
+        scrapes = _text_scrapes(lines, err, interval, run)
     for t, line, series in scrapes:
         m = mapper.map(series, t)
         for bad_line, desc in m.invalid:
             err.add(bad_line or line, f"{desc}; value dropped")
-        for key, rec in m.records.items():
+        for key, dev in m.devices.items():
+            run.found.setdefault(key, dev)
+        run.has_sm_active = run.has_sm_active or m.has_sm_active
+        run.nodes_found.extend(h for h in m.nodes if h not in run.nodes_found)
+        for rec in m.records.values():
             rec.line = line
-            out["records"].append(rec)
-            out["devices"].setdefault(key, m.devices[key])
-        out["has_sm_active"] = out["has_sm_active"] or m.has_sm_active
-        out["nodes"].extend(h for h in m.nodes if h not in out["nodes"])
-    return out
+            yield rec
 
 
 # (time, first line, [(name, labels, value, line)])
@@ -411,8 +465,11 @@ def _parse_numbered(numbered: list[tuple[int, str]]) -> tuple[list, list[tuple[i
     return series, bad
 
 
-def _text_scrapes(lines: list[str], err: Any, interval: float, out: dict[str, Any]) -> Iterator[_Scrape]:
-    chunks: list[tuple[float | None, int, list[tuple[int, str]]]] = []
+def _text_scrapes(lines: Iterable[str], err: Any, interval: float, run: Any) -> Iterator[_Scrape]:
+    body: list[tuple[int, str]] = []
+    body_t: float | None = None
+    body_line = 0
+    i = 0
     seen: set[str] = set()
     pending_t: float | None = None
     boundary = True
@@ -433,27 +490,35 @@ def _text_scrapes(lines: list[str], err: Any, interval: float, out: dict[str, An
         close = s.rfind("}")
         key = s[:close + 1] if close >= 0 else s
         if boundary or key in seen:
-            chunks.append((pending_t, n, []))
+            if body:
+                yield from _text_scrape(body, body_t, body_line, i, err, interval, run)
+                i += 1
+            body, body_t, body_line = [], pending_t, n
             pending_t, boundary, seen = None, False, set()
         seen.add(key)
-        chunks[-1][2].append((n, s))
-    for i, (t0, line, body) in enumerate(chunks):
-        series, bad = _parse_numbered(body)
-        for n, msg in bad:
-            err.add(n, msg + "; skipped")
-        if any(x[3] is not None for x in series):
-            # explicit sample timestamps win: one scrape per distinct time
-            by_t: dict[float, list] = {}
-            for name, labels, value, ts, n in series:
-                by_t.setdefault(ts if ts is not None else (t0 if t0 is not None else i * interval),
-                                []).append((name, labels, value, n))
-            for ts in sorted(by_t):
-                yield ts, line, by_t[ts]
-            continue
-        if t0 is None:
-            out["timed"] = False
-            t0 = i * interval
-        yield t0, line, [(name, labels, value, n) for name, labels, value, _, n in series]
+        body.append((n, s))
+    if body:
+        yield from _text_scrape(body, body_t, body_line, i, err, interval, run)
+
+
+def _text_scrape(body: list[tuple[int, str]], t0: float | None, line: int, i: int, err: Any, interval: float,
+                 run: Any) -> Iterator[_Scrape]:
+    series, bad = _parse_numbered(body)
+    for n, msg in bad:
+        err.add(n, msg + "; skipped")
+    if any(x[3] is not None for x in series):
+        # explicit sample timestamps win: one scrape per distinct time
+        by_t: dict[float, list] = {}
+        for name, labels, value, ts, n in series:
+            by_t.setdefault(ts if ts is not None else (t0 if t0 is not None else i * interval),
+                            []).append((name, labels, value, n))
+        for ts in sorted(by_t):
+            yield ts, line, by_t[ts]
+        return
+    if t0 is None:
+        run.timed = False
+        t0 = i * interval
+    yield t0, line, [(name, labels, value, n) for name, labels, value, _, n in series]
 
 
 def _json_scrapes(text: str, err: Any) -> Iterator[_Scrape]:
@@ -461,6 +526,8 @@ def _json_scrapes(text: str, err: Any) -> Iterator[_Scrape]:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise err.fatal(e.lineno, f"not valid JSON: {e.msg}") from None
+    except RecursionError:
+        raise err.fatal(0, "JSON nested too deeply to be a Prometheus API query response") from None
     data = doc.get("data") if isinstance(doc, dict) else None
     result = data.get("result") if isinstance(data, dict) else None
     if not isinstance(result, list):
@@ -484,7 +551,7 @@ def _json_scrapes(text: str, err: Any) -> Iterator[_Scrape]:
         yield ts, 0, by_t[ts]
 
 
-def _csv_scrapes(lines: list[str], err: Any) -> Iterator[_Scrape]:
+def _csv_scrapes(lines: Iterable[str], err: Any) -> Iterator[_Scrape]:
     import csv
     rows = csv.reader(lines)
     header = [h.strip() for h in next(rows)]
@@ -566,6 +633,12 @@ class DcgmSource(Source):
 
     name = "dcgm"
     MAX_BODY = 64 * 2 ** 20
+    # One node has at most a few dozen GPU entities (16 GPUs x 7 MIG instances); an
+    # answer naming more is broken or hostile, and each would be a dozen series.
+    MAX_ENTITIES = 256
+    # An entity missing from the answers this long is gone (a MIG reconfiguration, a
+    # renamed host, a GPU removed): forgotten, its series leave /metrics.
+    EXPIRE_S = 300.0
 
     def __init__(self, cfg: Any):
         self.url = cfg.dcgm.url
@@ -573,14 +646,18 @@ class DcgmSource(Source):
         self.interval = float(cfg.dcgm.interval)
         self.has_sm_active = False
         self._session: Any = None
-        self._mapper = DcgmMapper()
+        self._mapper = DcgmMapper(one_node=True)
         self._devices: dict[str, DeviceInfo] = {}
+        self._seen: dict[str, float] = {}        # entity -> `now` of the last answer naming it
+        self._capped = False
         self._last: dict[str, Reading] = {}
         self._last_fetch: float | None = None
         self._failing: str | None = None
         self._reported_invalid: set[str] = set()
         self._devices_changed = False
         self._pending: str | None = None     # the body fetched by open(), mapped by the first poll
+        self._deadline = _Deadline()
+        self._events: dict[tuple[str, str], int] = {}
 
     # -- connection
 
@@ -589,10 +666,9 @@ class DcgmSource(Source):
         if u.scheme not in ("http", "https") or not u.netloc:
             raise SourceError(f"dcgm.url: {self.url!r} is not an http(s) URL of dcgm-exporter's /metrics")
         import requests
-        from requests.adapters import HTTPAdapter
         self._session = requests.Session()
         # one keep-alive connection, no retries: a retry would double the worst-case poll time
-        adapter = HTTPAdapter(pool_connections=1, pool_maxsize=1, max_retries=0)
+        adapter = _deadline_adapter(self._deadline)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
         self._session.headers["Accept"] = "text/plain;version=0.0.4"
@@ -606,8 +682,8 @@ class DcgmSource(Source):
         # discovery only (a throw-away mapper): the first poll maps this body at its own `now`
         self._pending = body
         series, _ = parse_exposition(body)
-        m = DcgmMapper().map(((n, lab, v, 0) for n, lab, v, _ in series), 0.0)
-        self._devices = dict(m.devices)
+        m = DcgmMapper(one_node=True).map(((n, lab, v, 0) for n, lab, v, _ in series), 0.0)
+        self._devices = {k: m.devices[k] for k in self._within_cap(m.devices)}
         self.has_sm_active = m.has_sm_active
         return self.devices()
 
@@ -620,34 +696,51 @@ class DcgmSource(Source):
         return [self._devices[k] for k in sorted(self._devices, key=gpu_sort_key)]
 
     def _fetch(self) -> str:
-        """One GET with a deadline on the whole answer, not only on each socket read."""
+        """One GET with a deadline on the whole answer, not only on each socket read.
+
+        Socket timeouts bound each read, and a server that trickles a byte at a time
+        passes every one of them; so a timer shuts the connection's socket when the
+        whole exchange (connect, head, body) is late, which ends any read in progress."""
         import requests
-        deadline = time.monotonic() + self.timeout
+        watch = self._deadline
+        watch.arm(self.timeout)
         try:
             r = self._session.get(self.url, timeout=(self.timeout, self.timeout), stream=True)
-        except requests.Timeout:
-            raise _FetchError(f"dcgm-exporter {self.url}: no answer within {self.timeout:g}s") from None
-        except requests.ConnectionError as e:
-            raise _FetchError(f"dcgm-exporter {self.url}: cannot connect ({_reason(e)})") from None
-        except requests.RequestException as e:
+            try:
+                if r.status_code != 200:
+                    raise _FetchError(f"dcgm-exporter {self.url}: HTTP {r.status_code}")
+                parts = []
+                size = 0
+                while True:
+                    # read1: what has arrived, so the size cap applies as bytes come in
+                    chunk = r.raw.read1(65536, decode_content=True)
+                    if not chunk:
+                        break
+                    parts.append(chunk)
+                    size += len(chunk)
+                    if size > self.MAX_BODY:
+                        raise _FetchError(f"dcgm-exporter {self.url}: answer larger than {self.MAX_BODY / 2 ** 20:g} MiB")
+                if watch.expired:
+                    raise _FetchError(self._late(watch))
+                return b"".join(parts).decode("utf-8", errors="replace")
+            finally:
+                r.close()
+        except (requests.RequestException, OSError, *_http_errors()) as e:
+            if watch.expired:
+                raise _FetchError(self._late(watch)) from None
+            if isinstance(e, requests.Timeout):
+                raise _FetchError(f"dcgm-exporter {self.url}: no answer within {self.timeout:g}s") from None
+            if isinstance(e, requests.ConnectionError) and not watch.answered:
+                raise _FetchError(f"dcgm-exporter {self.url}: cannot connect ({_reason(e)})") from None
+            if watch.answered:
+                raise _FetchError(f"dcgm-exporter {self.url}: answer cut off ({_reason(e)})") from None
             raise _FetchError(f"dcgm-exporter {self.url}: {_reason(e)}") from None
-        try:
-            if r.status_code != 200:
-                raise _FetchError(f"dcgm-exporter {self.url}: HTTP {r.status_code}")
-            parts = []
-            size = 0
-            for chunk in r.iter_content(65536):
-                parts.append(chunk)
-                size += len(chunk)
-                if size > self.MAX_BODY:
-                    raise _FetchError(f"dcgm-exporter {self.url}: answer larger than {self.MAX_BODY >> 20} MiB")
-                if time.monotonic() > deadline:
-                    raise _FetchError(f"dcgm-exporter {self.url}: answer not complete within {self.timeout:g}s")
-            return b"".join(parts).decode("utf-8", errors="replace")
-        except requests.RequestException as e:
-            raise _FetchError(f"dcgm-exporter {self.url}: answer cut off ({_reason(e)})") from None
         finally:
-            r.close()
+            watch.disarm()
+
+    def _late(self, watch: _Deadline) -> str:
+        got = "answer not complete" if watch.answered else "no answer"
+        return f"dcgm-exporter {self.url}: {got} within {self.timeout:g}s"
 
     # -- polling
 
@@ -679,6 +772,12 @@ class DcgmSource(Source):
         self._ingest_body(now, body, errors)
         return self._result(errors)
 
+    def _within_cap(self, found: dict[str, DeviceInfo]) -> list[str]:
+        """The entities kept: those already known, then new ones in GPU order, up to MAX_ENTITIES."""
+        known = [k for k in found if k in self._devices]
+        new = sorted((k for k in found if k not in self._devices), key=gpu_sort_key)
+        return known + new[:max(0, self.MAX_ENTITIES - len(known))]
+
     def _ingest_body(self, now: float, body: str, errors: dict[str, int]) -> None:
         series, bad = parse_exposition(body)
         if bad:
@@ -690,17 +789,41 @@ class DcgmSource(Source):
             for _, desc in m.invalid:
                 field_key = desc.split(" = ")[0]
                 if field_key not in self._reported_invalid:   # once per field and GPU
+                    if len(self._reported_invalid) >= self.MAX_ENTITIES * len(FIELDS):
+                        self._reported_invalid.clear()        # GPUs come and go: stay bounded
                     self._reported_invalid.add(field_key)
                     log.warning("dcgm-exporter %s: %s; dropped", self.url, desc)
+        if m.duplicates:
+            self._event(("dropped_series_total", "duplicate"), m.duplicates)
+        for family, n in m.resets.items():
+            self._event(("resets_total", family), n)
+            log.info("dcgm-exporter %s: %s went backwards (DCGM restarted?); counting on from the last value",
+                     self.url, family)
         if m.has_sm_active:
             self.has_sm_active = True
-        for key, dev in m.devices.items():
+        kept = self._within_cap(m.devices)
+        if len(kept) < len(m.devices):
+            over = len(m.devices) - len(kept)
+            self._event(("dropped_series_total", "entity_limit"), over)
+            for key in set(m.devices) - set(kept):
+                self._mapper.forget(key)
+            if not self._capped:
+                log.warning("dcgm-exporter %s: %d GPU entities in one answer, more than %d; the rest are dropped",
+                            self.url, len(m.devices), self.MAX_ENTITIES)
+                self._capped = True
+        for key in kept:
+            self._seen[key] = now
+            dev = m.devices[key]
             if self._devices.get(key) != dev:
                 self._devices[key] = dev
                 self._devices_changed = True
-        for key in self._devices:
-            rec = m.records.get(key)
+        for key in list(self._devices):
+            rec = m.records.get(key) if key in self._seen and self._seen[key] == now else None
             if rec is None:
+                if now - self._seen.get(key, now) >= self.EXPIRE_S:
+                    self._expire(key)
+                    continue
+                self._seen.setdefault(key, now)
                 prev = self._last.get(key)
                 self._last[key] = Reading(key, [], {}, prev.counters if prev else {}, False,
                                           "not in dcgm-exporter output", prev.attribution if prev else None)
@@ -709,6 +832,17 @@ class DcgmSource(Source):
             has_value = any(v is not None for v in (s.util, s.power_w, s.memory_used_bytes, s.sm_active, s.gr_active))
             self._last[key] = Reading(key, [s] if has_value else [], rec.gauges, rec.counters, True, None,
                                       rec.attribution, rec.holds_workload)
+
+    def _expire(self, key: str) -> None:
+        log.info("dcgm-exporter %s: GPU %s not in its answers for %gs; forgotten", self.url, key, self.EXPIRE_S)
+        for d in (self._devices, self._last, self._seen):
+            d.pop(key, None)
+        self._mapper.forget(key)
+        self._devices_changed = True
+        self._event(("expired_entities_total", ""), 1)
+
+    def _event(self, key: tuple[str, str], n: int) -> None:
+        self._events[key] = self._events.get(key, 0) + n
 
     def _result(self, errors: dict[str, int]) -> PollResult:
         devices = None
@@ -719,7 +853,89 @@ class DcgmSource(Source):
         # the samples go out once; repeats between fetches carry none
         self._last = {k: Reading(r.gpu, [], r.gauges, r.counters, r.up, r.error, r.attribution, r.holds_workload)
                       for k, r in self._last.items()}
-        return PollResult(readings, devices, errors)
+        events, self._events = self._events, {}
+        return PollResult(readings, devices, errors, events)
+
+
+
+class _Deadline:
+    """A clock on one whole HTTP exchange: when it runs out, the socket of the
+    connection in use is shut down, so whatever read is blocked on it returns."""
+
+    def __init__(self) -> None:
+        self.conn: Any = None          # the pool's connection (one: pool_maxsize=1)
+        self.expired = False
+        self.answered = False          # the status line and head arrived
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+
+    def arm(self, seconds: float) -> None:
+        self.expired = self.answered = False
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._timer is None:
+                return
+            self.expired = True
+            sock = getattr(self.conn, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _deadline_adapter(watch: _Deadline) -> Any:
+    """requests' HTTPAdapter whose connections report themselves to `watch`."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class Watched:
+        def connect(self) -> None:
+            watch.conn = self
+            super().connect()  # type: ignore[misc]
+
+        def getresponse(self, *a: Any, **kw: Any) -> Any:
+            watch.conn = self
+            resp = super().getresponse(*a, **kw)  # type: ignore[misc]
+            # a head cut short by the deadline parses as a (broken) answer: not one
+            watch.answered = not watch.expired
+            return resp
+
+    class Conn(Watched, HTTPConnection):
+        pass
+
+    class SConn(Watched, HTTPSConnection):
+        pass
+
+    class Pool(HTTPConnectionPool):
+        ConnectionCls = Conn
+
+    class SPool(HTTPSConnectionPool):
+        ConnectionCls = SConn
+
+    class Adapter(HTTPAdapter):
+        def init_poolmanager(self, *a: Any, **kw: Any) -> None:
+            super().init_poolmanager(*a, **kw)
+            self.poolmanager.pool_classes_by_scheme = {"http": Pool, "https": SPool}
+
+    return Adapter(pool_connections=1, pool_maxsize=1, max_retries=0)
+
+
+def _http_errors() -> tuple[type[BaseException], ...]:
+    import http.client
+    from urllib3.exceptions import HTTPError
+    return (HTTPError, http.client.HTTPException)
 
 
 def _reason(e: BaseException) -> str:

@@ -1,6 +1,10 @@
 """Recorded GPU logs -> time-ordered records per GPU, for replay and the post-mortem report.
 
-    run = read_log("ckpt1000.csv")            # format detected from the content
+    stream = LogStream("ckpt1000.csv")        # format detected from the first lines
+    for rec in stream.records(): ...          # read as consumed; memory does not follow the file
+    stream.devices, stream.errors, stream.warnings()
+
+    run = read_log("ckpt1000.csv")            # the same, all in memory (tools and tests)
     run.devices, run.records, run.samples("0"), run.errors
 
 Formats (`fmt`):
@@ -22,11 +26,16 @@ only differences matter to the analysis.
 from __future__ import annotations
 
 import calendar
+import dataclasses
+import heapq
+import itertools
 import math
+import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from ..model import DeviceInfo, Sample
 from .base import SourceError
@@ -79,6 +88,7 @@ class RecordedRun:
     timed: bool = True                 # False when the log had no clock and times are inferred
     has_sm_active: bool = False
     nodes: tuple[str, ...] = ()        # hostnames the log names, first first
+    warnings: list[str] = field(default_factory=list)   # timestamp trouble, one line per kind
 
     @property
     def start(self) -> float | None:
@@ -192,7 +202,7 @@ def parse_smi_time(s: str) -> float:
             _smi_time_cache.clear()
         _smi_time_cache[head] = base
     if dot:
-        if not frac.isdecimal():
+        if not is_gpu_index(frac):
             raise CellError(f"not a timestamp: {s.strip()[:40]!r}")
         return base + int(frac) / 10 ** len(frac)
     return base
@@ -220,11 +230,6 @@ def parse_any_time(s: str) -> float:
     if d.tzinfo is None:
         d = d.replace(tzinfo=timezone.utc)
     return d.timestamp()
-
-
-def _order(records: list[Record]) -> list[Record]:
-    records.sort(key=lambda r: r.t)   # stable: file order among equal times
-    return records
 
 
 def _devices(found: dict[str, DeviceInfo]) -> list[DeviceInfo]:
@@ -416,12 +421,13 @@ def _smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | No
                   error=lost)
 
 
-def _read_smi_csv(path: str, lines: list[str], err: _Errors, interval: float) -> dict[str, Any]:
+def _smi_rows(lines: Iterable[str], err: _Errors, run: "LogStream") -> Iterator[tuple]:
+    """Data rows of a --query-gpu log in file order: (line, position, t, values, lost, key field)."""
     cols: list[_Column] | None = None
     ncells = 0
-    rows: list[tuple[int, int, float | None, dict[str, Any], str | None]] = []   # line, position, t, values, lost
     position = 0
     header_line = 0
+    key_field: str | None = None
     for i, raw in enumerate(lines, 1):
         text = raw.strip()
         if not text:
@@ -439,13 +445,15 @@ def _read_smi_csv(path: str, lines: list[str], err: _Errors, interval: float) ->
                 position = 0     # a new header: the logger restarted, instants start over
                 if not any(c.field in ("util", "power", "power_avg", "power_inst", "mem_used") for c in cols):
                     raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")
+                has = {c.field for c in cols}
+                run.timed = "t" in has
+                key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
                 continue
         pos = position
         position += 1
         if len(cells) != ncells:
             what = "truncated line" if len(cells) < ncells else "too many fields (lines run together?)"
             err.add(i, f"{what}: {len(cells)} fields, header on line {header_line} has {ncells}; row skipped")
-            rows.append((i, pos, None, {}, None))
             continue
         values: dict[str, Any] = {}
         lost = None
@@ -467,28 +475,27 @@ def _read_smi_csv(path: str, lines: list[str], err: _Errors, interval: float) ->
                 t = parse_smi_time(values["t"])
             except CellError as e:
                 err.add(i, f"column 'timestamp': {e}; row skipped")
-                rows.append((i, pos, None, {}, None))
                 continue
-        rows.append((i, pos, t, values, lost))
+        if values:
+            yield i, pos, t, values, lost, key_field
 
-    has = {c.field for c in cols or ()}
-    timed = "t" in has
-    if timed:
-        n_per_poll = _rows_per_poll([r[2] for r in rows if r[2] is not None])
-    else:
-        n_per_poll = 1
-    key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
+
+# rows read ahead to learn how many rows one poll writes (see _rows_per_poll)
+RHYTHM_ROWS = 8193
+
+
+def _read_smi_csv(lines: Iterable[str], err: _Errors, interval: float, run: "LogStream") -> Iterator[Record]:
+    rows = _smi_rows(lines, err, run)
+    ahead = list(itertools.islice(rows, RHYTHM_ROWS))
+    n_per_poll = _rows_per_poll([r[2] for r in ahead if r[2] is not None]) if run.timed else 1
     names: dict[str, str] = {}
-    found: dict[str, DeviceInfo] = {}
-    records: list[Record] = []
+    found = run.found
     instant = -1
     last_index = None
-    for line, pos, t, values, lost in rows:
-        if not values:
-            continue
+    for line, pos, t, values, lost, key_field in itertools.chain(ahead, rows):
         if key_field == "index":
             raw_idx = values.get("index")
-            if raw_idx is None or not raw_idx.isdecimal():
+            if raw_idx is None or not is_gpu_index(raw_idx):
                 err.add(line, f"column 'index': not a GPU index: {raw_idx!r}; row skipped")
                 continue
             gpu = str(int(raw_idx))
@@ -510,8 +517,7 @@ def _read_smi_csv(path: str, lines: list[str], err: _Errors, interval: float) ->
         if gpu not in found:
             found[gpu] = DeviceInfo(gpu=gpu, uuid=values.get("uuid") or "", model=values.get("model") or "",
                                     pci_bus_id=values.get("pci") or "", driver=values.get("driver") or "")
-        records.append(_smi_record(t, gpu, values, line, lost))
-    return dict(records=records, devices=found, timed=timed)
+        yield _smi_record(t, gpu, values, line, lost)
 
 
 # ---------------------------------------------------------------- nvidia-smi dmon
@@ -530,17 +536,16 @@ _DMON_FIELDS: dict[str, tuple[str, str | None, float | None, float | None]] = {
 }
 
 
-def _read_dmon(path: str, lines: list[str], err: _Errors, interval: float) -> dict[str, Any]:
+def _read_dmon(lines: Iterable[str], err: _Errors, interval: float, run: "LogStream") -> Iterator[Record]:
     names: list[str] | None = None
-    records: list[Record] = []
-    found: dict[str, DeviceInfo] = {}
+    found = run.found
     instant = -1
     last_idx: int | None = None
     last_t: float | None = None
     day = 0.0
     pcie: dict[str, dict[tuple[str, ...], float]] = {}
     prev_t: dict[str, float] = {}
-    timed = False
+    run.timed = False
     for i, raw in enumerate(lines, 1):
         text = raw.strip()
         if not text:
@@ -564,7 +569,7 @@ def _read_dmon(path: str, lines: list[str], err: _Errors, interval: float) -> di
             continue
         row = dict(zip(names, toks))
         idx_txt = row.get("gpu", "")
-        if not idx_txt.isdecimal():
+        if not is_gpu_index(idx_txt):
             err.add(i, f"column 'gpu': not a GPU index: {idx_txt!r}; row skipped")
             continue
         idx = int(idx_txt)
@@ -582,7 +587,7 @@ def _read_dmon(path: str, lines: list[str], err: _Errors, interval: float) -> di
             except ValueError:
                 err.add(i, f"not a dmon date/time: {row.get('date', '')} {row['time']!r}; row skipped")
                 continue
-            timed = True
+            run.timed = True
         else:
             if last_idx is None or idx <= last_idx:
                 instant += 1
@@ -613,10 +618,9 @@ def _read_dmon(path: str, lines: list[str], err: _Errors, interval: float) -> di
         prev_t[gpu] = t
         if acc:
             rec.counters["pcie_bytes_total"] = dict(acc)
-        records.append(rec)
+        yield rec
     if names is None:
         raise err.fatal(1, "no dmon header ('# gpu pwr gtemp ...') found")
-    return dict(records=records, devices=found, timed=timed)
 
 
 # ---------------------------------------------------------------- nvidia-smi -q
@@ -642,34 +646,33 @@ class _QBlock:
         return None
 
 
-def _q_blocks(lines: list[str], err: _Errors, versions: dict[str, str]) -> list[tuple[float | None, int, list[_QBlock]]]:
-    snapshots: list[tuple[float | None, int, list[_QBlock]]] = []
-    current: list[_QBlock] | None = None
+def _q_blocks(lines: Iterable[str], err: _Errors,
+              versions: dict[str, str]) -> Iterator[tuple[float | None, int, list[_QBlock]]]:
+    """One (time, line, GPU blocks) per snapshot, each as soon as the next one starts."""
+    snap: list[Any] | None = None      # [t, line, blocks]
     block: _QBlock | None = None
     stack: list[str] = []
     for i, raw in enumerate(lines, 1):
         line = raw.rstrip()
         if not line.strip():
             continue
-        if "NVSMI LOG" in line:
-            current = []
-            snapshots.append((None, i, current))
+        if "NVSMI LOG" in line or snap is None:     # a file may start without the banner
+            if snap is not None:
+                yield snap[0], snap[1], snap[2]
+            snap = [None, i, []]
             block = None
-            continue
-        if current is None:       # a file that starts without the banner
-            current = []
-            snapshots.append((None, i, current))
+            if "NVSMI LOG" in line:
+                continue
+        current = snap[2]
         indent = len(line) - len(line.lstrip(" "))
         m = _Q_LINE.match(line)
         if indent == 0:
             block = None
             if m and m.group(2) == "Timestamp":
                 try:
-                    t = float(calendar.timegm(time.strptime(m.group(3).strip(), "%a %b %d %H:%M:%S %Y")))
+                    snap[0] = float(calendar.timegm(time.strptime(m.group(3).strip(), "%a %b %d %H:%M:%S %Y")))
                 except ValueError:
                     err.add(i, f"not an nvidia-smi -q timestamp: {m.group(3).strip()!r}")
-                    t = None
-                snapshots[-1] = (t, snapshots[-1][1], current)
             elif m and m.group(2) in ("Driver Version", "CUDA Version"):
                 versions[m.group(2)] = m.group(3).strip()
             elif not m and line.startswith("GPU "):
@@ -686,7 +689,8 @@ def _q_blocks(lines: list[str], err: _Errors, versions: dict[str, str]) -> list[
             stack.append(m.group(2).strip())      # 'Process ID : 1' heads its own sub-block
         else:
             stack.append(line.strip())
-    return snapshots
+    if snap is not None:
+        yield snap[0], snap[1], snap[2]
 
 
 def _q_value(block: _QBlock, unit: str | None, lo: float | None, hi: float | None,
@@ -701,15 +705,14 @@ def _q_value(block: _QBlock, unit: str | None, lo: float | None, hi: float | Non
         return None
 
 
-def _read_smi_q(path: str, lines: list[str], err: _Errors, interval: float) -> dict[str, Any]:
-    records: list[Record] = []
-    found: dict[str, DeviceInfo] = {}
-    timed = True
+def _read_smi_q(lines: Iterable[str], err: _Errors, interval: float, run: "LogStream") -> Iterator[Record]:
+    found = run.found
     versions: dict[str, str] = {}
     for n, (t, line, blocks) in enumerate(_q_blocks(lines, err, versions)):
         if t is None:
-            timed = False
+            run.timed = False
             t = n * interval
+        records: list[Record] = []
         for idx, b in enumerate(blocks):
             gpu = str(idx)
             v: dict[str, Any] = {
@@ -762,9 +765,9 @@ def _read_smi_q(path: str, lines: list[str], err: _Errors, interval: float) -> d
                                              driver=versions.get("Driver Version", ""),
                                              cuda_version=versions.get("CUDA Version", "")))
             records.append(rec)
+        yield from records
     if not found:
         raise err.fatal(1, "no 'GPU <bus id>' section: not nvidia-smi -q output")
-    return dict(records=records, devices=found, timed=timed)
 
 
 def _q_mig(b: _QBlock, t: float, gpu: str, found: dict[str, DeviceInfo], records: list[Record],
@@ -809,44 +812,268 @@ def _q_mig(b: _QBlock, t: float, gpu: str, found: dict[str, DeviceInfo], records
 
 # ---------------------------------------------------------------- entry point
 
+# A log is read line by line as it is consumed, so memory follows the reader's window,
+# not the file. Two things cannot stream and are capped instead:
+MAX_LINE = 1 << 20          # characters in one line: more is no text log (/dev/zero, a binary)
+MAX_JSON = 64 << 20         # bytes of a Prometheus API JSON answer, which is parsed whole
+# Rows of different GPUs are written up to ~1 s apart within one poll (a stalled query);
+# records are handed out in time order within this much recorded time.
+REORDER_S = 5.0
+REORDER_MAX = 200_000       # records held for that at most
+# Line numbers quoted per kind of timestamp trouble; the rest are counted.
+SHOW_LINES = 5
+# GPU entities one log may name (a whole cluster's worth); rows of more are skipped, so
+# per-GPU state, the engine and the report's picture stay bounded whatever the file says.
+MAX_GPUS = 4096
+
+
+class LogStream:
+    """One recorded log, read as `records()` is consumed: time-ordered records, the
+    devices, format, nodes and problems found so far. Reading it again means a new
+    LogStream (replay's loop does that).
+
+    Raises LogFormatError (one line) from the constructor when the file cannot be
+    opened or its format is unknown, and from records() when nothing in it is usable
+    or a cap is hit."""
+
+    def __init__(self, path: str, fmt: str = "auto", interval: float = 1.0):
+        self.path = path
+        self.interval = interval
+        self.err = _Errors(path)
+        self.found: dict[str, DeviceInfo] = {}
+        self.timed = True
+        self.has_sm_active = False
+        self.nodes_found: list[str] = []
+        self.start: float | None = None
+        self.end: float | None = None
+        self.done = False
+        self.backwards: list[int] = []     # lines where a GPU's clock went back
+        self.n_backwards = 0
+        self.repeats: list[int] = []       # lines repeating a GPU's previous timestamp
+        self.n_repeats = 0
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "a device"
+            raise LogFormatError(f"{path}: is {what}, not a recorded log")
+        self.size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        try:
+            # utf-8-sig: a byte-order mark is no part of the first column's name
+            self._fh = open(path, encoding="utf-8-sig", errors="replace", newline="")
+        except OSError as e:
+            raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+        self._line_no = 0
+        self.chars_read = 0                # ~bytes for these ASCII logs: progress of a replay
+        try:
+            self.format, self._all_lines = self._detect(fmt)
+        except LogFormatError:
+            self.close()
+            raise
+
+    def _detect(self, fmt: str) -> tuple[str, Iterator[str]]:
+        """The format, from the first lines (or as given), and every line from the first."""
+        lines = self._lines()
+        head: list[str] = []
+        for ln in lines:
+            head.append(ln)
+            if len(head) >= 50 and any(h.strip() for h in head):
+                break
+        if not any(h.strip() for h in head):
+            raise self.err.fatal(1, "empty file: nothing to replay")
+        if fmt == "auto":
+            fmt = detect_format(head) or ""
+            if not fmt:
+                first_no, first = next((n, ln) for n, ln in enumerate(head, 1) if ln.strip())
+                raise self.err.fatal(first_no, f"unknown header {first.strip()[:80]!r}: expected nvidia-smi "
+                                               "--query-gpu CSV, nvidia-smi dmon, nvidia-smi -q or dcgm-exporter output")
+        if fmt not in FORMATS:
+            raise LogFormatError(f"{self.path}: unknown log format {fmt!r} (one of: auto, {', '.join(FORMATS)})")
+        return fmt, itertools.chain(head, lines)
+
+    # -- what has been learnt so far
+
+    @property
+    def devices(self) -> list[DeviceInfo]:
+        return _devices(self.found)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(self.nodes_found)
+
+    @property
+    def errors(self) -> list[LogError]:
+        return sorted(self.err.items, key=lambda e: e.line)
+
+    @property
+    def error_count(self) -> int:
+        return self.err.count
+
+    @property
+    def fraction(self) -> float:
+        """Share of the file read so far (0 when the size is unknown)."""
+        if self.done:
+            return 1.0
+        if not self.size or self._fh.closed:
+            return 0.0
+        try:
+            return min(1.0, os.lseek(self._fh.fileno(), 0, os.SEEK_CUR) / self.size)
+        except OSError:
+            return 0.0
+
+    def warnings(self) -> list[str]:
+        """One line per kind of timestamp trouble, with counts and the first lines."""
+        out = []
+        for n, lines, what in (
+                (self.n_backwards, self.backwards,
+                 "a GPU's timestamp goes backwards; the clock is taken to have stepped back and the rows after it "
+                 "are kept in order after the earlier ones"),
+                (self.n_repeats, self.repeats,
+                 "a row repeats its GPU's previous timestamp; the repeat is dropped")):
+            if n:
+                more = f" and {n - len(lines)} more" if n > len(lines) else ""
+                out.append(f"{self.path}: {n} time(s) {what} (line {', '.join(map(str, lines))}{more})")
+        return out
+
+    def close(self) -> None:
+        self._fh.close()
+
+    # -- reading
+
+    def _lines(self) -> Iterator[str]:
+        fh = self._fh
+        while True:
+            line = fh.readline(MAX_LINE + 1)
+            if not line:
+                return
+            self._line_no += 1
+            self.chars_read += len(line)
+            if len(line) > MAX_LINE and not line.endswith(("\n", "\r")):
+                raise self.err.fatal(self._line_no, f"a line longer than {MAX_LINE >> 20} MiB characters: "
+                                                     "not a text log")
+            # a byte-order mark (the file's, or one of a log appended to it) is no data
+            yield line.rstrip("\r\n").lstrip("\ufeff")
+
+    def records(self) -> Iterator[Record]:
+        """Every usable record, ordered by time (file order on ties)."""
+        try:
+            if self.format == "dcgm":
+                from .dcgm import read_dcgm_log
+                parsed = read_dcgm_log(self._all_lines, self.err, self.interval, self)
+            else:
+                reader = {"nvidia-smi-csv": _read_smi_csv, "dmon": _read_dmon, "nvidia-smi-q": _read_smi_q}[self.format]
+                parsed = reader(self._all_lines, self.err, self.interval, self)
+            n = 0
+            for rec in self._in_order(self._clock_steps(parsed)):
+                if self.start is None:
+                    self.start = rec.t
+                self.end = rec.t
+                n += 1
+                yield rec
+            if not n:
+                first_err = self.err.items[0] if self.err.items else None
+                why = f" (first problem: line {first_err.line}: {first_err.message})" if first_err else ""
+                raise self.err.fatal(0, f"no usable {self.format} rows{why}")
+            self.done = True
+        finally:
+            self.close()
+
+    def _clock_steps(self, recs: Iterable[Record]) -> Iterator[Record]:
+        """File order -> a clock that never steps back by more than REORDER_S.
+
+        A GPU's own rows are in time order in any real log; one going back by more
+        than the reorder window is a clock stepped back (NTP, a restart with another
+        zone): the rest of the file is moved so that row follows the GPU's previous one
+        by that GPU's last step, as if the clock had not moved. Sorting them in instead
+        would interleave two stretches of the run and change what it looks like."""
+        last: dict[str, float] = {}
+        step: dict[str, float] = {}
+        offset = 0.0
+        latest = -math.inf
+        for r in recs:
+            if r.gpu not in last and len(last) >= MAX_GPUS:
+                self.found.pop(r.gpu, None)
+                self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
+                continue
+            t = r.t + offset
+            prev = last.get(r.gpu)
+            if prev is not None and t < prev:
+                self._note_backwards(r.line)
+                if t < prev - REORDER_S:
+                    shift = max(latest, prev) - t + step.get(r.gpu, self.interval)
+                    offset += shift
+                    t += shift
+            if offset:
+                r.t = t
+                r.sample = dataclasses.replace(r.sample, t=t)
+            if prev is not None and t > prev:
+                step[r.gpu] = t - prev
+            last[r.gpu] = max(t, prev) if prev is not None else t
+            latest = max(latest, t)
+            yield r
+
+    def _in_order(self, recs: Iterable[Record]) -> Iterator[Record]:
+        """Time order within REORDER_S of recorded time; then one record per GPU and
+        instant (a repeated timestamp is a duplicated row)."""
+        heap: list[tuple[float, int, Record]] = []
+        latest = -math.inf
+        last: dict[str, float] = {}
+        failed: LogFormatError | None = None
+        try:
+            for seq, r in enumerate(recs):
+                heapq.heappush(heap, (r.t, seq, r))
+                latest = max(latest, r.t)
+                while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
+                    out = self._once(heapq.heappop(heap)[2], last)
+                    if out is not None:
+                        yield out
+        except LogFormatError as e:     # a cap hit: what was read before it still counts
+            failed = e
+        while heap:
+            out = self._once(heapq.heappop(heap)[2], last)
+            if out is not None:
+                yield out
+        if failed is not None:
+            raise failed
+
+    def _once(self, r: Record, last: dict[str, float]) -> Record | None:
+        prev = last.get(r.gpu)
+        if prev is not None and r.t <= prev:
+            if r.t == prev:
+                self.n_repeats += 1
+                if len(self.repeats) < SHOW_LINES:
+                    self.repeats.append(r.line)
+            else:           # only past REORDER_MAX: too far back to sort in
+                self._note_backwards(r.line)
+            return None
+        last[r.gpu] = r.t
+        return r
+
+    def _note_backwards(self, line: int) -> None:
+        self.n_backwards += 1
+        if len(self.backwards) < SHOW_LINES:
+            self.backwards.append(line)
+
+
+def is_gpu_index(s: str) -> bool:
+    """A GPU index as drivers write it: ASCII digits only ('٣' and '１' are decimal
+    to Python, and no GPU's index)."""
+    return s.isascii() and s.isdigit()
+
+
 def read_log(path: str, fmt: str = "auto", interval: float = 1.0) -> RecordedRun:
-    """Read a recorded log. `interval` spaces instants when the log has no clock.
+    """Read a whole recorded log into memory (tools and tests; replay and the report
+    stream it through LogStream). `interval` spaces instants when the log has no clock.
 
     Raises LogFormatError (one line, naming file and line) when nothing in it can be
     replayed; every lesser problem is in RecordedRun.errors and the rest is kept."""
-    err = _Errors(path)
-    try:
-        with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-            text = fh.read()
-    except OSError as e:
-        raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
-    lines = text.splitlines()
-    if not text.strip():
-        raise err.fatal(1, "empty file: nothing to replay")
-    if fmt == "auto":
-        fmt = detect_format(lines) or ""
-        if not fmt:
-            first_no, first = next((n, ln) for n, ln in enumerate(lines, 1) if ln.strip())
-            raise err.fatal(first_no, f"unknown header {first.strip()[:80]!r}: expected nvidia-smi "
-                                      "--query-gpu CSV, nvidia-smi dmon, nvidia-smi -q or dcgm-exporter output")
-    if fmt not in FORMATS:
-        raise LogFormatError(f"{path}: unknown log format {fmt!r} (one of: auto, {', '.join(FORMATS)})")
-    if fmt == "dcgm":
-        from .dcgm import read_dcgm_log
-        parsed = read_dcgm_log(path, text, lines, err, interval)
-    else:
-        reader = {"nvidia-smi-csv": _read_smi_csv, "dmon": _read_dmon, "nvidia-smi-q": _read_smi_q}[fmt]
-        parsed = reader(path, lines, err, interval)
-    records = _order(parsed["records"])
-    if not records:
-        first_err = err.items[0] if err.items else None
-        why = f" (first problem: line {first_err.line}: {first_err.message})" if first_err else ""
-        raise err.fatal(0, f"no usable {fmt} rows{why}")
-    return RecordedRun(path=path, format=fmt, devices=_devices(parsed["devices"]), records=records,
-                       errors=sorted(err.items, key=lambda e: e.line), error_count=err.count, timed=parsed["timed"],
-                       has_sm_active=parsed.get("has_sm_active", False),
-                       nodes=tuple(parsed.get("nodes", ())))
+    stream = LogStream(path, fmt, interval)
+    records = list(stream.records())
+    return RecordedRun(path=path, format=stream.format, devices=stream.devices, records=records,
+                       errors=stream.errors, error_count=stream.error_count, timed=stream.timed,
+                       has_sm_active=stream.has_sm_active, nodes=stream.nodes, warnings=stream.warnings())
 
 
-__all__ = ["FORMATS", "LogError", "LogFormatError", "Record", "RecordedRun", "read_log", "detect_format",
-           "parse_quantity", "parse_smi_time", "parse_any_time", "CellError", "gpu_sort_key"]
+__all__ = ["FORMATS", "LogError", "LogFormatError", "LogStream", "Record", "RecordedRun", "read_log", "detect_format",
+           "parse_quantity", "parse_smi_time", "parse_any_time", "CellError", "gpu_sort_key", "is_gpu_index"]

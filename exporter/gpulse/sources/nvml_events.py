@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import pynvml
 
@@ -19,6 +20,9 @@ log = logging.getLogger("gpulse.sources.nvml")
 WAIT_MS = 500            # how long one wait blocks; bounds how long stop() takes
 ERROR_PAUSE = 1.0        # after an unexpected error, before waiting again
 NO_INSTANCE = 0xFFFFFFFF  # event data's gpuInstanceId when not a MIG event
+# A failing GPU can fire thousands of XIDs a second: per GPU, the first of an interval
+# is logged as it comes and the rest in one line per interval, counted by code.
+LOG_INTERVAL = 10.0
 
 
 class XidWatcher:
@@ -41,6 +45,8 @@ class XidWatcher:
         self._thread: threading.Thread | None = None
         self._set = None
         self.registered: list[str] = []
+        self._quiet_until: dict[str, float] = {}               # per GPU: log no single XID before
+        self._held: dict[str, dict[str, int]] = {}             # per GPU: XIDs not logged yet, by code
 
     def start(self) -> bool:
         """Register every GPU for XID events and start the thread. False when no GPU
@@ -83,6 +89,7 @@ class XidWatcher:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            self._summarise(time.monotonic())
             try:
                 data = pynvml.nvmlEventSetWait_v2(self._set, WAIT_MS)
             except pynvml.NVMLError as e:
@@ -106,7 +113,26 @@ class XidWatcher:
             with self._lock:
                 c = self._counts.setdefault(key, {})
                 c[code] = c.get(code, 0.0) + 1.0
-            log.warning("GPU %s: XID %s", key, code[0])
+            self._log(key, code[0], time.monotonic())
+
+    def _log(self, key: str, code: str, now: float) -> None:
+        if now >= self._quiet_until.get(key, 0.0):
+            self._summarise(now, key)
+            log.warning("GPU %s: XID %s", key, code)
+            self._quiet_until[key] = now + LOG_INTERVAL
+        else:
+            held = self._held.setdefault(key, {})
+            held[code] = held.get(code, 0) + 1
+
+    def _summarise(self, now: float, only: str | None = None, final: bool = False) -> None:
+        """One line per GPU for the XIDs held back over an interval that has ended."""
+        for key in [only] if only is not None else list(self._held):
+            held = self._held.get(key)
+            if not held or (now < self._quiet_until.get(key, 0.0) and not final):
+                continue
+            del self._held[key]
+            by_code = ", ".join(f"XID {c} x{n}" for c, n in sorted(held.items(), key=lambda kv: int(kv[0])))
+            log.warning("GPU %s: %d more XIDs within %gs: %s", key, sum(held.values()), LOG_INTERVAL, by_code)
 
     def stop(self) -> None:
         self._stop.set()
@@ -115,6 +141,7 @@ class XidWatcher:
             t.join(WAIT_MS / 1000 * 2 + 0.5)
             if t.is_alive():       # stuck in the driver: leave the set alone
                 return
+        self._summarise(time.monotonic(), final=True)     # nothing counted goes unsaid
         self._free()
 
     def _free(self) -> None:

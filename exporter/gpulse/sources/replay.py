@@ -6,22 +6,31 @@ hands out everything as fast as it is asked for, CHUNK records a poll. Samples k
 their recorded timestamps (each row its own), so the analysis sees the run's real
 rhythm at any speed; with --replay.loop every pass is shifted forward by the length
 of the log, so time never runs backwards.
+
+The log is streamed (gpulse.sources.logs.LogStream): open() reads only enough to name
+the GPUs, so a large log is served from the first second, and memory stays that of
+the analysis window whatever the file's size. GPUs first seen later arrive as a new
+device list.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
 import statistics
-from typing import Any
+from typing import Any, Iterator
 
 from ..model import DeviceInfo, PollResult, Reading
-from .base import Source
-from .logs import Record, RecordedRun, read_log
+from .base import CountOn, Source
+from .logs import LogFormatError, LogStream, Record
 
 log = logging.getLogger("gpulse.replay")
 
-# Problems in a log shown one per line at start-up; the rest are summed up in one line.
+# Problems in a log shown one per line; the rest are summed up in one line.
 SHOW_ERRORS = 10
+# Records read ahead by open(), to name the GPUs before the first poll.
+LOOKAHEAD = 8192
+# Steps of the first GPU measured for the loop period.
+PERIOD_STEPS = 1000
 
 
 class ReplaySource(Source):
@@ -35,33 +44,42 @@ class ReplaySource(Source):
         self.loop = bool(cfg.replay.loop)
         # a log without a clock (dmon without -o T, scrapes without times) is spaced this far
         self.untimed_interval = float(cfg.dcgm.interval) if self.fmt == "dcgm" else 1.0
-        self.run: RecordedRun | None = None
+        self.run: LogStream | None = None      # the first pass: what the log is
         self.has_sm_active = False
-        self._i = 0
+        self._stream: LogStream | None = None
+        self._recs: Iterator[Record] | None = None
+        self._ahead: list[Record] = []         # read, not yet handed out (oldest first)
+        self._ahead_i = 0
         self._anchor: float | None = None
         self._offset = 0.0
         self._period = 0.0
         self._finished = False
         self._errors_pending: dict[str, int] = {}
+        self._errors_seen = 0      # problems of the first pass counted so far
+        self._shown = 0            # ... and logged one per line
+        self._devices: dict[str, DeviceInfo] | None = None     # None until open() returns
         self._latest: dict[str, Record] = {}
         self._gauges: dict[str, dict[str, Any]] = {}
         self._counters: dict[str, dict[str, Any]] = {}
+        # counters as logged may restart (a driver reload mid-log, the next pass of a loop)
+        self._count_on = CountOn()
+        # the loop period, measured on the first pass
+        self._first: dict[str, float] = {}
+        self._last: dict[str, float] = {}
+        self._steps: list[float] = []
 
     def open(self) -> list[DeviceInfo]:
-        run = read_log(self.path, self.fmt, self.untimed_interval)   # LogFormatError: one line, no traceback
-        for e in run.errors[:SHOW_ERRORS]:
-            log.warning("%s", e)
-        if run.error_count > SHOW_ERRORS:
-            log.warning("%s: %d more problems like these; those lines or values were skipped",
-                        run.path, run.error_count - SHOW_ERRORS)
+        run = self._stream = self.run = LogStream(self.path, self.fmt, self.untimed_interval)  # LogFormatError: one line
+        self._recs = run.records()
+        while len(self._ahead) < LOOKAHEAD and self._read_one():
+            pass
         if not run.timed:
             log.info("%s has no clock; instants are replayed %gs apart", run.path, self.untimed_interval)
-        if run.error_count:
-            self._errors_pending["replay_parse"] = run.error_count
-        self.run = run
+        if self._recs is not None:
+            self._report_problems()
+        self._devices = {d.gpu: d for d in run.devices}
         self.has_sm_active = run.has_sm_active
-        self._period = _loop_period(run)
-        return list(run.devices)
+        return list(self._devices.values())
 
     @property
     def finished(self) -> bool:
@@ -69,56 +87,125 @@ class ReplaySource(Source):
 
     @property
     def progress(self) -> float | None:
-        """How far through the current pass (0..1), for the sampler's progress log."""
-        n = len(self.run.records) if self.run is not None else 0
-        return self._i / n if n else None
+        """How far through the current pass (0..1), for the sampler's progress log:
+        characters read of the file's size (the log is streamed, not counted ahead)."""
+        stream = self._stream
+        size = getattr(stream, "size", 0) if stream is not None else 0
+        return min(1.0, stream.chars_read / size) if size else None
+
+    # -- reading the stream
+
+    def _read_one(self) -> bool:
+        """Read one record into the look-ahead; False at the end of the pass."""
+        if self._recs is None:
+            return False
+        try:
+            rec = next(self._recs)
+        except LogFormatError as e:
+            if self._devices is None:
+                raise                    # at start: the one-line fatal error
+            # later (a cap hit deep in the file): the replay ends there, the server stays up
+            log.error("%s; the replay stops here", e)
+            self._errors_pending["replay_parse"] = self._errors_pending.get("replay_parse", 0) + 1
+            self._recs = None
+            self.loop = False
+            return False
+        except StopIteration:
+            self._recs = None
+            if self._stream is self.run:
+                self._period = self._loop_period()
+                self._report_problems(final=True)
+                for w in self.run.warnings():
+                    log.warning("%s", w)
+            return False
+        if self._stream is self.run:
+            self._measure(rec)
+        elif self._offset:
+            rec = dataclasses.replace(rec, t=rec.t + self._offset,
+                                      sample=dataclasses.replace(rec.sample, t=rec.sample.t + self._offset))
+        self._ahead.append(rec)
+        return True
+
+    def _peek(self) -> Record | None:
+        if self._ahead_i >= len(self._ahead):
+            self._ahead.clear()
+            self._ahead_i = 0
+            if not self._read_one():
+                return None
+        return self._ahead[self._ahead_i]
+
+    def _take(self) -> Record:
+        rec = self._ahead[self._ahead_i]
+        self._ahead_i += 1
+        return rec
+
+    def _wrap(self) -> bool:
+        """At the end of the log: start the next pass (True), or finish."""
+        if self.loop:
+            try:
+                self._stream = LogStream(self.path, self.fmt, self.untimed_interval)
+            except LogFormatError as e:       # the file went away or changed under us
+                log.error("%s; the replay stops here", e)
+            else:
+                self._offset += self._period
+                self._recs = self._stream.records()
+                return True
+        self._finished = True
+        return False
+
+    def _report_problems(self, final: bool = False) -> None:
+        """Count new problems of the first pass; log the first SHOW_ERRORS one per line
+        and, when the pass ends, the rest in one line."""
+        run = self.run
+        new = run.error_count - self._errors_seen
+        if new > 0:
+            self._errors_pending["replay_parse"] = self._errors_pending.get("replay_parse", 0) + new
+            self._errors_seen = run.error_count
+        items = run.err.items
+        while self._shown < min(SHOW_ERRORS, len(items)):
+            log.warning("%s", items[self._shown])
+            self._shown += 1
+        if final and run.error_count > self._shown:
+            log.warning("%s: %d more problems like these; those lines or values were skipped",
+                        run.path, run.error_count - self._shown)
+
+    # -- polling
 
     def poll(self, now: float) -> PollResult:
-        run = self.run
-        if run is None:
+        if self.run is None:
             raise RuntimeError("ReplaySource.poll before open")
         if self._anchor is None:
             self._anchor = now
         taken: list[Record] = []
         if self.speed == 0:
-            budget = self.CHUNK
-            while budget > 0 and not self._finished:
-                n = min(budget, len(run.records) - self._i)
-                taken.extend(self._shifted(run.records[self._i:self._i + n]))
-                self._i += n
-                budget -= n
-                self._wrap()
+            while len(taken) < self.CHUNK and not self._finished:
+                if self._peek() is None:
+                    if not self._wrap():
+                        break
+                    continue
+                taken.append(self._take())
         else:
-            position = run.records[0].t + (now - self._anchor) * self.speed
+            position = (self.run.start or 0.0) + (now - self._anchor) * self.speed
             while not self._finished:
-                recs = run.records
-                j = self._i
-                while j < len(recs) and recs[j].t + self._offset <= position:
-                    j += 1
-                taken.extend(self._shifted(recs[self._i:j]))
-                self._i = j
-                if j < len(recs):
+                nxt = self._peek()
+                if nxt is None:
+                    if not self._wrap():
+                        break
+                    continue
+                if nxt.t > position:
                     break
-                self._wrap()
+                taken.append(self._take())
+        if self._stream is self.run:
+            self._report_problems()
         errors, self._errors_pending = self._errors_pending, {}
-        return PollResult(self._readings(taken), None, errors)
-
-    def _shifted(self, recs: list[Record]) -> list[Record]:
-        if not self._offset:
-            return recs
-        off = self._offset
-        return [dataclasses.replace(r, t=r.t + off, sample=dataclasses.replace(r.sample, t=r.sample.t + off))
-                for r in recs]
-
-    def _wrap(self) -> None:
-        """At the end of the log: start the next pass, or finish."""
-        if self._i < len(self.run.records):
-            return
-        if self.loop:
-            self._i = 0
-            self._offset += self._period
-        else:
-            self._finished = True
+        devices = None
+        if len(self.run.found) != len(self._devices):
+            self._devices = {d.gpu: d for d in self.run.devices}
+            devices = list(self._devices.values())
+        self.has_sm_active = self.has_sm_active or self.run.has_sm_active
+        readings = self._readings(taken)
+        events = {("resets_total", fam): n for fam, n in self._count_on.take_resets().items()}
+        return PollResult(readings, devices, errors, events)
 
     def _readings(self, taken: list[Record]) -> list[Reading]:
         samples: dict[str, list] = {}
@@ -127,35 +214,36 @@ class ReplaySource(Source):
             if r.gauges:
                 self._gauges.setdefault(r.gpu, {}).update(r.gauges)
             if r.counters:
-                self._counters.setdefault(r.gpu, {}).update(r.counters)
+                self._counters.setdefault(r.gpu, {}).update(self._count_on.counters(r.gpu, r.counters))
             if r.error is None:
                 samples.setdefault(r.gpu, []).append(r.sample)
         out = []
-        for d in self.run.devices:
-            last = self._latest.get(d.gpu)
+        for gpu in self._devices:
+            last = self._latest.get(gpu)
             if last is not None and last.error is not None:
-                out.append(Reading(d.gpu, [], {}, dict(self._counters.get(d.gpu, {})), False,
+                out.append(Reading(gpu, [], {}, dict(self._counters.get(gpu, {})), False,
                                    f"recorded as {last.error!r} (line {last.line})", last.attribution))
                 continue
-            out.append(Reading(d.gpu, samples.get(d.gpu, []), dict(self._gauges.get(d.gpu, {})),
-                               dict(self._counters.get(d.gpu, {})), True, None,
+            out.append(Reading(gpu, samples.get(gpu, []), dict(self._gauges.get(gpu, {})),
+                               dict(self._counters.get(gpu, {})), True, None,
                                last.attribution if last else None, last.holds_workload if last else None))
         return out
 
+    # -- the loop period
 
-def _loop_period(run: RecordedRun) -> float:
-    """Length of one pass: the longest per-GPU span plus one typical step, so each GPU's
-    first sample of the next pass follows its last one as its own samples follow each
-    other (the log's overall span would also add the spread of rows within a poll)."""
-    first: dict[str, float] = {}
-    last: dict[str, float] = {}
-    for r in run.records:
-        first.setdefault(r.gpu, r.t)
-        last[r.gpu] = r.t
-    ts = sorted({r.t for r in run.records if r.gpu == run.records[0].gpu})
-    steps = [b - a for a, b in zip(ts, ts[1:]) if b > a]
-    step = statistics.median(steps) if steps else 1.0
-    return max(last[g] - first[g] for g in first) + step
+    def _measure(self, r: Record) -> None:
+        self._first.setdefault(r.gpu, r.t)
+        prev = self._last.get(r.gpu)
+        self._last[r.gpu] = r.t
+        if prev is not None and r.gpu == next(iter(self._first)) and r.t > prev and len(self._steps) < PERIOD_STEPS:
+            self._steps.append(r.t - prev)
+
+    def _loop_period(self) -> float:
+        """Length of one pass: the longest per-GPU span plus one typical step, so each GPU's
+        first sample of the next pass follows its last one as its own samples follow each
+        other (the log's overall span would also add the spread of rows within a poll)."""
+        step = statistics.median(self._steps) if self._steps else 1.0
+        return max((self._last[g] - self._first[g] for g in self._first), default=0.0) + step
 
 
 __all__ = ["ReplaySource"]

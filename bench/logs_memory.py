@@ -1,0 +1,110 @@
+"""Memory and time of `gpulse report` against the size of a recorded nvidia-smi log.
+
+Builds 20, 100 and 200 MB logs by laying a real 8×H100 trace (../shared/data) end to
+end, each copy's timestamps moved on by the trace's length, so the rhythm (8 rows per
+poll written milliseconds apart, 100 ms polls, checkpoint stalls, start-up and exit) is
+the real one. Each report runs in its own process; peak RSS is that process's
+ru_maxrss. Prints RSS and time per size and their ratios to the smallest. The logs
+live in a temporary directory, deleted at the end.
+
+    .venv/bin/python bench/logs_memory.py [--sizes 20,100,200]
+"""
+from __future__ import annotations
+
+import argparse
+import calendar
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1000.csv"
+MB = 10 ** 6
+
+
+def _rows(path: Path) -> tuple[str, list[tuple[int, str]]]:
+    """The header and (epoch milliseconds, rest of the line) per data row."""
+    lines = path.read_text().splitlines()
+    rows = []
+    for ln in lines[1:]:
+        stamp, _, rest = ln.partition(",")
+        head, _, frac = stamp.strip().partition(".")
+        sec = calendar.timegm(time.strptime(head, "%Y/%m/%d %H:%M:%S"))
+        rows.append((sec * 1000 + int(frac or 0), rest))
+    return lines[0], rows
+
+
+def build_log(path: Path, size: int, header: str, rows: list[tuple[int, str]]) -> tuple[int, int]:
+    """Copies of the trace, end to end, until the file holds `size` bytes: (bytes, rows)."""
+    span = rows[-1][0] - rows[0][0] + 100          # one poll after the last row
+    stamps: dict[int, str] = {}
+    written = n = copy = 0
+    with path.open("w") as fh:
+        fh.write(header + "\n")
+        while written < size:
+            shift = copy * span
+            for ms, rest in rows:
+                sec, milli = divmod(ms + shift, 1000)
+                s = stamps.get(sec)
+                if s is None:
+                    if len(stamps) > 100_000:
+                        stamps.clear()
+                    s = stamps[sec] = time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(sec))
+                line = f"{s}.{milli:03d},{rest}\n"
+                fh.write(line)
+                written += len(line)
+                n += 1
+                if written >= size:
+                    break
+            copy += 1
+    return path.stat().st_size, n
+
+
+def run_report(log: Path, out: Path) -> tuple[float, int, int]:
+    """(seconds, peak RSS bytes, exit status) of one `gpulse report` process."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "exporter"))
+    t0 = time.monotonic()
+    p = subprocess.Popen([sys.executable, "-m", "gpulse", "report", "--input", str(log), "--out", str(out),
+                          "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    took = time.monotonic() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    err = p.stderr.read().decode(errors="replace") if p.stderr else ""
+    if p.returncode != 0:
+        print(f"report on {log.name} failed ({p.returncode}): {err.strip()[-300:]}", file=sys.stderr)
+    return took, usage.ru_maxrss * 1024, p.returncode
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="20,100,200", help="log sizes in MB (default: 20,100,200)")
+    ns = ap.parse_args()
+    sizes = [int(x) for x in ns.sizes.split(",")]
+    if not TRACE.exists():
+        raise SystemExit(f"{TRACE}: missing (the shared data folder)")
+    header, rows = _rows(TRACE)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="gpulse-logs-") as tmp:
+        for mb in sizes:
+            log = Path(tmp) / f"run-{mb}mb.csv"
+            real, n = build_log(log, mb * MB, header, rows)
+            took, rss, rc = run_report(log, Path(tmp) / f"out-{mb}")
+            results.append((n, real, took, rss, rc))
+            log.unlink()
+            print(f"{real / MB:7.1f} MB log: report {took:6.1f} s, peak RSS {rss / 2 ** 20:7.1f} MiB"
+                  f"{'' if rc == 0 else f'  (exit {rc})'}", flush=True)
+    _, size0, took0, rss0, _ = results[0]
+    print()
+    print("| log MB | rows | report s | peak RSS MiB | RSS ÷ log size | × size | × time | × RSS |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, real, took, rss, _ in results:
+        print(f"| {real / MB:.0f} | {n:,} | {took:.1f} | {rss / 2 ** 20:.0f} | {rss / real:.2f} | "
+              f"{real / size0:.1f} | {took / took0:.2f} | {rss / rss0:.2f} |")
+    return 0 if all(r[4] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
