@@ -18,8 +18,8 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpulse.server import MAX_HEAD_BYTES, MAX_REQUEST_LINE
-from gpulse.webconfig import load_web_config
+from gpulse.http.server import MAX_HEAD_BYTES, MAX_REQUEST_LINE
+from gpulse.http.webconfig import load_web_config
 from liveserver import Live
 from tlsutil import CA, write_web_config
 

@@ -12,9 +12,9 @@ from typing import Any
 
 from .collector import Exposition
 from .sampler import Sampler
-from .server import App, ListenError, make_server
+from .http.server import App, ListenError, make_server
 from .sources import SourceError, make_source
-from .webconfig import WebConfigError, load_web_config
+from .http.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("gpulse")
 
@@ -66,7 +66,7 @@ class Runtime:
         ah = self.attributor.health if self.attributor is not None else None
         self.exposition = Exposition(cfg.node_name, lambda: self.sampler.snapshot, self.sampler.health, ah)
         self.app = App(cfg, self.sampler, self.exposition)
-        __import__("gpulse.livepage").livepage.register(self.app)   # the live heatmap page at /
+        __import__("gpulse.http.livepage").http.livepage.register(self.app)   # the live heatmap page at /
         try:
             self.server = make_server(cfg, self.app, web)
         except ListenError as e:

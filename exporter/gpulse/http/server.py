@@ -39,10 +39,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from . import __version__
+from .. import __version__
 from .basicauth import BUSY, OK, BasicAuth
-from .collector import OPENMETRICS_TYPE, TEXT_TYPE, Exposition, wants_openmetrics
-from .config import parse_listen_address
+from ..collector import OPENMETRICS_TYPE, TEXT_TYPE, Exposition, wants_openmetrics
+from ..config import parse_listen_address
 from .webconfig import NO_WEB_CONFIG, WebConfig
 
 log = logging.getLogger("gpulse.server")

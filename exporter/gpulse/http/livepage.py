@@ -19,8 +19,8 @@ import math
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from .report.heatmap import NO_DATA, b64, cell, lut_hex
-from .report.render import web_asset
+from ..report.heatmap import NO_DATA, b64, cell, lut_hex
+from ..report.render import web_asset
 
 JSON_TYPE = "application/json"
 HTML_TYPE = "text/html; charset=utf-8"
