@@ -85,7 +85,7 @@ def test_malformed_requests(live):
     assert status(exchange(live.port, b"FOO /metrics HTTP/1.1\r\n\r\n")) == 501
     assert status(exchange(live.port, b"GET /metrics HTTP/9.9\r\n\r\n")) == 505
     assert status(exchange(live.port, b"GET /metrics HTTP/0.9\r\n\r\n")) == 505
-    assert status(exchange(live.port, b"GET /metrics\r\n\r\n")) == 200      # a versionless line gets HTTP/1.0
+    assert status(exchange(live.port, b"GET /metrics\r\n\r\n")) == 400      # HTTP/0.9: an error, not a bare body
     assert exchange(live.port, b"GET /metr") == b""           # cut off mid-line: closed, no answer
     r = exchange(live.port, b"POST /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
     assert status(r) == 405 and b"Connection: close" in r
@@ -95,13 +95,14 @@ def test_malformed_requests(live):
 def test_pipelining_and_no_request_in_a_body(live):
     r = exchange(live.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
     assert r.count(b"HTTP/1.1 200 OK") == 2 and b"ok\n" in r and b"ready\n" in r
-    # a GET with a body is answered and the connection closed: the "body" is never
-    # read as a second request (request smuggling through a lenient parser)
+    # a GET with a body is answered and the connection closed, or refused with 400
+    # (a body that is not valid chunking): the "body" is never read as a second
+    # request (request smuggling through a lenient parser)
     smuggled = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
     for framing in (b"Content-Length: %d\r\n" % len(smuggled), b"Transfer-Encoding: chunked\r\n",
                     b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n" % len(smuggled)):
         r = exchange(live.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + framing + b"\r\n" + smuggled)
-        assert r.count(b"HTTP/1.1 ") == 1 and b"Connection: close" in r, r[:300]
+        assert r.count(b"HTTP/1.1 ") == 1 and (status(r) == 400 or b"Connection: close" in r), r[:300]
 
 
 def test_slowloris_is_cut_at_the_head_deadline_while_scrapes_continue(live):
@@ -196,7 +197,10 @@ def test_connection_cap_closes_extra_connections(live):
     try:
         with socket.create_connection(("127.0.0.1", live.port), timeout=20) as extra:
             extra.sendall(b"GET /healthz HTTP/1.1\r\n\r\n")
-            assert extra.recv(100) == b""        # refused at once, not served, not queued
+            try:
+                assert extra.recv(100) == b""    # refused at once, not served, not queued
+            except ConnectionResetError:         # closed with the request unread: a reset
+                pass
         assert srv.rejected_connections == rejected + 1
     finally:
         srv.max_connections = saved

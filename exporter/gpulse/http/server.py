@@ -1,343 +1,295 @@
-"""HTTP: /metrics, /healthz, /readyz and / (landing page), hardened for a shared node.
+"""HTTP: the server in front of the routes of app.py, hardened for a shared node.
 
-gpulse runs on every GPU node, so this server must stay up and cheap whatever
-arrives on its port:
+Built on Tornado's HTTP/1.1 implementation (tornado.http1connection) on an event
+loop of its own thread; docs/architecture.md says why that one. No other module
+imports Tornado. gpulse runs on every GPU node, so whatever arrives on its port
+the server must stay up, cheap, and answer the probes:
 
-- threads: one per connection, at most MAX_CONNECTIONS of them; a connection over
-  that is closed at once (a connection flood costs file descriptors, not threads).
-- requests: at most --web.max-requests are served at once; one more gets 503 with
-  Retry-After at once instead of queueing. Handlers only read the latest snapshot,
-  so a scrape never waits on the GPU library.
-- time: the request line and headers must arrive within --web.timeout of the
-  connection becoming ready for a request (slowloris: a client trickling bytes is
-  cut off at the deadline, not at each byte's timeout), and each write gets the
-  same timeout; an idle keep-alive connection is closed after it too.
-- size: request line ≤ MAX_REQUEST_LINE (414), whole head ≤ MAX_HEAD_BYTES and
-  ≤ 100 header lines (431). Bodies are never read; a request with one is answered
-  and its connection closed.
-- TLS (web config): the handshake runs on the connection's own thread under the
-  timeout, never in the accept loop; a plain-HTTP request to the TLS port gets a
-  one-line 400, as Go servers answer it.
-- basic auth (web config): every path except /healthz and /readyz (those too
-  with --no-web.healthz-public); 401 carries WWW-Authenticate. See basicauth.py.
+- connections: an event loop holds them, not threads, at most MAX_CONNECTIONS.
+  When full, a new connection evicts the one idle the longest (waiting for a
+  request head: a kept-alive scraper between scrapes, or a slowloris); only when
+  every connection is inside a request is the new one closed at once.
+- head: the request line must arrive whole within --web.timeout of the connection
+  becoming ready for a request, and the whole head too (slowloris: cut at the
+  deadline, not per byte). Before Tornado parses it, the head is measured and its
+  first line checked: a line that is not `METHOD TARGET HTTP/1.x` gets 400 or 505
+  at once (HTTP/0.9 sends no headers, so waiting for them would hang), a line over
+  MAX_REQUEST_LINE 414, a head over MAX_HEAD_BYTES or MAX_HEADER_LINES 431.
+  Tornado's parser is strict where request smuggling lives: unequal duplicate
+  Content-Lengths, a header line without a colon, whitespace before the colon and
+  folded lines are a 400 and a closed connection.
+- bodies: framed and discarded (at most MAX_BODY_BYTES, within --web.timeout), so a
+  body is never read as a request; a request that had one gets its answer and a
+  closed connection.
+- order of checks: probes (/healthz, /readyz) are answered first, on the loop,
+  outside every limit; then basic auth, a remembered login at once, a bcrypt check
+  on BCRYPT_SLOTS threads with BCRYPT_QUEUE waiting (more: 503 at once); only then
+  a request slot: at most --web.max-requests routes run at once, on worker threads,
+  one more gets 503 with Retry-After at once instead of queueing.
+- writes: a response not taken by the client within --web.timeout closes the
+  connection.
+- TLS (web config): the first byte is peeked before the handshake; plain HTTP on
+  the TLS port gets a one-line 400, as Go servers answer it. The handshake runs on
+  the loop under the timeout, never blocking other connections.
 - the web config is swapped atomically on reload: requests already running keep
   the one they started with, new connections and requests get the new one.
 
-`Server.drain()` is the graceful part of shutdown: close idle keep-alive
-connections, let requests in progress finish, cut what is left at the deadline.
+`drain()` is the graceful part of shutdown: close idle connections, let requests in
+progress finish (their answer says Connection: close), cut what is left at the
+deadline.
 """
 from __future__ import annotations
 
-import html
-import http.client
+import asyncio
 import logging
+import queue
+import re
 import socket
 import ssl
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import urlsplit
 
-from .. import __version__
-from .basicauth import BUSY, OK, BasicAuth
-from ..collector import OPENMETRICS_TYPE, TEXT_TYPE, Exposition, wants_openmetrics
+from tornado import gen, httputil, iostream, netutil
+from tornado.http1connection import HTTP1Connection, HTTP1ConnectionParameters
+from tornado.ioloop import IOLoop
+from tornado.tcpserver import TCPServer
+
 from ..config import parse_listen_address
+from .app import PUBLIC_PATHS, TEXT, App, Request, Response
+from .basicauth import BCRYPT_QUEUE, BCRYPT_SLOTS, BUSY, OK, BasicAuth
 from .webconfig import NO_WEB_CONFIG, WebConfig
 
-log = logging.getLogger("gpulse.server")
+log = logging.getLogger("gpulse.http")
+# Tornado logs each malformed request and failed handshake at INFO/WARNING: a
+# hostile client must not be able to fill the log. Its errors still show.
+logging.getLogger("tornado.general").setLevel(logging.ERROR)
 
 MAX_REQUEST_LINE = 8192
 MAX_HEAD_BYTES = 32768
+MAX_HEADER_LINES = 100
+MAX_BODY_BYTES = 65536
 MAX_CONNECTIONS = 1024
-PUBLIC_PATHS = ("/healthz", "/readyz")
-TEXT = "text/plain; charset=utf-8"
 TLS_HANDSHAKE = 0x16        # first byte of a TLS record carrying a ClientHello
+SERVER = "gpulse"            # no library or interpreter version in the Server header
+METHODS = ("GET", "HEAD")
+NOT_ALLOWED = ("POST", "PUT", "DELETE", "PATCH", "OPTIONS")
+VERSION = re.compile(rb"HTTP/1\.[01]")
+HEAD_END = re.compile(rb"\A\r?\n|\r?\n\r?\n")     # the blank line, right after the request line or later
+# Tornado closes a stream whose read exceeds max_bytes, before an answer can be
+# written; these reads stop at the limit instead (anchored: no quadratic search).
+LINE_READ = re.compile(rb"\n|\A[^\n]{%d}" % (MAX_REQUEST_LINE + 2))
+HEAD_READ = re.compile(HEAD_END.pattern + rb"|\A[\s\S]{%d}" % MAX_HEAD_BYTES)
 
 # What Go's net/http answers a plain-HTTP request on a TLS port.
 PLAIN_ON_TLS = (b"HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
                 b"Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+REASONS = {400: "Bad Request", 414: "URI Too Long", 431: "Request Header Fields Too Large",
+           505: "HTTP Version Not Supported"}
 
 
 class ListenError(Exception):
     """Cannot listen on the configured address (one line for the user)."""
 
 
-class App:
-    """Routes; holds references to what the handlers may read."""
+class _Workers:
+    """A fixed set of daemon threads running blocking calls for the event loop.
+    Daemon threads, unlike concurrent.futures', do not hold the process at exit
+    behind a route or a bcrypt check that outlives the drain."""
 
-    def __init__(self, cfg: Any, sampler: Any, exposition: Exposition):
-        self.cfg = cfg
-        self.sampler = sampler
-        self.exposition = exposition
-        self.extra_routes: dict[str, Callable[[Any], tuple[int, str, bytes]]] = {}
+    def __init__(self, n: int, name: str):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(n):
+            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True).start()
 
-    def route(self, path: str, handler: "Handler") -> tuple[int, str, bytes]:
-        if path == "/metrics":
-            om = wants_openmetrics(handler.headers.get("Accept"))
-            body = self.exposition.render(om)
-            return 200, OPENMETRICS_TYPE if om else TEXT_TYPE, body
-        if path == "/healthz":
-            if self.sampler.health()["alive"]:
-                return 200, TEXT, b"ok\n"
-            return 503, TEXT, b"sampler thread died\n"
-        if path == "/readyz":
-            if self.sampler.snapshot is not None:
-                return 200, TEXT, b"ready\n"
-            return 503, TEXT, b"waiting for the first snapshot\n"
-        if path in self.extra_routes:
-            return self.extra_routes[path](handler)
-        if path == "/":
-            return 200, "text/html; charset=utf-8", self.landing()
-        return 404, TEXT, b"not found\n"
-
-    def landing(self) -> bytes:
-        node = html.escape(self.cfg.node_name)
-        return (f"<!doctype html><html><head><meta charset='utf-8'><title>gpulse {node}</title></head>"
-                f"<body><h1>gpulse {__version__}</h1><p>node {node}, source {html.escape(self.cfg.source)}</p>"
-                "<ul><li><a href='metrics'>metrics</a></li><li><a href='healthz'>healthz</a></li>"
-                "<li><a href='readyz'>readyz</a></li></ul></body></html>").encode()
-
-
-class _HeadReader:
-    """The handler's rfile: reads the request head straight from the socket under one
-    deadline and one byte budget for the whole head, however the bytes trickle in.
-    Bytes after the head (a pipelined request) stay buffered for the next one."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.buf = bytearray()
-        self.deadline = 0.0
-        self.budget = 0
-
-    def begin(self, timeout: float, budget: int) -> None:
-        self.deadline = time.monotonic() + timeout
-        self.budget = budget
-
-    def _fill(self) -> bool:
-        left = self.deadline - time.monotonic()
-        # Past the deadline, bytes already received still count: on a starved CPU this
-        # thread may run late, and a request that arrived in time must not be dropped.
-        self.sock.settimeout(max(left, 0.0))
-        try:
-            data = self.sock.recv(8192)
-        except (BlockingIOError, ssl.SSLWantReadError):
-            raise TimeoutError("request head deadline passed") from None
-        if not data:
-            return False
-        self.buf += data
-        return True
-
-    def readline(self, limit: int = -1) -> bytes:
-        if limit < 0:
-            limit = MAX_HEAD_BYTES + 1
+    def _run(self) -> None:
         while True:
-            nl = self.buf.find(b"\n", 0, limit)
-            if nl >= 0 or len(self.buf) >= limit:
-                n = nl + 1 if nl >= 0 else limit
-                break
-            if not self._fill():
-                n = len(self.buf)
-                break
-        line = bytes(self.buf[:n])
-        del self.buf[:n]
-        self.budget -= len(line)
-        if self.budget < 0:
-            # parse_request answers LineTooLong with 431
-            raise http.client.LineTooLong("request head")
-        return line
-
-    def read(self, n: int = -1) -> bytes:      # bodies are never read (see Handler)
-        return b""
-
-    def close(self) -> None:
-        self.buf.clear()
-
-
-class Handler(BaseHTTPRequestHandler):
-    server_version = "gpulse"
-    sys_version = ""                # no interpreter version in the Server header
-    protocol_version = "HTTP/1.1"
-    # a request line without a version would otherwise be answered HTTP/0.9 style:
-    # a bare body, no status line
-    default_request_version = "HTTP/1.0"
-    _asked_http09 = False
-    _connection_sent = False
-    _request_version = default_request_version
-    # Headers and body go out as two writes; with Nagle on, a kept-alive client's
-    # delayed ACK holds the body back ~40 ms.
-    disable_nagle_algorithm = True
-    app: App                        # set on the subclass made by make_server
-    slots: threading.BoundedSemaphore
-    server: "Server"
-
-    # The stdlib writes no status line and no headers once request_version reads
-    # "HTTP/0.9", even for its own error answers; every answer here is HTTP/1.x.
-    @property
-    def request_version(self) -> str:
-        return self._request_version
-
-    @request_version.setter
-    def request_version(self, v: str) -> None:
-        if v == "HTTP/0.9":
-            self._asked_http09, v = True, "HTTP/1.0"
-        self._request_version = v
-
-    def setup(self) -> None:
-        super().setup()
-        self.rfile = _HeadReader(self.connection)   # type: ignore[assignment]
-        self.web, self.auth = self.server.security
-
-    def version_string(self) -> str:
-        return self.server_version
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-        log.debug("%s %s", self.address_string(), format % args)
-
-    def handle_one_request(self) -> None:
-        """One request: head under the deadline, then dispatch (stdlib's, with limits)."""
-        rfile: _HeadReader = self.rfile  # type: ignore[assignment]
-        rfile.begin(self.timeout, MAX_HEAD_BYTES)
-        self.server.mark(busy=False)
-        try:
-            line = rfile.readline(MAX_REQUEST_LINE + 1)
-        except (TimeoutError, OSError, ValueError):
-            self.close_connection = True
-            return
-        if not line:
-            self.close_connection = True
-            return
-        self.server.mark(busy=True)      # a request that arrived is answered, even when draining
-        self.connection.settimeout(self.timeout)
-        self.web, self.auth = self.server.security     # one config for the whole request
-        if len(line) > MAX_REQUEST_LINE:
-            self.requestline = self.request_version = self.command = ""
-            self.close_connection = True
-            self.send_error(414)
-            return
-        if not line.endswith(b"\n"):           # the peer closed in the middle of the line
-            self.close_connection = True
-            return
-        self.raw_requestline = line
-        try:
-            ok = self.parse_request()   # reads the headers through rfile: deadline and budget hold
-        except (TimeoutError, OSError, ValueError):
-            self.close_connection = True
-            return
-        if not ok:
-            return
-        if self._asked_http09 or self.request_version.startswith("HTTP/0"):
-            self.close_connection = True
-            self.send_error(505)
-            return
-        self.connection.settimeout(self.timeout)
-        if self.headers.get("Content-Length", "0").strip() not in ("", "0") or "Transfer-Encoding" in self.headers:
-            self.close_connection = True    # the unread body must not be taken for the next request
-        if self.server.draining:
-            self.close_connection = True
-        method = getattr(self, "do_" + self.command, None)
-        if method is None:
-            self.send_error(501, f"Unsupported method ({self.command[:20]!r})")
-            return
-        method()
-        self.wfile.flush()
-
-    def send_header(self, keyword: str, value: str) -> None:
-        if keyword.lower() == "connection":
-            self._connection_sent = True
-        super().send_header(keyword, value)
-
-    def end_headers(self) -> None:
-        for k, v in self.web.headers:
-            self.send_header(k, v)
-        if self.server.draining:            # shutting down: this answer is the connection's last
-            self.close_connection = True
-        if self.close_connection and not self._connection_sent:
-            self.send_header("Connection", "close")
-        self._connection_sent = False
-        super().end_headers()
-
-    def _send(self, code: int, ctype: str, body: bytes, head: bool = False,
-              extra: dict[str, str] | None = None) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (extra or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def _authorized(self, path: str, head: bool) -> bool:
-        web = self.web
-        if not web.auth_required or (path in PUBLIC_PATHS and self.app.cfg.web.healthz_public):
-            return True
-        verdict = self.auth.check(self.headers.get("Authorization"))
-        if verdict == OK:
-            return True
-        if verdict == BUSY:
-            self._send(503, TEXT, b"authentication busy, retry\n", head, {"Retry-After": "1"})
-        else:
-            self._send(401, TEXT, b"unauthorized\n", head,
-                       {"WWW-Authenticate": 'Basic realm="gpulse", charset="UTF-8"'})
-        return False
-
-    def _handle(self, head: bool) -> None:
-        if not self.slots.acquire(blocking=False):
-            self.close_connection = True
-            self._send(503, TEXT, b"too many concurrent requests\n", head, {"Retry-After": "1"})
-            return
-        try:
-            path = urlsplit(self.path).path
-            if not self._authorized(path, head):
-                return
-            code, ctype, body = self.app.route(path, self)
-            self._send(code, ctype, body, head)
-        except (BrokenPipeError, ConnectionResetError, TimeoutError):
-            self.close_connection = True
-        except Exception:  # a bug must cost one request, not the server
-            log.exception("error serving %s", self.path[:200])
-            self.close_connection = True
+            loop, fut, fn, arg = self._jobs.get()
             try:
-                self._send(500, TEXT, b"internal error\n", head)
-            except OSError:
+                result, error = fn(arg), None
+            except BaseException as e:  # noqa: BLE001 - handed to the awaiting request
+                result, error = None, e
+            try:
+                loop.call_soon_threadsafe(_settle, fut, result, error)
+            except RuntimeError:        # the loop is closed: nobody waits any more
                 pass
+
+    def run(self, fn: Callable[[Any], Any], arg: Any) -> "asyncio.Future[Any]":
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._jobs.put((loop, fut, fn, arg))
+        return fut
+
+
+def _settle(fut: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
+    if fut.done():
+        return
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+
+
+class _Conn:
+    __slots__ = ("stream", "busy", "last")
+
+    def __init__(self, stream: iostream.IOStream):
+        self.stream = stream
+        self.busy = False           # inside a request: not evicted, waited for by drain()
+        self.last = time.monotonic()
+
+
+class _Listener(TCPServer):
+    def __init__(self, owner: "Server"):
+        super().__init__(max_buffer_size=MAX_HEAD_BYTES + MAX_BODY_BYTES + 65536)
+        self.owner = owner
+
+    async def handle_stream(self, stream: iostream.IOStream, address: Any) -> None:
+        await self.owner._connection(stream, address)
+
+
+class _Exchange(httputil.HTTPMessageDelegate):
+    """One request on one connection: Tornado parses it, this answers it."""
+
+    def __init__(self, server: "Server", http: HTTP1Connection, conn: _Conn):
+        self.server, self.http, self.conn = server, http, conn
+        self.web, self.auth = server.security        # one config for the whole request
+        self.start: httputil.RequestStartLine | None = None
+        self.headers: httputil.HTTPHeaders | None = None
+        self.close = False
+
+    def headers_received(self, start_line: Any, headers: httputil.HTTPHeaders) -> None:
+        self.start, self.headers = start_line, headers
+        cl = headers.get("Content-Length", "0").strip()
+        if cl not in ("", "0") or "Transfer-Encoding" in headers:
+            self.close = True       # answer, then close: nothing after a body is trusted
+
+    def data_received(self, chunk: bytes) -> None:
+        pass                        # bodies are framed (Tornado) and dropped
+
+    def finish(self) -> None:
+        asyncio.ensure_future(self._respond())
+
+    def on_connection_close(self) -> None:
+        self.close = True
+
+    async def _respond(self) -> None:
+        assert self.start is not None and self.headers is not None
+        head = self.start.method == "HEAD"
+        try:
+            resp = await self._answer(head)
+        except Exception:  # a bug must cost one request, not the server
+            log.exception("error serving %s", self.start.path[:200])
+            self.close = True
+            resp = Response(500, TEXT, b"internal error\n")
+        self._send(resp, head)
+
+    async def _answer(self, head: bool) -> Response:
+        start, server = self.start, self.server
+        assert start is not None and self.headers is not None
+        if start.method not in METHODS:
+            self.close = True
+            if start.method in NOT_ALLOWED:
+                return Response(405, TEXT, b"method not allowed\n", (("Allow", "GET, HEAD"),))
+            return Response(501, TEXT, b"unsupported method\n")
+        target = urlsplit(start.path)
+        req = Request(start.method, target.path, target.query, self.headers)
+        public = target.path in PUBLIC_PATHS and server.healthz_public
+        if public:                      # outside every limit: probes must not fail under a flood
+            return server.app.route(req)
+        if self.web.auth_required:
+            denied = await self._authorize()
+            if denied is not None:
+                return denied
+        if server.in_flight >= server.max_requests:
+            self.close = True
+            return Response(503, TEXT, b"too many concurrent requests\n", (("Retry-After", "1"),))
+        server.in_flight += 1
+        try:
+            return await server.workers.run(server.app.route, req)
         finally:
-            self.slots.release()
+            server.in_flight -= 1
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-        self._handle(head=False)
+    async def _authorize(self) -> Response | None:
+        assert self.headers is not None
+        header = self.headers.get("Authorization")
+        verdict = self.auth.cached(header)
+        if verdict is None:
+            server = self.server
+            if server.bcrypt_waiting >= BCRYPT_SLOTS + BCRYPT_QUEUE:
+                verdict = BUSY
+            else:
+                server.bcrypt_waiting += 1
+                try:
+                    verdict = await server.bcrypt.run(self.auth.verify, header)
+                finally:
+                    server.bcrypt_waiting -= 1
+        if verdict == OK:
+            return None
+        if verdict == BUSY:
+            return Response(503, TEXT, b"authentication busy, retry\n", (("Retry-After", "1"),))
+        return Response(401, TEXT, b"unauthorized\n",
+                        (("WWW-Authenticate", 'Basic realm="gpulse", charset="UTF-8"'),))
 
-    def do_HEAD(self) -> None:  # noqa: N802
-        self._handle(head=True)
+    def _send(self, resp: Response, head: bool) -> None:
+        if self.conn.stream.closed():
+            return
+        if self.server.draining:        # shutting down: this answer is the connection's last
+            self.close = True
+        headers = httputil.HTTPHeaders()
+        headers["Server"] = SERVER
+        headers["Date"] = httputil.format_timestamp(time.time())
+        headers["Content-Type"] = resp.content_type
+        headers["Content-Length"] = str(len(resp.body))
+        for k, v in resp.headers + self.web.headers:
+            headers.add(k, v)
+        if self.close:
+            headers["Connection"] = "close"
+        start = httputil.ResponseStartLine("HTTP/1.1", resp.code, httputil.responses.get(resp.code, "Unknown"))
+        try:
+            done = self.http.write_headers(start, headers, b"" if head else resp.body)
+            self.http.finish()
+        except (iostream.StreamClosedError, httputil.HTTPOutputError):
+            self.close = True
+            return
+        # a client that does not take its answer must not hold the connection forever
+        stream = self.conn.stream
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.server.timeout, stream.close)
+        done.add_done_callback(lambda f: (timer.cancel(), f.cancelled() or f.exception()))
 
-    def _not_allowed(self) -> None:
-        self.close_connection = True
-        self._send(405, TEXT, b"method not allowed\n", extra={"Allow": "GET, HEAD"})
 
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
-
-
-class Server(ThreadingHTTPServer):
-    daemon_threads = True
-    block_on_close = False          # drain() decides how long to wait, not server_close()
-    request_queue_size = 128
-
-    def __init__(self, addr: tuple[str, int], handler: type, family: int, web: WebConfig,
-                 timeout: float, max_connections: int = MAX_CONNECTIONS):
-        self.address_family = family
+class Server:
+    def __init__(self, sock: socket.socket, app: App, web: WebConfig, timeout: float, max_requests: int,
+                 healthz_public: bool, max_connections: int = MAX_CONNECTIONS):
+        self._socket = sock
+        self.app = app
         # swapped as one pair, so a request never sees the users of one file and the
         # settings of another
         self.security: tuple[WebConfig, BasicAuth] = (web, BasicAuth(web.users))
-        self.conn_timeout = timeout
+        self.timeout = timeout
+        self.max_requests = max_requests
+        self.healthz_public = healthz_public
         self.max_connections = max_connections
+        self.server_address = sock.getsockname()
+        self.workers = _Workers(max_requests, "gpulse-http")
+        self.bcrypt = _Workers(BCRYPT_SLOTS, "gpulse-bcrypt")
+        self.in_flight = 0                    # these counters are touched on the loop thread only
+        self.bcrypt_waiting = 0
         self.draining = False
-        self._conns: dict[int, list] = {}        # id(handler socket) -> [socket, busy]
-        self._conn_lock = threading.Lock()
-        self._local = threading.local()
-        self._reload_lock = threading.Lock()
         self.rejected_connections = 0
-        super().__init__(addr, handler)
+        self.evicted_connections = 0
+        self._conns: dict[_Conn, None] = {}   # insertion-ordered set
+        self._params = HTTP1ConnectionParameters(
+            chunk_size=65536, max_header_size=MAX_HEAD_BYTES, header_timeout=timeout,
+            max_body_size=MAX_BODY_BYTES, body_timeout=timeout, decompress=False)
+        self._reload_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._listener: _Listener | None = None
+        self._stop: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._stop_asked = False
 
     # ------------------------------------------------------------ web config
 
@@ -350,129 +302,222 @@ class Server(ThreadingHTTPServer):
             # unchanged users keep their authenticator and with it the cache of good logins
             self.security = (web, old_auth if web.users == old.users else BasicAuth(web.users))
 
-    # ------------------------------------------------------------ connections
+    # ------------------------------------------------------------ lifecycle
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._conn_lock:
-            full = len(self._conns) >= self.max_connections or self.draining
-            if not full:
-                self._conns[id(request)] = [request, False]
-        if full:
-            self.rejected_connections += 1
-            if self.rejected_connections & (self.rejected_connections - 1) == 0:   # 1, 2, 4, 8, ...
-                log.warning("connection limit %d reached; %d connections refused so far",
-                            self.max_connections, self.rejected_connections)
-            self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
+    def serve_forever(self, poll_interval: float | None = None) -> None:
+        """Serve on this thread until shutdown(); drain() then finishes the job."""
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # runs on the connection's own thread: mark() finds the entry through _local
-        self._local.key = id(request)
-        conn = request
-        try:
-            web = self.security[0]
-            if web.context is not None:
-                tls = self._tls_accept(request, web.context, client_address)
-                if tls is None:
-                    return
-                conn = tls
-                with self._conn_lock:
-                    if id(request) in self._conns:
-                        self._conns[id(request)][0] = conn
-            self.RequestHandlerClass(conn, client_address, self)
-        except (OSError, ValueError) as e:     # the peer went away mid-write, a reset, ...
-            log.debug("connection from %s: %s", client_address[0], e)
-        finally:
-            with self._conn_lock:
-                self._conns.pop(id(request), None)
-            if conn is not request:
-                _close_quietly(conn)
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        self._listener = _Listener(self)
+        self._listener.add_sockets([self._socket])
+        self._started.set()
+        if self._stop_asked:
+            self._stop.set()
+        await self._stop.wait()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # socketserver would print a traceback to stderr; one log line instead
-        log.exception("error on the connection from %s", client_address[0] if client_address else "?")
-
-    def _tls_accept(self, sock: socket.socket, ctx: ssl.SSLContext, addr: Any) -> ssl.SSLSocket | None:
-        sock.settimeout(self.conn_timeout)
-        try:
-            first = sock.recv(1, socket.MSG_PEEK)
-            if not first:
-                return None
-            if first[0] != TLS_HANDSHAKE:
-                if first.isalpha():         # looks like "GET ...": say why, in plain text
-                    sock.sendall(PLAIN_ON_TLS)
-                return None
-            tls = ctx.wrap_socket(sock, server_side=True, do_handshake_on_connect=False)
+    def shutdown(self) -> None:
+        """Stop serve_forever (any thread)."""
+        self._stop_asked = True
+        if self._started.is_set() and self._loop is not None and self._stop is not None:
             try:
-                tls.do_handshake()
-            except BaseException:
-                _close_quietly(tls)
-                raise
-            return tls
-        except (OSError, ValueError) as e:      # ssl.SSLError is an OSError
-            log.debug("TLS handshake from %s failed: %s", addr[0], e)
-            return None
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:        # the loop is already closed
+                pass
 
-    def mark(self, busy: bool) -> None:
-        """Record whether this thread's connection is inside a request (drain() cuts
-        idle connections at once and waits for busy ones)."""
-        key = getattr(self._local, "key", None)
-        with self._conn_lock:
-            entry = self._conns.get(key)
-            if entry is not None:
-                entry[1] = busy
+    def server_close(self) -> None:
+        """Stop listening: new connections are refused by the kernel."""
+        if self._listener is not None:
+            self._listener.stop()
+        else:
+            self._socket.close()
 
     def drain(self, timeout: float) -> int:
         """Stop taking requests, close idle connections, wait up to `timeout` for busy
-        ones, then cut the rest. Returns how many were still busy at the deadline."""
+        ones, then cut the rest. Returns how many were still busy at the deadline.
+        Runs on the serve_forever thread, after it returned."""
+        if self._loop is None:
+            return 0
+        try:
+            return self._loop.run_until_complete(self._drain(timeout))
+        finally:
+            self._loop.close()
+
+    async def _drain(self, timeout: float) -> int:
         self.draining = True
         deadline = time.monotonic() + timeout
         while True:
-            with self._conn_lock:
-                idle = [e[0] for e in self._conns.values() if not e[1]]
-                busy = [e[0] for e in self._conns.values() if e[1]]
-            for s in idle:
-                _shutdown_quietly(s)
+            for c in [c for c in self._conns if not c.busy]:
+                c.stream.close()
+            busy = [c for c in self._conns if c.busy]
             if not busy or time.monotonic() >= deadline:
                 break
-            time.sleep(0.01)
-        for s in busy:
-            _shutdown_quietly(s)
+            await asyncio.sleep(0.01)
+        for c in busy:
+            c.stream.close()
+        await asyncio.sleep(0)      # let the closes run
         return len(busy)
 
     @property
     def open_connections(self) -> int:
         return len(self._conns)
 
+    # ------------------------------------------------------------ connections
 
-def _shutdown_quietly(s: socket.socket) -> None:
-    # socket.socket.shutdown on an SSLSocket too: its own shutdown() would drop the
-    # TLS state under a thread still reading it
-    try:
-        socket.socket.shutdown(s, socket.SHUT_RDWR)
-    except OSError:
-        pass
+    def _admit(self, conn: _Conn) -> bool:
+        if self.draining:
+            return False
+        if len(self._conns) >= self.max_connections:
+            idle = [c for c in self._conns if not c.busy]
+            if not idle:
+                self.rejected_connections += 1
+                if self.rejected_connections & (self.rejected_connections - 1) == 0:   # 1, 2, 4, 8, ...
+                    log.warning("connection limit %d reached, all in a request; %d connections refused so far",
+                                self.max_connections, self.rejected_connections)
+                return False
+            victim = min(idle, key=lambda c: c.last)
+            victim.stream.close()
+            del self._conns[victim]
+            self.evicted_connections += 1
+        self._conns[conn] = None
+        return True
+
+    async def _connection(self, stream: iostream.IOStream, address: Any) -> None:
+        conn = _Conn(stream)
+        if not self._admit(conn):
+            stream.close()
+            return
+        try:
+            web = self.security[0]
+            if web.context is not None:
+                tls = await self._tls(stream, web.context)
+                if tls is None:
+                    return
+                conn.stream = stream = tls
+            stream.set_nodelay(True)
+            while not stream.closed() and not self.draining:
+                conn.busy, conn.last = False, time.monotonic()
+                if not await self._head(stream, web.headers):
+                    return
+                conn.busy = True     # a request that arrived is answered, even when draining
+                http = HTTP1Connection(stream, False, self._params, address)
+                exchange = _Exchange(self, http, conn)
+                if not await http.read_response(exchange) or exchange.close:
+                    return
+        except (iostream.StreamClosedError, iostream.UnsatisfiableReadError, OSError):
+            pass
+        finally:
+            self._conns.pop(conn, None)
+            conn.stream.close()
+
+    async def _head(self, stream: iostream.IOStream, extra: tuple[tuple[str, str], ...]) -> bool:
+        """Wait for one whole request head under one deadline, check its first line and
+        size, and put it back for Tornado to parse. False: the connection is done."""
+        deadline = IOLoop.current().time() + self.timeout
+        line = b"\r\n"
+        while line in (b"\r\n", b"\n"):          # blank lines between requests are allowed
+            line = await self._before(deadline, stream.read_until_regex(LINE_READ))
+        if not line.endswith(b"\n"):
+            return await self._refuse(stream, 414, b"request line too long\n", extra)
+        parts = line.split()
+        if len(parts) != 3:
+            return await self._refuse(stream, 400, b"malformed request line\n", extra)
+        if not VERSION.fullmatch(parts[2]):
+            if parts[2].startswith(b"HTTP/"):
+                return await self._refuse(stream, 505, b"HTTP/1.0 and HTTP/1.1 only\n", extra)
+            return await self._refuse(stream, 400, b"malformed request line\n", extra)
+        rest = await self._before(deadline, stream.read_until_regex(HEAD_READ))
+        end = HEAD_END.search(rest)
+        if end is None or len(line) + end.end() > MAX_HEAD_BYTES:
+            return await self._refuse(stream, 431, b"request head too large\n", extra)
+        if rest.count(b"\n", 0, end.end()) - 1 > MAX_HEADER_LINES:
+            return await self._refuse(stream, 431, b"too many header lines\n", extra)
+        _unread(stream, line + rest)
+        return True
+
+    @staticmethod
+    async def _before(deadline: float, fut: Any) -> bytes:
+        try:
+            return await gen.with_timeout(deadline, fut,
+                                          quiet_exceptions=(iostream.StreamClosedError,
+                                                            iostream.UnsatisfiableReadError))
+        except gen.TimeoutError:
+            raise iostream.StreamClosedError() from None
+
+    async def _refuse(self, stream: iostream.IOStream, code: int, body: bytes,
+                      extra: tuple[tuple[str, str], ...]) -> bool:
+        """Answer a head Tornado is not shown, and close. Always False."""
+        head = [f"HTTP/1.1 {code} {REASONS[code]}", "Server: " + SERVER, "Content-Type: " + TEXT, f"Content-Length: {len(body)}",
+                "Connection: close", *(f"{k}: {v}" for k, v in extra)]
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        await self._last_words(stream, data)
+        return False
+
+    async def _last_words(self, stream: iostream.IOStream, data: bytes) -> None:
+        """Write a final answer, half-close, and read what the client still sends
+        until it closes (or the timeout): closing with unread bytes would reset the
+        connection and could destroy the answer before the client reads it."""
+        deadline = IOLoop.current().time() + self.timeout
+        try:
+            await gen.with_timeout(deadline, stream.write(data), quiet_exceptions=iostream.StreamClosedError)
+            stream.socket.shutdown(socket.SHUT_WR)
+            while True:
+                await gen.with_timeout(deadline, stream.read_bytes(65536, partial=True),
+                                       quiet_exceptions=iostream.StreamClosedError)
+        except (gen.TimeoutError, iostream.StreamClosedError, OSError, AttributeError):
+            pass
+
+    async def _tls(self, stream: iostream.IOStream, ctx: ssl.SSLContext) -> iostream.SSLIOStream | None:
+        sock = stream.socket
+        loop = asyncio.get_running_loop()
+        readable = loop.create_future()
+        loop.add_reader(sock.fileno(), lambda: readable.done() or readable.set_result(None))
+        try:
+            await asyncio.wait_for(readable, self.timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(sock.fileno())
+        try:
+            first = sock.recv(1, socket.MSG_PEEK)
+        except OSError:
+            return None
+        if not first:
+            return None
+        if first[0] != TLS_HANDSHAKE:
+            if first.isalpha():         # looks like "GET ...": say why, in plain text
+                await self._last_words(stream, PLAIN_ON_TLS)
+            return None
+        tls = iostream.SSLIOStream(netutil.ssl_wrap_socket(sock, ctx, server_side=True,
+                                                           do_handshake_on_connect=False),
+                                   max_buffer_size=MAX_HEAD_BYTES + MAX_BODY_BYTES + 65536)
+        try:
+            await gen.with_timeout(IOLoop.current().time() + self.timeout, tls.wait_for_handshake(),
+                                   quiet_exceptions=(iostream.StreamClosedError, ssl.SSLError, OSError))
+        except (gen.TimeoutError, iostream.StreamClosedError, ssl.SSLError, OSError):
+            tls.close()
+            return None
+        return tls
 
 
-def _close_quietly(s: socket.socket) -> None:
-    try:
-        s.close()
-    except OSError:
-        pass
+def _unread(stream: iostream.IOStream, data: bytes) -> None:
+    """Put bytes back in front of the stream's read buffer. Tornado has no public
+    unread; this is the one place gpulse touches its internals (pinned minor
+    version, and tests/test_http_server.py fails if it stops working)."""
+    stream._read_buffer[:0] = data          # noqa: SLF001
+    stream._read_buffer_size += len(data)   # noqa: SLF001
 
 
 def make_server(cfg: Any, app: App, web: WebConfig = NO_WEB_CONFIG) -> Server:
     host, port = parse_listen_address(cfg.web.listen_address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     bind_host = host or ("0.0.0.0" if family == socket.AF_INET else "::")
-    handler = type("BoundHandler", (Handler,), {
-        "app": app,
-        "slots": threading.BoundedSemaphore(cfg.web.max_requests),
-        "timeout": cfg.web.timeout,
-    })
     try:
-        return Server((bind_host, port), handler, family, web, cfg.web.timeout)
+        sock = netutil.bind_sockets(port, bind_host, family=family, backlog=128)[0]
     except OSError as e:
         reason = e.strerror or str(e)
         raise ListenError(f"cannot listen on {cfg.web.listen_address}: {reason.lower()}") from None
+    return Server(sock, app, web, cfg.web.timeout, cfg.web.max_requests, cfg.web.healthz_public)
