@@ -19,28 +19,16 @@ import pytest
 import requests
 
 from conftest import require_binary
+from test_fuzz_http import exchange
 from tlsutil import bcrypt_hash, write_web_config
 
 SMUGGLED = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 PW = "correct horse"
 
 
-def raw(port: int, data: bytes, wait: float = 30.0) -> bytes:
-    """Send bytes without half-closing (a real client waits for its answer) and read
-    until the server closes or `wait` passes."""
-    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        s.sendall(data)
-        out = b""
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except (socket.timeout, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            out += chunk
-        return out
+def raw(port: int, data: bytes, wait: float) -> bytes:
+    """Send without half-closing, as a real client waiting for its answer does."""
+    return exchange(port, data, wait=wait, half_close=False)
 
 
 @pytest.mark.parametrize("framing", [
