@@ -61,6 +61,11 @@ class App:
         self.exposition = exposition
         self.extra_routes: dict[str, Route] = {}
 
+    def cheap(self, path: str) -> bool:
+        """Whether the route only hands over a cached or tiny body (the built-in ones),
+        so the server may run it on its event loop instead of a worker thread."""
+        return path not in self.extra_routes
+
     def route(self, req: Request) -> Response:
         if req.path == "/metrics":
             om = wants_openmetrics(req.headers.get("Accept"))

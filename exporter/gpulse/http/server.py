@@ -158,6 +158,9 @@ class _Exchange(httputil.HTTPMessageDelegate):
         self.start: httputil.RequestStartLine | None = None
         self.headers: httputil.HTTPHeaders | None = None
         self.close = False
+        self.req: Request
+        self.verdict: str | None = None      # basic auth: None until known
+        self.slot = False                     # holds one of --web.max-requests
 
     def headers_received(self, start_line: Any, headers: httputil.HTTPHeaders) -> None:
         self.start, self.headers = start_line, headers
@@ -169,23 +172,30 @@ class _Exchange(httputil.HTTPMessageDelegate):
         pass                        # bodies are framed (Tornado) and dropped
 
     def finish(self) -> None:
-        asyncio.ensure_future(self._respond())
+        assert self.start is not None
+        head = self.start.method == "HEAD"
+        try:
+            resp = self._answer_now()
+        except Exception:  # a bug must cost one request, not the server
+            resp = self._crashed()
+        if resp is None:
+            asyncio.ensure_future(self._answer_later(head))
+        else:
+            self._send(resp, head)
 
     def on_connection_close(self) -> None:
         self.close = True
 
-    async def _respond(self) -> None:
-        assert self.start is not None and self.headers is not None
-        head = self.start.method == "HEAD"
-        try:
-            resp = await self._answer(head)
-        except Exception:  # a bug must cost one request, not the server
-            log.exception("error serving %s", self.start.path[:200])
-            self.close = True
-            resp = Response(500, TEXT, b"internal error\n")
-        self._send(resp, head)
+    def _crashed(self) -> Response:
+        assert self.start is not None
+        log.exception("error serving %s", self.start.path[:200])
+        self.close = True
+        return Response(500, TEXT, b"internal error\n")
 
-    async def _answer(self, head: bool) -> Response:
+    def _answer_now(self) -> Response | None:
+        """The answer when nothing has to wait (the common case: a probe, a scrape
+        without auth or with a remembered login), without a task; None when a bcrypt
+        check or a worker route has to run first (_answer_later)."""
         start, server = self.start, self.server
         assert start is not None and self.headers is not None
         if start.method not in METHODS:
@@ -194,43 +204,52 @@ class _Exchange(httputil.HTTPMessageDelegate):
                 return Response(405, TEXT, b"method not allowed\n", (("Allow", "GET, HEAD"),))
             return Response(501, TEXT, b"unsupported method\n")
         target = urlsplit(start.path)
-        req = Request(start.method, target.path, target.query, self.headers)
-        public = target.path in PUBLIC_PATHS and server.healthz_public
-        if public:                      # outside every limit: probes must not fail under a flood
-            return server.app.route(req)
+        self.req = Request(start.method, target.path, target.query, self.headers)
+        if target.path in PUBLIC_PATHS and server.healthz_public:
+            return server.app.route(self.req)    # outside every limit: probes must not fail under a flood
         if self.web.auth_required:
-            denied = await self._authorize()
-            if denied is not None:
-                return denied
+            self.verdict = self.auth.cached(self.headers.get("Authorization"))
+            if self.verdict is None:
+                return None
+            if self.verdict != OK:
+                return _denied(self.verdict)
+        return self._routed()
+
+    def _routed(self) -> Response | None:
+        """503 when every request slot is taken; the answer of a cheap route; None
+        with a slot taken for a route that runs on a worker thread."""
+        server = self.server
         if server.in_flight >= server.max_requests:
             self.close = True
             return Response(503, TEXT, b"too many concurrent requests\n", (("Retry-After", "1"),))
+        if server.app.cheap(self.req.path):
+            return server.app.route(self.req)     # a thread hop would cost more than the route
         server.in_flight += 1
-        try:
-            return await server.workers.run(server.app.route, req)
-        finally:
-            server.in_flight -= 1
+        self.slot = True
+        return None
 
-    async def _authorize(self) -> Response | None:
-        assert self.headers is not None
-        header = self.headers.get("Authorization")
-        verdict = self.auth.cached(header)
-        if verdict is None:
-            server = self.server
-            if server.bcrypt_waiting >= BCRYPT_SLOTS + BCRYPT_QUEUE:
+    async def _answer_later(self, head: bool) -> None:
+        server = self.server
+        try:
+            resp = None
+            if self.verdict is None and self.web.auth_required:
                 verdict = BUSY
-            else:
-                server.bcrypt_waiting += 1
-                try:
-                    verdict = await server.bcrypt.run(self.auth.verify, header)
-                finally:
-                    server.bcrypt_waiting -= 1
-        if verdict == OK:
-            return None
-        if verdict == BUSY:
-            return Response(503, TEXT, b"authentication busy, retry\n", (("Retry-After", "1"),))
-        return Response(401, TEXT, b"unauthorized\n",
-                        (("WWW-Authenticate", 'Basic realm="gpulse", charset="UTF-8"'),))
+                if server.bcrypt_waiting < BCRYPT_SLOTS + BCRYPT_QUEUE:
+                    server.bcrypt_waiting += 1
+                    try:
+                        verdict = await server.bcrypt.run(self.auth.verify, self.req.headers.get("Authorization"))
+                    finally:
+                        server.bcrypt_waiting -= 1
+                resp = _denied(verdict) if verdict != OK else self._routed()
+            if resp is None:
+                resp = await server.workers.run(server.app.route, self.req)
+        except Exception:  # a bug must cost one request, not the server
+            resp = self._crashed()
+        finally:
+            if self.slot:
+                server.in_flight -= 1
+                self.slot = False
+        self._send(resp, head)
 
     def _send(self, resp: Response, head: bool) -> None:
         if self.conn.stream.closed():
@@ -239,7 +258,7 @@ class _Exchange(httputil.HTTPMessageDelegate):
             self.close = True
         headers = httputil.HTTPHeaders()
         headers["Server"] = SERVER
-        headers["Date"] = httputil.format_timestamp(time.time())
+        headers["Date"] = _date()
         headers["Content-Type"] = resp.content_type
         headers["Content-Length"] = str(len(resp.body))
         for k, v in resp.headers + self.web.headers:
@@ -258,6 +277,12 @@ class _Exchange(httputil.HTTPMessageDelegate):
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self.server.timeout, stream.close)
         done.add_done_callback(lambda f: (timer.cancel(), f.cancelled() or f.exception()))
+
+
+def _denied(verdict: str) -> Response:
+    if verdict == BUSY:
+        return Response(503, TEXT, b"authentication busy, retry\n", (("Retry-After", "1"),))
+    return Response(401, TEXT, b"unauthorized\n", (("WWW-Authenticate", 'Basic realm="gpulse", charset="UTF-8"'),))
 
 
 class Server:
@@ -282,7 +307,8 @@ class Server:
         self.evicted_connections = 0
         self._conns: dict[_Conn, None] = {}   # insertion-ordered set
         self._params = HTTP1ConnectionParameters(
-            chunk_size=65536, max_header_size=MAX_HEAD_BYTES, header_timeout=timeout,
+            # no header_timeout: _head() has the whole head buffered under its deadline
+            chunk_size=65536, max_header_size=MAX_HEAD_BYTES, header_timeout=None,
             max_body_size=MAX_BODY_BYTES, body_timeout=timeout, decompress=False)
         self._reload_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -416,20 +442,25 @@ class Server:
     async def _head(self, stream: iostream.IOStream, extra: tuple[tuple[str, str], ...]) -> bool:
         """Wait for one whole request head under one deadline, check its first line and
         size, and put it back for Tornado to parse. False: the connection is done."""
-        deadline = IOLoop.current().time() + self.timeout
-        line = b"\r\n"
-        while line in (b"\r\n", b"\n"):          # blank lines between requests are allowed
-            line = await self._before(deadline, stream.read_until_regex(LINE_READ))
-        if not line.endswith(b"\n"):
-            return await self._refuse(stream, 414, b"request line too long\n", extra)
-        parts = line.split()
-        if len(parts) != 3:
-            return await self._refuse(stream, 400, b"malformed request line\n", extra)
-        if not VERSION.fullmatch(parts[2]):
-            if parts[2].startswith(b"HTTP/"):
-                return await self._refuse(stream, 505, b"HTTP/1.0 and HTTP/1.1 only\n", extra)
-            return await self._refuse(stream, 400, b"malformed request line\n", extra)
-        rest = await self._before(deadline, stream.read_until_regex(HEAD_READ))
+        # one timer for the whole head: cheaper than a timeout per read, and a
+        # trickling client is cut at the deadline however its bytes arrive
+        timer = asyncio.get_running_loop().call_later(self.timeout, stream.close)
+        try:
+            line = b"\r\n"
+            while line in (b"\r\n", b"\n"):          # blank lines between requests are allowed
+                line = await stream.read_until_regex(LINE_READ)
+            if not line.endswith(b"\n"):
+                return await self._refuse(stream, 414, b"request line too long\n", extra)
+            parts = line.split()
+            if len(parts) != 3:
+                return await self._refuse(stream, 400, b"malformed request line\n", extra)
+            if not VERSION.fullmatch(parts[2]):
+                if parts[2].startswith(b"HTTP/"):
+                    return await self._refuse(stream, 505, b"HTTP/1.0 and HTTP/1.1 only\n", extra)
+                return await self._refuse(stream, 400, b"malformed request line\n", extra)
+            rest = await stream.read_until_regex(HEAD_READ)
+        finally:
+            timer.cancel()
         end = HEAD_END.search(rest)
         if end is None or len(line) + end.end() > MAX_HEAD_BYTES:
             return await self._refuse(stream, 431, b"request head too large\n", extra)
@@ -437,15 +468,6 @@ class Server:
             return await self._refuse(stream, 431, b"too many header lines\n", extra)
         _unread(stream, line + rest)
         return True
-
-    @staticmethod
-    async def _before(deadline: float, fut: Any) -> bytes:
-        try:
-            return await gen.with_timeout(deadline, fut,
-                                          quiet_exceptions=(iostream.StreamClosedError,
-                                                            iostream.UnsatisfiableReadError))
-        except gen.TimeoutError:
-            raise iostream.StreamClosedError() from None
 
     async def _refuse(self, stream: iostream.IOStream, code: int, body: bytes,
                       extra: tuple[tuple[str, str], ...]) -> bool:
@@ -501,6 +523,18 @@ class Server:
             tls.close()
             return None
         return tls
+
+
+_date_cache = (0, "")
+
+
+def _date() -> str:
+    """The Date header, formatted once a second."""
+    global _date_cache
+    now = int(time.time())
+    if _date_cache[0] != now:
+        _date_cache = (now, httputil.format_timestamp(now))
+    return _date_cache[1]
 
 
 def _unread(stream: iostream.IOStream, data: bytes) -> None:
