@@ -181,6 +181,7 @@ def test_request_cap_answers_503_at_once(live):
     try:
         r = requests.get(live.url + "/metrics", timeout=5)
         assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        healthy(live)              # probes are answered outside the request limit
     finally:
         assert h.done() == [200] * 4
     assert requests.get(live.url + "/metrics", timeout=5).status_code == 200
@@ -206,6 +207,30 @@ def test_connection_cap_closes_extra_connections(live):
         srv.max_connections = saved
         assert h.done() == [200] * 3
     healthy(live)
+
+
+def test_full_connection_table_evicts_the_longest_idle(live):
+    srv = live.server
+    saved, evicted = srv.max_connections, srv.evicted_connections
+    deadline = time.monotonic() + 5
+    while srv.open_connections and time.monotonic() < deadline:     # earlier tests' connections
+        time.sleep(0.05)
+    srv.max_connections = 3
+    idle = [socket.create_connection(("127.0.0.1", live.port), timeout=20) for _ in range(3)]
+    try:
+        deadline = time.monotonic() + 10
+        while srv.open_connections < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        healthy(live)                            # a fourth connection: served, the oldest idle one closed
+        try:
+            assert idle[0].recv(1) == b""
+        except ConnectionResetError:
+            pass
+        assert srv.evicted_connections >= evicted + 1
+    finally:
+        srv.max_connections = saved
+        for s in idle:
+            s.close()
 
 
 # ---------------------------------------------------------------- fuzzing

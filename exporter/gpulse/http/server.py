@@ -94,18 +94,25 @@ class ListenError(Exception):
 
 
 class _Workers:
-    """A fixed set of daemon threads running blocking calls for the event loop.
-    Daemon threads, unlike concurrent.futures', do not hold the process at exit
-    behind a route or a bcrypt check that outlives the drain."""
+    """At most n daemon threads running blocking calls for the event loop, started
+    as needed (a node that never opens the live page never starts one). Daemon
+    threads, unlike concurrent.futures', do not hold the process at exit behind a
+    route or a bcrypt check that outlives the drain."""
 
     def __init__(self, n: int, name: str):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        for i in range(n):
-            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True).start()
+        self._n, self._name = n, name
+        self._threads = self._idle = self._waiting = 0     # idle: threads in get(); waiting: jobs not taken
+        self._lock = threading.Lock()
 
     def _run(self) -> None:
         while True:
+            with self._lock:
+                self._idle += 1
             loop, fut, fn, arg = self._jobs.get()
+            with self._lock:
+                self._idle -= 1
+                self._waiting -= 1
             try:
                 result, error = fn(arg), None
             except BaseException as e:  # noqa: BLE001 - handed to the awaiting request
@@ -118,6 +125,13 @@ class _Workers:
     def run(self, fn: Callable[[Any], Any], arg: Any) -> "asyncio.Future[Any]":
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
+        with self._lock:
+            self._waiting += 1
+            start = self._waiting > self._idle and self._threads < self._n
+            if start:
+                self._threads += 1
+        if start:
+            threading.Thread(target=self._run, name=f"{self._name}-{self._threads}", daemon=True).start()
         self._jobs.put((loop, fut, fn, arg))
         return fut
 
