@@ -187,13 +187,21 @@ def test_request_cap_answers_503_at_once(live):
     assert requests.get(live.url + "/metrics", timeout=5).status_code == 200
 
 
+def cap_connections(srv, n: int) -> int:
+    """Set the server's connection cap to n once earlier tests' connections are
+    gone; returns the cap to restore."""
+    saved = srv.max_connections
+    deadline = time.monotonic() + 5
+    while srv.open_connections and time.monotonic() < deadline:
+        time.sleep(0.05)
+    srv.max_connections = n
+    return saved
+
+
 def test_connection_cap_closes_extra_connections(live):
     srv = live.server
-    saved, rejected = srv.max_connections, srv.rejected_connections
-    deadline = time.monotonic() + 5
-    while srv.open_connections and time.monotonic() < deadline:     # earlier tests' connections
-        time.sleep(0.05)
-    srv.max_connections = 3
+    rejected = srv.rejected_connections
+    saved = cap_connections(srv, 3)
     h = Holder(live, 3)            # three connections busy in a request: not cut by timeouts
     try:
         with socket.create_connection(("127.0.0.1", live.port), timeout=20) as extra:
@@ -211,11 +219,8 @@ def test_connection_cap_closes_extra_connections(live):
 
 def test_full_connection_table_evicts_the_longest_idle(live):
     srv = live.server
-    saved, evicted = srv.max_connections, srv.evicted_connections
-    deadline = time.monotonic() + 5
-    while srv.open_connections and time.monotonic() < deadline:     # earlier tests' connections
-        time.sleep(0.05)
-    srv.max_connections = 3
+    evicted = srv.evicted_connections
+    saved = cap_connections(srv, 3)
     idle = [socket.create_connection(("127.0.0.1", live.port), timeout=20) for _ in range(3)]
     try:
         deadline = time.monotonic() + 10
