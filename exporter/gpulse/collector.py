@@ -205,6 +205,13 @@ class Exposition:
             self._cache[(openmetrics, False)] = (snap, body)
             return body
 
+    def cached(self, openmetrics: bool, gzip: bool = False) -> bool:
+        """Whether render() would serve the snapshot part from cache (no render, no
+        compression): the server then answers on its event loop, else on a worker."""
+        snap = self.get_snapshot()
+        hit = self._cache.get((openmetrics, gzip))
+        return snap is None or (hit is not None and hit[0] is snap)
+
     def render(self, openmetrics: bool, gzip: bool = False) -> bytes:
         """The body; gzip: as one gzip stream of two members (RFC 1952 2.2), the
         snapshot part compressed once per snapshot, the small live part per scrape."""

@@ -61,15 +61,23 @@ class App:
         self.exposition = exposition
         self.extra_routes: dict[str, Route] = {}
 
-    def cheap(self, path: str) -> bool:
-        """Whether the route only hands over a cached or tiny body (the built-in ones),
-        so the server may run it on its event loop instead of a worker thread."""
-        return path not in self.extra_routes
+    def cheap(self, req: Request) -> bool:
+        """Whether the answer is a cached or tiny body, so the server may build it on
+        its event loop instead of a worker thread: the built-in routes, /metrics only
+        while its body for this snapshot and encoding is cached."""
+        if req.path in self.extra_routes:
+            return False
+        if req.path == "/metrics":
+            return self.exposition.cached(*self._encoding(req))
+        return True
+
+    @staticmethod
+    def _encoding(req: Request) -> tuple[bool, bool]:
+        return wants_openmetrics(req.headers.get("Accept")), accepts_gzip(req.headers.get("Accept-Encoding"))
 
     def route(self, req: Request) -> Response:
         if req.path == "/metrics":
-            om = wants_openmetrics(req.headers.get("Accept"))
-            gz = accepts_gzip(req.headers.get("Accept-Encoding"))
+            om, gz = self._encoding(req)
             body = self.exposition.render(om, gzip=gz)
             extra = (("Content-Encoding", "gzip"),) if gz else ()
             return Response(200, OPENMETRICS_TYPE if om else TEXT_TYPE, body, extra + (("Vary", "Accept-Encoding"),))

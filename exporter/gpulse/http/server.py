@@ -25,7 +25,9 @@ the server must stay up, cheap, and answer the probes:
   outside every limit; then basic auth, a remembered login at once, a bcrypt check
   on BCRYPT_SLOTS threads with BCRYPT_QUEUE waiting (more: 503 at once); only then
   a request slot: at most --web.max-requests routes run at once, on worker threads,
-  one more gets 503 with Retry-After at once instead of queueing.
+  one more gets 503 with Retry-After at once instead of queueing. An answer that is
+  already cached (the exposition of this snapshot, the probes) is written from the
+  loop without a thread hop; a render or compression never blocks the loop.
 - writes: a response not taken by the client within --web.timeout closes the
   connection.
 - TLS (web config): the first byte is peeked before the handshake; plain HTTP on
@@ -236,7 +238,7 @@ class _Exchange(httputil.HTTPMessageDelegate):
         if server.in_flight >= server.max_requests:
             self.close = True
             return Response(503, TEXT, b"too many concurrent requests\n", (("Retry-After", "1"),))
-        if server.app.cheap(self.req.path):
+        if server.app.cheap(self.req):
             return server.app.route(self.req)     # a thread hop would cost more than the route
         server.in_flight += 1
         self.slot = True
