@@ -57,6 +57,24 @@ def test_http09_line_is_answered_at_once(gpulse_proc):
     assert b"gpulse_" not in resp
 
 
+def test_http09_line_inside_tls_is_answered_at_once(gpulse_proc, tmp_path):
+    import ssl
+
+    from test_security_serve import start
+    from tlsutil import CA
+
+    ca = CA(tmp_path)
+    srv = ca.issue("server", server=True)
+    web = write_web_config(tmp_path / "web.yml", {"tls_server_config": {"cert_file": srv.cert.name,
+                                                                        "key_file": srv.key.name}})
+    g = start(gpulse_proc, web, ca.path, "--web.timeout", "60s")
+    ctx = ssl.create_default_context(cafile=str(ca.path))
+    with socket.create_connection(("127.0.0.1", g.port), timeout=20) as s:
+        with ctx.wrap_socket(s, server_hostname="localhost") as t:
+            t.sendall(b"GET /metrics\r\n")
+            assert t.recv(200).startswith(b"HTTP/1.1 400 ")
+
+
 def _answered(url: str, n: int, **kw) -> int:
     ok = 0
     for _ in range(n):

@@ -501,7 +501,9 @@ class Server:
         deadline = IOLoop.current().time() + self.timeout
         try:
             await gen.with_timeout(deadline, stream.write(data), quiet_exceptions=iostream.StreamClosedError)
-            stream.socket.shutdown(socket.SHUT_WR)
+            # socket.socket's shutdown on a TLS socket too: SSLSocket.shutdown drops the
+            # TLS state, and the reads below would fail at once
+            socket.socket.shutdown(stream.socket, socket.SHUT_WR)
             while True:
                 await gen.with_timeout(deadline, stream.read_bytes(65536, partial=True),
                                        quiet_exceptions=iostream.StreamClosedError)
