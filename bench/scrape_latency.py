@@ -1,7 +1,7 @@
 """/metrics latency at 8 and 64 simulated GPUs, against /healthz on the same server,
 optionally against an earlier gpulse in the same run.
 
-    .venv/bin/python bench/scrape_latency.py [--scrapes 1000] [--gpus 8,64] [--against REV] [--gzip]
+    .venv/bin/python bench/scrape_latency.py [--scrapes 1000] [--gpus 8,64] [--against REV] [--gzip] [--paced S]
 
 /healthz is the floor of the HTTP stack (same process, same connection handling),
 so `metrics/healthz` shows what the exposition itself costs. Targets: p99 ≤ 5 ms at
@@ -12,7 +12,8 @@ directory) on the same scenario and scrapes the two alternately, one request eac
 so load from elsewhere on the machine hits both alike; it prints each one's figures,
 its CPU while scraped (CPU seconds per wall second of the process, sampler
 included) and the ratios this ÷ REV. --gzip asks this checkout for gzip (REV is
-asked for what it serves).
+asked for what it serves). --paced S then scrapes each server once a second for S
+seconds and prints its CPU: the exporter's cost at a Prometheus-like pace.
 """
 from __future__ import annotations
 
