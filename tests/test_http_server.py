@@ -127,10 +127,21 @@ def test_wrong_password_flood_leaves_scrapes_and_probes_answered(gpulse_proc, tm
     assert scrapes >= 29 and probes >= 29, (scrapes, probes)
 
 
-def test_idle_connection_flood_leaves_scrapes_and_probes_answered(gpulse_proc):
+@pytest.mark.parametrize("soft_fd_limit", [None, 256], ids=["default", "soft-limit-256"])
+def test_idle_connection_flood_leaves_scrapes_and_probes_answered(gpulse_proc, soft_fd_limit):
     """1,100 connections that never send a byte, more than the connection cap: the
-    longest idle is evicted for each new connection, so scrapes and probes get in."""
-    g = gpulse_proc("--source", "sim", "--sim.gpus", "2", "--web.timeout", "120s")
+    longest idle is evicted for each new connection, so scrapes and probes get in.
+    With a low soft descriptor limit inherited (as in many containers) the server
+    raises it to the hard limit first, so accept() never runs out."""
+    import resource
+
+    saved = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft_fd_limit is not None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft_fd_limit, saved[1]))
+    try:
+        g = gpulse_proc("--source", "sim", "--sim.gpus", "2", "--web.timeout", "120s")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, saved)
     idle = []
     try:
         for _ in range(1100):

@@ -73,6 +73,7 @@ MAX_HEAD_BYTES = 32768
 MAX_HEADER_LINES = 100
 MAX_BODY_BYTES = 65536
 MAX_CONNECTIONS = 1024
+FD_RESERVE = 64             # descriptors kept for the source, logs, /proc reads, the listener
 TLS_HANDSHAKE = 0x16        # first byte of a TLS record carrying a ClientHello
 SERVER = "gpulse"            # no library or interpreter version in the Server header
 METHODS = ("GET", "HEAD")
@@ -572,4 +573,23 @@ def make_server(cfg: Any, app: App, web: WebConfig = NO_WEB_CONFIG) -> Server:
     except OSError as e:
         reason = e.strerror or str(e)
         raise ListenError(f"cannot listen on {cfg.web.listen_address}: {reason.lower()}") from None
-    return Server(sock, app, web, cfg.web.timeout, cfg.web.max_requests, cfg.web.healthz_public)
+    return Server(sock, app, web, cfg.web.timeout, cfg.web.max_requests, cfg.web.healthz_public,
+                  _connection_budget())
+
+
+def _connection_budget() -> int:
+    """MAX_CONNECTIONS, within what the file descriptor limit allows. The soft limit
+    is raised to the hard one first (as Go programs do): containers often start at a
+    soft 1024, and an accept() that fails for want of a descriptor cannot evict."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = MAX_CONNECTIONS + FD_RESERVE
+        if soft != resource.RLIM_INFINITY and soft < want:
+            soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    except (ImportError, ValueError, OSError):
+        return MAX_CONNECTIONS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(1, min(MAX_CONNECTIONS, soft - FD_RESERVE))
