@@ -1,12 +1,15 @@
 """Shared bench plumbing: start `gpulse serve` as its own process, read its CPU and RSS."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import requests
 
@@ -20,9 +23,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gpulse(*args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+def start_gpulse(*args: str, env: dict | None = None, root: Path = ROOT) -> tuple[subprocess.Popen, str]:
+    """`gpulse serve` from the tree at `root` (default this checkout; see tree_at)."""
     port = free_port()
-    e = dict(os.environ, PYTHONPATH=str(ROOT / "exporter"))
+    e = dict(os.environ, PYTHONPATH=str(root / "exporter"))
     e.update(env or {})
     p = subprocess.Popen([sys.executable, "-m", "gpulse", "serve", "--web.listen-address",
                           f"127.0.0.1:{port}", "--log.level", "warning", *args],
@@ -30,6 +34,16 @@ def start_gpulse(*args: str, env: dict | None = None) -> tuple[subprocess.Popen,
     url = f"http://127.0.0.1:{port}"
     wait_ready(p, url + "/readyz", 30, f"gpulse {' '.join(args)} did not become ready")
     return p, url
+
+
+@contextlib.contextmanager
+def tree_at(rev: str) -> Iterator[Path]:
+    """The repository at git revision `rev`, extracted to a temporary directory, so a
+    bench can run an earlier gpulse beside this one in the same command."""
+    with tempfile.TemporaryDirectory(prefix="gpulse-") as d:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], capture_output=True, check=True).stdout
+        subprocess.run(["tar", "-x", "-C", d], input=archive, check=True)
+        yield Path(d)
 
 
 def wait_ready(p: subprocess.Popen, url: str, timeout: float, failure: str) -> None:

@@ -72,14 +72,15 @@ class Client:
     """One kept-alive connection read with http.client: far less client-side work
     per byte than requests, so the figures are the server's, not the parser's."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, headers: dict[str, str]):
         u = urlsplit(url)
         self.path = u.path or "/"
+        self.headers = headers
         self.conn = http.client.HTTPConnection(u.hostname, u.port, timeout=5)
 
     def scrape_ms(self) -> float:
         t0 = time.perf_counter()
-        self.conn.request("GET", self.path)
+        self.conn.request("GET", self.path, headers=self.headers)
         r = self.conn.getresponse()
         r.read()
         ms = (time.perf_counter() - t0) * 1000
@@ -88,10 +89,10 @@ class Client:
         return ms
 
 
-def paired(off_url: str, on_url: str, n: int) -> tuple[list[float], list[float]]:
+def paired(off_url: str, on_url: str, n: int, headers: dict[str, str]) -> tuple[list[float], list[float]]:
     """n scrapes of each server, alternating one by one (and which goes first), so
     both see the same moments of a busy machine."""
-    c_off, c_on = Client(off_url), Client(on_url)
+    c_off, c_on = Client(off_url, headers), Client(on_url, headers)
     off: list[float] = []
     on: list[float] = []
     for i in range(n):
@@ -142,7 +143,9 @@ def main() -> None:
     ap.add_argument("--entities", default="8,56")
     ap.add_argument("--refresh", default="1s", help="kube.refresh-interval of the attributed server")
     ap.add_argument("--copy-labels", default="", help="kube.copy-labels, e.g. team,app.kubernetes.io/name")
+    ap.add_argument("--gzip", action="store_true", help="scrape with Accept-Encoding: gzip, as Prometheus does")
     a = ap.parse_args()
+    headers = {"Accept-Encoding": "gzip"} if a.gzip else {}
     print(f"{'entities':>8} {'series':>7} {'labels':>6} {'off KB':>6} {'on KB':>6} {'off p50':>8} {'off p99':>8} {'on p50':>7} "
           f"{'on p99':>7} {'p99 on/off':>10} {'rounds':>17} {'lookup us':>9} {'refresh ms':>10} {'load':>5}")
     with tempfile.TemporaryDirectory() as workdir:
@@ -165,10 +168,10 @@ def main() -> None:
                 widest = max(line.split("}")[0].count('="') for line in body.splitlines()
                              if line.startswith("gpulse_") and "{" in line) + 1   # + __name__
                 off_bytes = len(requests.get(off_url + "/metrics", timeout=5).content)
-                paired(off_url + "/metrics", on_url + "/metrics", 50)   # warm-up
+                paired(off_url + "/metrics", on_url + "/metrics", 50, headers)   # warm-up
                 off, on, rounds = [], [], []
                 for _ in range(a.rounds):
-                    o, i = paired(off_url + "/metrics", on_url + "/metrics", a.scrapes)
+                    o, i = paired(off_url + "/metrics", on_url + "/metrics", a.scrapes, headers)
                     off += o
                     on += i
                     rounds.append(percentile(i, 99) / percentile(o, 99))

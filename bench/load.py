@@ -1,6 +1,6 @@
 """Load: many concurrent scrapers plus idle (slowloris) connections against one exporter.
 
-    .venv/bin/python bench/load.py [--scrapers 200] [--idle 200] [--duration 60] [--gpus 8]
+    .venv/bin/python bench/load.py [--scrapers 200] [--idle 200] [--duration 60] [--gpus 8] [--against REV]
 
 Two phases against one `gpulse serve --source sim` process, in the same command:
 
@@ -16,6 +16,9 @@ their ratio to the baseline, how often the idle connections were cut, and the
 exporter's CPU, RSS and thread count. Clients run in their own processes so the
 measuring side does not share the exporter's interpreter.
 
+--against REV first runs the same two phases against the gpulse of git revision REV
+(extracted to a temporary directory) and prints the ratios this ÷ REV.
+
 --web.max-requests is set to at least the number of scrapers (the sizing rule:
 one slot per concurrent scraper); with fewer slots the surplus gets 503 at once.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import http.client
 import multiprocessing as mp
 import selectors
@@ -32,7 +36,7 @@ import threading
 import time
 from typing import Any
 
-from _proc import cpu_seconds, percentile, rss_bytes, start_gpulse, threads
+from _proc import cpu_seconds, percentile, rss_bytes, start_gpulse, threads, tree_at
 
 CLIENT_PROCS = 4
 
@@ -223,6 +227,22 @@ def describe(name: str, r: dict[str, Any], base_p99: float | None = None) -> lis
     return lines
 
 
+def run_server(a: argparse.Namespace, slots: int, root: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Both phases against one gpulse (this checkout, or the tree at `root`)."""
+    kw = {"root": root} if root is not None else {}
+    p, url = start_gpulse("--source", "sim", "--sim.gpus", str(a.gpus), "--sim.scenario", "sync-stall",
+                          "--web.max-requests", str(slots), "--web.timeout", a.timeout, **kw)
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        time.sleep(2)
+        base = run_load(port, 1, 0, a.baseline, p.pid)
+        load = run_load(port, a.scrapers, a.idle, a.duration, p.pid, a.interval)
+    finally:
+        p.terminate()
+        p.wait()
+    return base, load
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--scrapers", type=int, default=200)
@@ -234,25 +254,29 @@ def main() -> int:
                     help="seconds between one scraper's requests; 0 = ask again at once")
     ap.add_argument("--max-requests", type=int, default=0, help="default: max(256, scrapers)")
     ap.add_argument("--timeout", default="10s", help="--web.timeout of the exporter")
+    ap.add_argument("--against", metavar="REV", help="first run the same load against gpulse at this git revision")
     a = ap.parse_args()
     slots = a.max_requests or max(256, a.scrapers)
-    p, url = start_gpulse("--source", "sim", "--sim.gpus", str(a.gpus), "--sim.scenario", "sync-stall",
-                          "--web.max-requests", str(slots), "--web.timeout", a.timeout)
-    port = int(url.rsplit(":", 1)[1])
-    try:
-        time.sleep(2)
-        print(f"gpulse --sim.gpus {a.gpus} --web.max-requests {slots} --web.timeout {a.timeout}", flush=True)
-        base = run_load(port, 1, 0, a.baseline, p.pid)
-        for line in describe("baseline (1 scraper)", base):
-            print(line, flush=True)
-        load = run_load(port, a.scrapers, a.idle, a.duration, p.pid, a.interval)
-        pace = f"every {a.interval:g}s" if a.interval else "back to back"
-        for line in describe(f"load ({a.scrapers} scrapers {pace} + {a.idle} idle connections)", load,
-                             percentile(base["lat"], 99)):
-            print(line, flush=True)
-    finally:
-        p.terminate()
-        p.wait()
+    print(f"gpulse --sim.gpus {a.gpus} --web.max-requests {slots} --web.timeout {a.timeout}", flush=True)
+    pace = f"every {a.interval:g}s" if a.interval else "back to back"
+    runs = {}
+    with contextlib.ExitStack() as stack:
+        servers = [("this", None)]
+        if a.against:
+            servers.insert(0, (a.against[:8], stack.enter_context(tree_at(a.against))))
+        for name, root in servers:
+            base, load = runs[name] = run_server(a, slots, root)
+            for line in describe(f"[{name}] baseline (1 scraper)", base):
+                print(line, flush=True)
+            for line in describe(f"[{name}] load ({a.scrapers} scrapers {pace} + {a.idle} idle connections)", load,
+                                 percentile(base["lat"], 99)):
+                print(line, flush=True)
+    if len(runs) == 2:
+        (_, old), (_, new) = runs.values()
+        print(f"this ÷ {a.against[:8]} under load: p99 {percentile(new['lat'], 99) / percentile(old['lat'], 99):.2f}, "
+              f"scrapes answered {sum(new['codes'].values()) / max(1, sum(old['codes'].values())):.2f}, "
+              f"CPU {new['server_cpu'] / old['server_cpu']:.2f}")
+    load = runs["this"][1]
     answered = sum(load["codes"].values())
     failed = {k: v for k, v in load["errors"].items() if k != "retried after keep-alive close"}
     ok = load["codes"].get(200, 0) == answered and not failed

@@ -19,7 +19,7 @@ import requests
 from conftest import ROOT, Gpulse
 from gpulse.config import FIELDS, ConfigError, load_config, parse_duration
 from gpulse.safeyaml import MAX_ALIAS_EXPANSION
-from gpulse.webconfig import WebConfigError, parse_web_config
+from gpulse.http.webconfig import WebConfigError, parse_web_config
 
 # Without the expansion check these inputs need gigabytes; a child capped at 1.5 GB
 # fails fast with a MemoryError traceback instead of taking the machine with it.

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from conftest import ROOT, require_data
 from gpulse.collector import wants_openmetrics
 from gpulse.config import ConfigError, load_config, parse_duration, parse_listen_address
-from gpulse.webconfig import WebConfigError, parse_web_config
+from gpulse.http.webconfig import WebConfigError, parse_web_config
 
 FUZZ = settings(max_examples=100, deadline=5000, suppress_health_check=[HealthCheck.too_slow,
                                                                           HealthCheck.function_scoped_fixture])

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import require_binary
-from gpulse.webconfig import WebConfigError, load_web_config
+from gpulse.http.webconfig import WebConfigError, load_web_config
 from tlsutil import CA, bcrypt_hash
 
 

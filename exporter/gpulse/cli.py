@@ -107,7 +107,7 @@ def _overrides(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_check_config(ns: argparse.Namespace) -> int:
-    from .webconfig import WebConfigError, load_web_config
+    from .http.webconfig import WebConfigError, load_web_config
     try:
         cfg = load_config(ns.file)
         load_web_config(cfg.web.config_file)      # serve refuses to start on a bad one, so say it now

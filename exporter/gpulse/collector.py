@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import platform
 import threading
+import zlib
 from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -185,15 +186,19 @@ class Exposition:
         ProcessCollector(registry=self.live)
         # keyed by the snapshot object itself, held: an id() alone could be reused by a
         # newer snapshot once the old one is freed, and the stale body served again
-        self._cache: dict[bool, tuple[Snapshot, bytes]] = {}
+        self._cache: dict[tuple[bool, bool], tuple[Snapshot, bytes]] = {}
         self._lock = threading.Lock()
 
-    def _snapshot_body(self, snap: Snapshot, openmetrics: bool) -> bytes:
-        hit = self._cache.get(openmetrics)
+    def _snapshot_body(self, snap: Snapshot, openmetrics: bool, gzip: bool) -> bytes:
+        hit = self._cache.get((openmetrics, gzip))
         if hit is not None and hit[0] is snap:
             return hit[1]
+        if gzip:
+            body = _gzip(self._snapshot_body(snap, openmetrics, False))
+            self._cache[(openmetrics, True)] = (snap, body)
+            return body
         with self._lock:   # one render per snapshot even under concurrent scrapes
-            hit = self._cache.get(openmetrics)
+            hit = self._cache.get((openmetrics, False))
             if hit is not None and hit[0] is snap:
                 return hit[1]
             ah = self.attribution_health() if self.attribution_health else None
@@ -201,15 +206,33 @@ class Exposition:
             body = _render(reg, openmetrics)
             if openmetrics:
                 body = body[: -len(b"# EOF\n")]
-            self._cache[openmetrics] = (snap, body)
+            self._cache[(openmetrics, False)] = (snap, body)
             return body
 
-    def render(self, openmetrics: bool) -> bytes:
+    def cached(self, openmetrics: bool, gzip: bool = False) -> bool:
+        """Whether render() would serve the snapshot part from cache (no render, no
+        compression): the server then answers on its event loop, else on a worker."""
+        snap = self.get_snapshot()
+        hit = self._cache.get((openmetrics, gzip))
+        return snap is None or (hit is not None and hit[0] is snap)
+
+    def render(self, openmetrics: bool, gzip: bool = False) -> bytes:
+        """The body; gzip: as one gzip stream of two members (RFC 1952 2.2), the
+        snapshot part compressed once per snapshot, the small live part per scrape."""
         snap = self.get_snapshot()
         live = _render(self.live, openmetrics)
+        if gzip:
+            live = _gzip(live)
         if snap is None:
             return live
-        return self._snapshot_body(snap, openmetrics) + live
+        return self._snapshot_body(snap, openmetrics, gzip) + live
+
+
+def _gzip(data: bytes) -> bytes:
+    # level 1: the exposition is repetitive text, the fastest level already takes
+    # it to ~10 %; higher levels cost CPU on every new snapshot for a few % more
+    c = zlib.compressobj(1, zlib.DEFLATED, 31)
+    return c.compress(data) + c.flush()
 
 
 def _render(registry: Any, openmetrics: bool) -> bytes:

@@ -12,9 +12,11 @@ from typing import Any
 
 from .collector import Exposition
 from .sampler import Sampler
-from .server import App, ListenError, make_server
+from .http.app import App
+from .http.livepage import register as register_live_page
+from .http.server import ListenError, make_server
 from .sources import SourceError, make_source
-from .webconfig import WebConfigError, load_web_config
+from .http.webconfig import WebConfigError, load_web_config
 
 log = logging.getLogger("gpulse")
 
@@ -66,7 +68,7 @@ class Runtime:
         ah = self.attributor.health if self.attributor is not None else None
         self.exposition = Exposition(cfg.node_name, lambda: self.sampler.snapshot, self.sampler.health, ah)
         self.app = App(cfg, self.sampler, self.exposition)
-        __import__("gpulse.livepage").livepage.register(self.app)   # the live heatmap page at /
+        register_live_page(self.app)                    # the live heatmap page at /
         try:
             self.server = make_server(cfg, self.app, web)
         except ListenError as e:
@@ -93,7 +95,7 @@ class Runtime:
     def serve_forever(self) -> None:
         assert self.server is not None
         try:
-            self.server.serve_forever(poll_interval=0.1)
+            self.server.serve_forever()
         finally:
             self._cleanup()
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from .safeyaml import StrictLoader as _StrictLoader   # duplicate keys and alias bombs refused
+from ..safeyaml import StrictLoader as _StrictLoader   # duplicate keys and alias bombs refused
 
 MAX_FILE_BYTES = 1 << 20     # a web config is a few hundred bytes; refuse to slurp a huge file
 

@@ -5,10 +5,13 @@ credentials with every scrape, so a successful check is remembered: keyed by an
 HMAC of user, hash and password under a per-process random key, which keeps the
 password itself out of memory and makes a changed hash (SIGHUP) miss the cache.
 Failures are never cached and every check - known user or not - runs bcrypt
-once, so the answer time does not tell which user names exist. At most
-BCRYPT_SLOTS checks run at once; the rest wait briefly and then get "busy", so a
-password-guessing flood costs a bounded share of the CPU and the sampler keeps
-its own.
+once, against the costliest configured hash for an unknown user, so the answer
+time does not tell which user names exist. `cached()` answers without bcrypt
+where it can (a remembered login, a malformed header); the server runs
+`verify()` for the rest on BCRYPT_SLOTS threads of their own with at most
+BCRYPT_QUEUE checks waiting, and answers "busy" beyond that, so a
+password-guessing flood costs a bounded share of the CPU, never a request slot,
+and the sampler keeps its own.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import threading
 from typing import Any
 
 BCRYPT_SLOTS = 2
-SLOT_WAIT = 2.0           # seconds a check waits for a free slot
+BCRYPT_QUEUE = 8          # checks waiting for a slot; one more is "busy" at once
 CACHE_SIZE = 256
 # bcrypt reads the first 72 bytes; htpasswd and Go compare just those, so do the same
 BCRYPT_MAX = 72
@@ -57,46 +60,54 @@ def load_bcrypt() -> Any:
     return bcrypt
 
 
+def cost(hashed: bytes) -> int:
+    """The cost of a $2y$NN$ hash (webconfig has checked the form)."""
+    return int(hashed[4:6])
+
+
 class BasicAuth:
     def __init__(self, users: dict[str, bytes]):
         self.users = dict(users)
         # imported only when there are users: gpulse without basic auth needs no bcrypt
         self._bcrypt = load_bcrypt() if self.users else None
-        # an unknown user is checked against a real hash (result ignored), so it costs
-        # exactly what a known user costs
-        self._decoy = next(iter(self.users.values()), None)
+        # an unknown user is checked against a real hash (result ignored) of the
+        # highest cost configured, so no user name answers faster than a real one
+        self._decoy = max(self.users.values(), key=cost, default=None)
         self._key = os.urandom(32)
         self._ok: set[bytes] = set()
         self._lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(BCRYPT_SLOTS)
 
     def _cache_key(self, user: str, hashed: bytes, password: bytes) -> bytes:
         msg = b"\0".join((user.encode(), hashed, password))
         return hmac.new(self._key, msg, hashlib.sha256).digest()
 
-    def check(self, header: str | None) -> str:
-        """OK, DENIED or BUSY (too many bcrypt checks in flight)."""
+    def cached(self, header: str | None) -> str | None:
+        """OK or DENIED when known without bcrypt; None when verify() must run."""
+        creds = parse_basic(header)
+        if creds is None or self._decoy is None:
+            return DENIED
+        user, password = creds
+        hashed = self.users.get(user)
+        if hashed is not None and self._cache_key(user, hashed, password) in self._ok:
+            return OK
+        return None
+
+    def verify(self, header: str | None) -> str:
+        """OK or DENIED, running bcrypt once (slow on purpose: off the event loop)."""
         creds = parse_basic(header)
         if creds is None or self._decoy is None:
             return DENIED
         user, password = creds
         hashed = self.users.get(user)
         target = hashed if hashed is not None else self._decoy
-        key = self._cache_key(user, target, password)
-        if hashed is not None and key in self._ok:
-            return OK
-        if not self._slots.acquire(timeout=SLOT_WAIT):
-            return BUSY
         try:
             good = self._bcrypt.checkpw(password[:BCRYPT_MAX], target)
         except ValueError:          # a hash the library cannot read: no one gets in with it
             good = False
-        finally:
-            self._slots.release()
         if not (good and hashed is not None):
             return DENIED
         with self._lock:
             if len(self._ok) >= CACHE_SIZE:
                 self._ok.clear()
-            self._ok.add(key)
+            self._ok.add(self._cache_key(user, hashed, password))
         return OK

@@ -17,11 +17,12 @@ import html
 import json
 import math
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
-from . import palette
-from .report.heatmap import NO_DATA, b64, cell
-from .report.render import page_style, web_asset
+from .. import palette
+from .app import Request
+from ..report.heatmap import NO_DATA, b64, cell
+from ..report.render import page_style, web_asset
 
 JSON_TYPE = "application/json"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -52,11 +53,11 @@ class LivePage:
             page = page.replace(key, value)
         return page.encode("utf-8")
 
-    def index(self, handler: Any) -> tuple[int, str, bytes]:
+    def index(self, req: Request) -> tuple[int, str, bytes]:
         return 200, HTML_TYPE, self._page
 
-    def data(self, handler: Any) -> tuple[int, str, bytes]:
-        query = parse_qs(urlsplit(handler.path).query)
+    def data(self, req: Request) -> tuple[int, str, bytes]:
+        query = parse_qs(req.query)
         raw = (query.get("minutes") or [str(min(DEFAULT_MINUTES, self.max_minutes))])[0]
         try:
             minutes = float(raw)
