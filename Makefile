@@ -6,7 +6,7 @@ SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 BASE   := $(VENV)/.base-$(SUM)
 TESTS  := $(VENV)/.test-$(SUM)
 
-.PHONY: demo test bench dashboards proto clean
+.PHONY: demo test bench dashboards rules proto clean
 
 # the demo needs only gpulse itself; the tests add the [test] extra
 $(BASE): pyproject.toml
@@ -32,6 +32,10 @@ bench: $(BASE)
 dashboards: $(TESTS)
 	$(PY) -m pip install --quiet "$$($(PY) grafana/generate.py --requirement)"
 	$(PY) grafana/generate.py
+
+# Regenerate prometheus/rules/ from prometheus/templates/ and the threshold table.
+rules: $(BASE)
+	$(PY) prometheus/generate.py
 
 proto: $(TESTS)
 	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh
