@@ -2,8 +2,9 @@
 
 Every case is built from real recordings in ../shared/data, read at run time:
 
-- `h100/ckptN`: the six real 8xH100 nvidia-smi logs themselves, labelled from the
-  facts measured in ../shared/data/README.md (see H100_TRUTH);
+- `h100/ckptN`: the six real 8xH100 nvidia-smi logs themselves, labelled from their
+  rows with the reading of ../shared/data/README.md (h100_truth; the polls are
+  0.1 s apart, which is the truth's time grid there);
 - `pai/job_N-<fmt>`: the four Alibaba PAI jobs (traces/alibaba-minibatch): one GPU per
   worker computes for its recorded mini-batch time at full power, then spin-waits in
   the all-reduce (busy, idle-level power) until the slowest worker is done, then
@@ -23,11 +24,14 @@ Ground truth of synthetic cases is computed from the timeline the log is sampled
 from (truth_of), never from a detector, with the definitions of the threshold table:
   stall      the group is co-inactive (no GPU computing) >= stall_page_ratio of a
              2-minute window, in >= stall_recurring_episodes separate stretches of at
-             least min_stall_seconds within 10 minutes; onset = first such moment;
+             least min_stall_seconds within 10 minutes, or co-inactive over half of
+             10 minutes; onset = the first such moment;
   rhythm     the period the case was built with (None: no steady rhythm);
   straggler  a GPU whose true active share over a 5-minute window is >=
              straggler_gap_ratio from the peer median and beyond straggler_z robust
-             z, for >= 2 minutes; onset = first window. The truth has no measurement
+             z, in real work or in busy (a cold straggler: the others spin-wait
+             for it), for >= 2 minutes; onset = when it first stood out over one
+             minute before that. The truth has no measurement
              noise, so its MAD is floored only at TRUTH_MAD_FLOOR (against a zero
              division), not at z_mad_floor, the detectors' guard against noise;
   imbalance  over the whole training span (max - min) / max of the true active
@@ -50,6 +54,7 @@ DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 H100 = DATA / "traces" / "h100-8gpu"
 PAI = DATA / "traces" / "alibaba-minibatch"
 GRID = 0.05
+MERGE_GAP, WARMUP, EXIT_GUARD = 1.0, 5.0, 15.0
 TRUTH_MAD_FLOOR = 0.01
 
 
@@ -111,21 +116,7 @@ def levels() -> Levels:
 
 # -- the real logs ----------------------------------------------------------------
 
-# From ../shared/data/README.md: "GPU 0 < 10 % while GPUs 1-7 >= 90 %" is the share of
-# the active window in which rank 0 works off the GPU and everybody else spin-waits:
-# a co-inactive sync stall for the group and rank 0 the straggler they wait for. It
-# is >= 50 % in ckpt1/10/50/100 (stretches of 15-30 s, recurring), 8.3 % in ckpt500
-# (whose 127 s restart gap holds no job) and 5.7 % in ckpt1000 (two ~17 s stalls).
-# Every rank runs the same training steps, so no run is imbalanced. Training starts
-# at ~106 s (the active window), which is the onset for time to detect.
-H100_TRUTH = {
-    "ckpt1": Truth(True, 106.0, None, ("0",), 106.0, False, False, "rank 0 off the GPU 96.8 % of the window"),
-    "ckpt10": Truth(True, 105.0, None, ("0",), 105.0, False, False, "89.4 %"),
-    "ckpt50": Truth(True, 107.0, None, ("0",), 107.0, False, False, "68.6 %, ~15 s stalls recurring"),
-    "ckpt100": Truth(True, 104.0, None, ("0",), 104.0, False, False, "56.5 %"),
-    "ckpt500": Truth(False, None, None, (), None, False, False, "restart gap 400-631 s is no job, not a stall"),
-    "ckpt1000": Truth(False, None, None, (), None, False, False, "two ~17 s stalls, not recurring"),
-}
+H100_RUNS = ("ckpt1", "ckpt10", "ckpt50", "ckpt100", "ckpt500", "ckpt1000")
 
 
 # -- synthetic timelines ------------------------------------------------------------
@@ -230,8 +221,9 @@ def long_startup(seed: int, gpus: int = 8, train: float = 600.0) -> Timeline:
     return tl
 
 
-def seed_imbalance(seed: int, train: float = 900.0) -> Timeline:
-    """GPUs 0-1 at 99 %, GPUs 2-3 under 15 %."""
+def seed_imbalance(seed: int, train: float = 1500.0) -> Timeline:
+    """GPUs 0-1 at 99 %, GPUs 2-3 under 15 %, for 25 minutes (the imbalance alert
+    holds 15)."""
     rng = random.Random(seed)
     tl = Timeline(4, LEAD + STARTUP + train + TAIL)
     a = _startup(tl, LEAD)
@@ -285,83 +277,161 @@ def pai_job(job: int, max_train: float, scale: float = PAI_SCALE, allreduce: flo
 
 # -- ground truth from a timeline -------------------------------------------------------
 
-def _active_grid(tl: Timeline) -> tuple[list[list[bool]], list[bool], int]:
+def _grids(tl: Timeline) -> tuple[list[list[bool]], list[list[bool]], list[bool], int]:
+    """Per GPU on a GRID: computing (active), busy (computing or spin-waiting), and
+    for the group: holding a job past its start-up."""
     n = int(tl.end / GRID)
     idle = value("idle_ratio")
-    act, held = [], [False] * n
+    act, busy, held = [], [], [False] * n
     for g in range(tl.gpus):
-        row = [False] * n
+        a_row, b_row = [False] * n, [False] * n
         for a, b, state, part in tl.seg[g]:
             on = state == COMPUTE or (state == PART and part >= idle)
-            hold = state not in (OFF,)
+            bz = on or state == SPIN
             for i in range(int(a / GRID), min(n, int(b / GRID))):
-                row[i] = on
-                held[i] = held[i] or (hold and state != LOAD)
-        act.append(row)
-    return act, held, n
+                a_row[i], b_row[i] = on, bz
+                held[i] = held[i] or state not in (OFF, LOAD)
+        act.append(a_row)
+        busy.append(b_row)
+    return act, busy, held, n
 
 
 def truth_of(tl: Timeline, period: float | None) -> Truth:
-    act, held, n = _active_grid(tl)
-    co = [held[i] and not any(r[i] for r in act) for i in range(n)]
-    # stretches of co-inactivity at least min_stall long
-    min_n = value("min_stall_seconds") / GRID
-    starts, run = [], 0
-    for i, c in enumerate(co + [False]):
-        if c:
-            run += 1
-        else:
-            if run >= min_n:
-                starts.append(i - run)
-            run = 0
-    w2, w10 = int(120 / GRID), int(600 / GRID)
-    ratio, need = value("stall_page_ratio"), value("stall_recurring_episodes")
-    prefix = [0]
-    for c in co:
-        prefix.append(prefix[-1] + c)
-    stall_onset = None
-    for i in range(w2, n, int(1 / GRID)):
-        if (prefix[i] - prefix[i - w2]) / w2 >= ratio:
-            eps = sum(1 for s in starts if i - w10 <= s <= i)
-            if eps >= need:
-                stall_onset = i * GRID
-                break
-    # stragglers: 5-minute windows of the true active shares, every 10 s
-    w5 = int(300 / GRID)
-    pre = []
-    for r in act:
-        p = [0]
-        for v in r:
-            p.append(p[-1] + v)
-        pre.append(p)
-    z_lim, gap_lim, floor = value("straggler_z"), value("straggler_gap_ratio"), TRUTH_MAD_FLOOR
+    act, busy, held, n = _grids(tl)
+    return _truth(act, busy, held, n, period)
+
+
+def _prefix(xs) -> list[int]:
+    p = [0]
+    for x in xs:
+        p.append(p[-1] + x)
+    return p
+
+
+def _stragglers(signal: list[list[bool]], held: list[bool], n: int, dt: float,
+                window: float = 300.0) -> dict[int, list[float]]:
+    """GPU -> the ends of the windows (every 10 s) in which it is a straggler."""
+    w5, step = int(window / dt), int(10 / dt)
+    pre = [_prefix(r) for r in signal]
+    hp = _prefix(held)
+    z_lim, gap_lim = value("straggler_z"), value("straggler_gap_ratio")
     flagged: dict[int, list[float]] = {}
-    for i in range(w5, n, int(10 / GRID)):
-        if not all(held[i - w5:i:int(1 / GRID)]):
+    for i in range(w5, n + 1, step):
+        if hp[i] - hp[i - w5] < 0.9 * w5:
             continue
         xs = [(p[i] - p[i - w5]) / w5 for p in pre]
         med = statistics.median(xs)
-        scale = max(1.4826 * statistics.median(abs(x - med) for x in xs), floor)
+        scale = max(1.4826 * statistics.median(abs(x - med) for x in xs), TRUTH_MAD_FLOOR)
         for g, x in enumerate(xs):
             if abs(x - med) >= gap_lim and abs(x - med) / scale > z_lim:
-                flagged.setdefault(g, []).append(i * GRID)
+                flagged.setdefault(g, []).append(i * dt)
+    return flagged
+
+
+def _truth(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: int,
+           period: float | None, imbalance: bool | None = None, dt: float = GRID,
+           co: list[bool] | None = None) -> Truth:
+    if co is None:
+        co = [held[i] and not any(r[i] for r in act) for i in range(n)]
+    # stretches of co-inactivity at least min_stall long. A blip of work under
+    # MERGE_GAP does not end a stall; stretches before the group has worked
+    # WARMUP seconds (start-up blips) or ending within EXIT_GUARD of the job
+    # releasing its memory (the final synchronisation) are not episodes.
+    min_n = value("min_stall_seconds") / dt
+    merge, warm, guard = int(MERGE_GAP / dt), WARMUP / dt, int(EXIT_GUARD / dt)
+    worked = [0.0] * n
+    w = 0.0
+    for i in range(n):
+        w = w + 1 if held[i] and not co[i] else (w if held[i] else 0.0)
+        worked[i] = w
+    release = [n] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        release[i] = release[i + 1] if held[i] else i
+    stretches: list[list[int]] = []
+    for i, c in enumerate(co):
+        if not c:
+            continue
+        if stretches and i - stretches[-1][1] <= merge:
+            stretches[-1][1] = i + 1
+        else:
+            stretches.append([i, i + 1])
+    starts = [a for a, b in stretches
+              if b - a >= min_n and worked[a] >= warm and release[b] - b > guard]
+    w2, w10 = int(120 / dt), int(600 / dt)
+    ratio, need = value("stall_page_ratio"), value("stall_recurring_episodes")
+    prefix = _prefix(co)
+    stall_onset = None
+    for i in range(w2, n + 1, int(1 / dt)):
+        if (prefix[i] - prefix[i - w2]) / w2 >= ratio:
+            recurring = sum(1 for s in starts if i - w10 <= s and s + min_n <= i) >= need
+            # stalled most of 10 minutes: lost time whether or not the stretches separate
+            sustained = i >= w10 and (prefix[i] - prefix[i - w10]) / w10 >= 0.5
+            if recurring or sustained:
+                stall_onset = i * dt
+                break
+    # a hot straggler stands out in real work, a cold one in busy (the others
+    # spin-wait for it while its rank works off the GPU)
+    flagged, early = _stragglers(act, held, n, dt), _stragglers(act, held, n, dt, 60.0)
+    for sig in (busy,):
+        for g, ts in _stragglers(sig, held, n, dt).items():
+            flagged[g] = sorted(set(flagged.get(g, [])) | set(ts))
+        for g, ts in _stragglers(sig, held, n, dt, 60.0).items():
+            early[g] = sorted(set(early.get(g, [])) | set(ts))
     strag = {g: ts for g, ts in flagged.items() if ts[-1] - ts[0] >= 120 - 1e-6 and len(ts) >= 12}
-    # imbalance over the whole training span (held and not start-up)
-    span = [i for i in range(n) if held[i]]
-    shares = [sum(r[i] for i in span) / len(span) for r in act] if span else [0.0]
-    hi, lo = max(shares), min(shares)
-    imb = hi > value("imbalance_min_active_ratio") and (hi - lo) / hi > value("imbalance_alert_ratio")
+    # onset: when it first stood out over one minute, in the 5 minutes before the
+    # first 5-minute window that flags it (the 5-minute mean lags the change)
+    onset = {g: min([t for t in early.get(g, []) if ts[0] - 300 <= t <= ts[0]] or [ts[0]])
+             for g, ts in strag.items()}
+    if imbalance is None:
+        span = [i for i in range(n) if held[i]]
+        shares = [sum(r[i] for i in span) / len(span) for r in act] if span else [0.0]
+        hi, lo = max(shares), min(shares)
+        imbalance = hi > value("imbalance_min_active_ratio") and (hi - lo) / hi > value("imbalance_alert_ratio")
     return Truth(stall_onset is not None, stall_onset, period,
                  tuple(sorted((str(g) for g in strag), key=int)),
-                 min((ts[0] for ts in strag.values()), default=None), imb)
+                 min(onset.values(), default=None), imbalance)
+
+
+def h100_truth(name: str) -> Truth:
+    """Truth of a real 8xH100 log, computed from its rows with the README's reading:
+    the group is co-inactive when every GPU reads under 10 % or GPU 0 does while
+    GPUs 1-7 read >= 90 % (the README: 100 % at ~150 W is waiting); a GPU is busy
+    when it reads >= 10 % and works when it is busy outside those moments;
+    the group holds a job while GPUs 1-7 hold memory, from the first poll in which
+    any GPU reads >= 10 % (the README's active window). Rows are grouped 8 to a poll
+    (their position is the GPU index); ckpt10 only up to data row 43240, where the
+    grouping breaks (see the README). No run is imbalanced: every rank runs the
+    same steps."""
+    rows = list(_smi_rows(H100 / f"{name}.csv"))
+    if name == "ckpt10":
+        rows = rows[:43240]
+    polls = [rows[k:k + 8] for k in range(0, len(rows) - 7, 8)]
+    n = len(polls)
+    act = [[False] * n for _ in range(8)]
+    busy = [[False] * n for _ in range(8)]
+    held, co = [False] * n, [False] * n
+    started = False
+    for i, poll in enumerate(polls):
+        started = started or any(u >= 10 for _, _, u, _ in poll)
+        held[i] = started and all(m > 1000 for g, _, _, m in poll if g)
+        utils = [u for _, _, u, _ in poll]
+        # the README's two co-inactive readings: every GPU under 10 %, or GPU 0 under
+        # 10 % while GPUs 1-7 read >= 90 % (spin-waiting for it)
+        co[i] = held[i] and (max(utils) < 10 or (utils[0] < 10 and min(utils[1:]) >= 90))
+        for g, w, u, _ in poll:
+            act[g][i] = u >= 10 and not co[i]
+            busy[g][i] = u >= 10
+    t = _truth(act, busy, held, n, None, imbalance=False, dt=0.1, co=co)
+    t.rhythm_scored = False
+    return t
 
 
 def cases(quick: bool = False) -> list[Case]:
     """Every case, deterministic. quick: shorter runs, one log format for synthetic cases."""
     out: list[Case] = []
     fmts = ("avg",) if quick else ("avg", "instant")
-    for name, truth in H100_TRUTH.items():
-        out.append(Case(f"h100/{name}", "avg", truth, source=H100 / f"{name}.csv"))
+    for name in H100_RUNS:
+        out.append(Case(f"h100/{name}", "avg", h100_truth(name), source=H100 / f"{name}.csv"))
     healthy, stalled = (360.0, 420.0) if quick else (420.0, 900.0)
     synth = [
         ("stall-0.3s-2.5s", 2.5, lambda s: stall_case("a", s, 8, 2.5, 0.3, 0.1, healthy, stalled)),
