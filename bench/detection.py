@@ -186,8 +186,9 @@ def score(rows: list[dict], family: str, detector: str) -> dict | None:
         else:
             true, flagged = set(truth.stragglers), set(v.stragglers)
             pos, hit, claim = bool(true), bool(true & flagged), bool(flagged - true)
-            onset = truth.straggler_onset
-            at = min((v.stragglers[g] for g in true & flagged), default=None)
+            # time to detect: the first true straggler found, from its own onset
+            lag = min((v.stragglers[g] - truth.straggler_onsets[g] for g in true & flagged), default=None)
+            onset, at = (0.0, lag) if lag is not None else (None, None)
             if claim:
                 fp += 1
                 errors.append(("false straggler", r["name"], sorted(flagged - true), sorted(true)))

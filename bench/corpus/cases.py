@@ -64,10 +64,11 @@ class Truth:
     stall_onset: float | None = None          # seconds after the first row
     period: float | None = None               # rhythm; None: none expected
     stragglers: tuple[str, ...] = ()
-    straggler_onset: float | None = None
+    straggler_onset: float | None = None      # the earliest of straggler_onsets
     imbalance: bool = False
     rhythm_scored: bool = True                # False: the period is not known (real logs)
     note: str = ""
+    straggler_onsets: dict = field(default_factory=dict)   # gpu -> onset
 
 
 @dataclass
@@ -389,7 +390,8 @@ def _truth(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: i
         imbalance = hi > value("imbalance_min_active_ratio") and (hi - lo) / hi > value("imbalance_alert_ratio")
     return Truth(stall_onset is not None, stall_onset, period,
                  tuple(sorted((str(g) for g in strag), key=int)),
-                 min(onset.values(), default=None), imbalance)
+                 min(onset.values(), default=None), imbalance,
+                 straggler_onsets={str(g): t for g, t in sorted(onset.items())})
 
 
 def h100_truth(name: str) -> Truth:
