@@ -40,7 +40,6 @@ from (truth_of), never from a detector, with the definitions of the threshold ta
 from __future__ import annotations
 
 import csv
-import math
 import random
 import statistics
 from dataclasses import dataclass, field
