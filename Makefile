@@ -6,7 +6,7 @@ SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 BASE   := $(VENV)/.base-$(SUM)
 TESTS  := $(VENV)/.test-$(SUM)
 
-.PHONY: demo test bench dashboards proto chart clean
+.PHONY: demo test bench dashboards rules proto chart clean
 
 # the demo needs only gpulse itself; the tests add the [test] extra
 $(BASE): pyproject.toml
@@ -40,6 +40,10 @@ dashboards: $(TESTS)
 # The Helm chart as a self-contained package (rules and dashboards inside): dist/gpulse-<version>.tgz
 chart: $(TESTS)
 	$(PY) helm/package_chart.py
+
+# Regenerate prometheus/rules/ from prometheus/templates/ and the threshold table.
+rules: $(BASE)
+	$(PY) prometheus/generate.py
 
 proto: $(TESTS)
 	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh

@@ -1,176 +1,170 @@
-"""Labelled scenario corpus for the detection-quality bench.
+"""One corpus case (bench/corpus) through every detector but promtool.
 
-Each run is one simulated node (its own `node` label) driven through the real
-engine (`gpulse.engine.run_offline`) in virtual time: healthy for ONSET seconds,
-then one anomaly with random parameters. At every scrape instant the bench keeps
-what Prometheus would have scraped:
+`observe(case_name, path, node)` replays the log through the real engine
+(`gpulse.engine.run_offline` over `ReplaySource`, what `gpulse serve --source replay`
+runs) and keeps, per analysis tick, what the live gauges say, and at every scrape
+instant what Prometheus would scrape:
 
 - the exporter's series the shipped rules read, rendered by the real collector
-  (`gpulse.collector.snapshot_families`), and
-- the baseline signal: an instantaneous utilisation gauge in percent, the value
-  of the GPU at the scrape instant (`DCGM_FI_DEV_GPU_UTIL`, the way dcgm-exporter
-  data is usually alerted on).
+  (`gpulse.collector.snapshot_families`), labelled with the case's own `node`;
+- the baseline signal: the utilisation of each GPU's latest log row at the scrape
+  instant, as an instantaneous gauge (`DCGM_FI_DEV_GPU_UTIL` alerted on directly).
 
-Ground truth comes from the scenario parameters, not from the detector:
-    sync stall  positive ⇔ stall_length / stall_period > 0.2  (the alert's effect size)
-    straggler   positive ⇔ |gap| ≥ 0.10                       (same)
+`report_verdict(path)` runs `gpulse report` on the log and reads findings.json.
+
+Every verdict maps onto the four families of the corpus labels: stall (recurring sync
+stalls costing >= stall_page_ratio), rhythm (their period), straggler (which GPUs),
+imbalance. Thresholds come from gpulse.analysis.thresholds.
 """
 from __future__ import annotations
 
-import math
-import random
-from dataclasses import dataclass, field, replace
+import bisect
+import json
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from gpulse.collector import snapshot_families
-from gpulse.config import test_config
-from gpulse.engine import run_offline
-from gpulse.sources.sim import SCENARIOS, Scenario, SimSource
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "exporter"))
 
-ONSET = 360.0            # healthy seconds first: every rate() window holds 5 m of data
-DURATION = 1680.0        # onset + the slowest condition ramp (15 m share) + 10 m for: + slack
-STALL_THRESHOLD = 0.2
-GAP_THRESHOLD = 0.10
+from gpulse.analysis.thresholds import value  # noqa: E402
+from gpulse.collector import snapshot_families  # noqa: E402
+from gpulse.config import test_config  # noqa: E402
+from gpulse.engine import run_offline  # noqa: E402
+from gpulse.sources.replay import ReplaySource  # noqa: E402
 
-# Exporter series the sync-stall and straggler rules read (see prometheus/rules).
+SCRAPE = 15
 KEEP = {
     "gpulse_gpu_busy_seconds_total", "gpulse_gpu_active_seconds_total", "gpulse_gpu_sampled_seconds_total",
     "gpulse_group_active", "gpulse_group_sync_stall_seconds_total", "gpulse_group_sync_stalls_total",
-    "gpulse_group_sampled_seconds_total", "gpulse_group_stall_period_seconds", "gpulse_gpu_up",
+    "gpulse_group_sampled_seconds_total", "gpulse_group_stall_period_seconds",
 }
 BASELINE_METRIC = "DCGM_FI_DEV_GPU_UTIL"
+PERSIST = 60.0          # a live gauge verdict must hold this long (seconds of ticks)
+RHYTHM_TOLERANCE = 0.15
 
 
 @dataclass
-class Run:
-    idx: int
-    kind: str                    # stall | straggler | imbalance | pause | balanced
-    seed: int
-    gpus: int
-    params: dict
-    stall_positive: bool = False
-    straggler_positive: bool = False
-    stall_fraction: float = 0.0  # true share of time stalled after onset
-    gap: float = 0.0             # true straggler gap (signed)
-    series: dict = field(default_factory=dict)   # scrape interval -> {series text: [values]}
-
-    @property
-    def node(self) -> str:
-        return f"r{self.idx:03d}"
+class Verdict:
+    stall: bool = False
+    stall_at: float | None = None            # seconds after the log's first row
+    period: float | None = None
+    stragglers: dict[str, float] = field(default_factory=dict)   # gpu -> first seen
+    imbalance: bool = False
+    imbalance_at: float | None = None
 
 
-class OnsetSim(SimSource):
-    """The healthy scenario until `onset` seconds into the run, then the anomaly."""
-
-    def __init__(self, cfg, healthy: Scenario, anomaly: Scenario, onset: float):
-        super().__init__(cfg, anomaly)
-        self.healthy = SimSource(cfg, healthy)
-        self.onset = onset
-
-    def sample(self, i, t):
-        if self.t0 is not None and t - self.t0 < self.onset:
-            self.healthy.t0 = self.t0
-            return self.healthy.sample(i, t)
-        return super().sample(i, t)
+@dataclass
+class Observed:
+    node: str
+    duration: float
+    live: Verdict
+    series: dict[str, list]                   # series text -> value per scrape (None = absent)
+    scrapes: int
 
 
-def expected_util(level: float, noise: float) -> float:
-    """E[clip(level + U(-noise, noise), 0, 1)], the mean a GPU at this level shows."""
-    over = max(0.0, level + noise - 1.0)
-    under = max(0.0, noise - level)
-    return level - over * over / (4 * noise) + under * under / (4 * noise)
+def _labels(d: dict) -> str:
+    return ",".join(f'{k}="{v}"' for k, v in sorted(d.items()))
 
 
-def make_corpus(n: int, seed: int) -> list[Run]:
-    """n runs with random parameters: 40 % stall, 40 % straggler, the rest negatives
-    of other shapes (imbalanced halves, one long checkpoint pause, balanced)."""
-    rng = random.Random(seed)
-    runs = []
-    for idx in range(n):
-        u = rng.random()
-        gpus = rng.choice((4, 8))
-        noise = rng.uniform(0.005, 0.05)
-        level = rng.uniform(0.55, 0.95)
-        s = rng.randrange(1 << 30)
-        if u < 0.4:
-            period = math.exp(rng.uniform(math.log(1.0), math.log(60.0)))
-            length = rng.uniform(0.2, min(5.0, 0.9 * period))
-            jitter = rng.uniform(0.0, 0.1) * min(length, period - length)
-            r = Run(idx, "stall", s, gpus, dict(period=round(period, 3), length=round(length, 3),
-                                                jitter=round(jitter, 3), level=level, noise=noise))
-            r.stall_fraction = length / period
-            r.stall_positive = r.stall_fraction > STALL_THRESHOLD
-        elif u < 0.8:
-            gap = rng.uniform(0.0, 0.6)
-            hot = level + gap <= 0.99 and (level - gap < 0.05 or rng.random() < 0.5)
-            k = rng.randrange(gpus)
-            slevel = level + gap if hot else level - gap
-            r = Run(idx, "straggler", s, gpus, dict(gpu=k, level=level, straggler_level=slevel, noise=noise))
-            # the simulator clips utilisation to 0..1, which pulls a level near either
-            # end towards the middle: the truth is the gap between expected values
-            r.gap = expected_util(slevel, noise) - expected_util(level, noise)
-            r.straggler_positive = abs(r.gap) >= GAP_THRESHOLD
-        elif u < 0.9:
-            r = Run(idx, "imbalance", s, gpus, dict(level=0.95, low=rng.uniform(0.05, 0.9), noise=noise))
-        elif u < 0.95:
-            r = Run(idx, "pause", s, gpus, dict(length=rng.uniform(60.0, 240.0), level=level, noise=noise))
-        else:
-            r = Run(idx, "balanced", s, gpus, dict(level=level, noise=noise))
-        runs.append(r)
-    return runs
+class _Persist:
+    """First time a condition has held for PERSIST seconds in a row."""
+
+    def __init__(self):
+        self.since: dict[str, float] = {}
+        self.first: dict[str, float] = {}
+
+    def see(self, key: str, cond: bool, t: float) -> None:
+        if not cond:
+            self.since.pop(key, None)
+            return
+        s = self.since.setdefault(key, t)
+        if t - s >= PERSIST and key not in self.first:
+            self.first[key] = t
 
 
-def scenarios(run: Run) -> tuple[Scenario, Scenario]:
-    p = run.params
-    healthy = replace(SCENARIOS["balanced"], level=p["level"], noise=p["noise"])
-    if run.kind == "stall":
-        anomaly = Scenario("stall", level=p["level"], noise=p["noise"], stall_period=p["period"],
-                           stall_length=p["length"], stall_jitter=p["jitter"])
-    elif run.kind == "straggler":
-        anomaly = Scenario("straggler", level=p["level"], levels={p["gpu"]: p["straggler_level"]}, noise=p["noise"])
-    elif run.kind == "imbalance":
-        anomaly = Scenario("imbalance", level=p["level"], low_half=p["low"], noise=p["noise"])
-    elif run.kind == "pause":
-        # one checkpoint: rank 0 off the GPU, the others spin-waiting, once
-        anomaly = Scenario("pause", level=p["level"], noise=p["noise"], ckpt_period=10 * DURATION,
-                           ckpt_length=p["length"], ckpt_offset=ONSET + 60.0)
-    else:
-        anomaly = healthy
-    return healthy, anomaly
-
-
-def _labels(sample_labels: dict) -> str:
-    return ",".join(f'{k}="{v}"' for k, v in sorted(sample_labels.items()))
-
-
-def simulate(run: Run, scrape_intervals: tuple[int, ...]) -> Run:
-    """Drive the run through the engine and keep every scrape's series."""
-    cfg = test_config(source="sim", sim__gpus=run.gpus, sim__seed=run.seed, node_name=run.node)
-    healthy, anomaly = scenarios(run)
-    src = OnsetSim(cfg, healthy, anomaly, ONSET)
-    out: dict[int, dict[str, list]] = {s: {} for s in scrape_intervals}
-    n_scrapes = {s: 0 for s in scrape_intervals}
-    for _, snap in run_offline(src, cfg, until=DURATION):
-        t = snap.t - (src.t0 or 0.0)
-        due = [s for s in scrape_intervals if t + 1e-6 >= (n_scrapes[s] + 1) * s]
-        if not due:
+def observe(path: str, node: str) -> Observed:
+    cfg = test_config(source="replay", replay__file=str(path), replay__speed=0, node_name=node)
+    src = ReplaySource(cfg)
+    ratio, episodes = value("stall_page_ratio"), value("stall_recurring_episodes")
+    z_lim, imb_lim, imb_min = value("straggler_z"), value("imbalance_alert_ratio"), value("imbalance_min_active_ratio")
+    hist: list[tuple[float, float, float, int]] = []     # t, stall s, holding s, episodes
+    periods: list[float] = []
+    pers = _Persist()
+    stall_at = None
+    series: dict[str, list] = {}
+    n = 0
+    start = None
+    rows_t: dict[str, list[float]] = {}
+    rows_u: dict[str, list[float]] = {}
+    for _, snap in run_offline(src, cfg):
+        if start is None:
+            start = src.run.start
+            for r in src.run.records:
+                rows_t.setdefault(r.gpu, []).append(r.t)
+                rows_u.setdefault(r.gpu, []).append(100.0 * (r.sample.util or 0.0))
+        t = (snap.t or start) - start
+        if not snap.groups:
             continue
-        values: dict[str, float] = {}
-        for fam in snapshot_families(snap):
-            for smp in fam.samples:
-                if smp.name in KEEP:
-                    values[smp.name + "{" + _labels(smp.labels) + "}"] = smp.value
+        g = snap.groups[0]
+        # live: the exporter's exact counters, as its page and the rules read them
+        hist.append((t, g.stall_seconds, g.holding_seconds, g.stalls_total))
+        j2 = bisect.bisect_left([h[0] for h in hist[-400:]], t - 120.0) + max(0, len(hist) - 400)
+        j10 = bisect.bisect_left([h[0] for h in hist[-1200:]], t - 600.0) + max(0, len(hist) - 1200)
+        a, b = hist[j2], hist[-1]
+        held = b[2] - a[2]
+        if (stall_at is None and g.holding and held > 0 and (b[1] - a[1]) / held >= ratio
+                and b[3] - hist[j10][3] >= episodes):
+            stall_at = t
+        if g.stall_period is not None:
+            periods.append(g.stall_period)
         for v in snap.gpus:
-            sm = src.sample(int(v.info.gpu), snap.t)
-            values[BASELINE_METRIC + "{" + _labels({"node": run.node, "gpu": v.info.gpu}) + "}"] = 100.0 * (sm.util or 0.0)
-        for s in due:
-            k = n_scrapes[s]
-            n_scrapes[s] += 1
-            for key, val in values.items():
-                col = out[s].setdefault(key, [None] * k)
-                col.extend([None] * (k - len(col)))
+            dev = max((abs(z) for z in (v.deviation_active, v.deviation_busy) if z is not None), default=0.0)
+            pers.see("gpu" + v.info.gpu, g.holding and dev >= z_lim, t)
+        acts = [v.active_ratio for v in snap.gpus if v.active_ratio is not None]
+        pers.see("imbalance", g.holding and bool(acts) and max(acts) > imb_min
+                 and (g.imbalance or 0.0) > imb_lim, t)
+        # a scrape every SCRAPE seconds of the log's own time
+        if t + 1e-6 >= (n + 1) * SCRAPE:
+            vals: dict[str, float] = {}
+            for fam in snapshot_families(snap):
+                for smp in fam.samples:
+                    if smp.name in KEEP:
+                        vals[smp.name + "{" + _labels(smp.labels) + "}"] = smp.value
+            for gpu, ts in rows_t.items():
+                k = bisect.bisect_right(ts, (snap.t or start)) - 1
+                if k >= 0:
+                    vals[f'{BASELINE_METRIC}{{{_labels({"node": node, "gpu": gpu})}}}'] = rows_u[gpu][k]
+            for key, val in vals.items():
+                col = series.setdefault(key, [None] * n)
+                col.extend([None] * (n - len(col)))
                 col.append(val)
-    for s in scrape_intervals:
-        for col in out[s].values():
-            col.extend([None] * (n_scrapes[s] - len(col)))
-    run.series = out
-    return run
+            n += 1
+    for col in series.values():
+        col.extend([None] * (n - len(col)))
+    live = Verdict(stall=stall_at is not None, stall_at=stall_at,
+                   period=sorted(periods)[len(periods) // 2] if periods else None,
+                   stragglers={k[3:]: t for k, t in pers.first.items() if k.startswith("gpu")},
+                   imbalance="imbalance" in pers.first, imbalance_at=pers.first.get("imbalance"))
+    return Observed(node, hist[-1][0] if hist else 0.0, live, series, n)
+
+
+def report_verdict(path: str) -> Verdict:
+    """`gpulse report` on the log: recurring stall patterns, the headline period, the
+    stragglers and the imbalance finding of findings.json."""
+    with tempfile.TemporaryDirectory() as out:
+        r = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", str(path), "--out", out, "--quiet"],
+                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "exporter"), "PATH": "/usr/bin:/bin"})
+        if r.returncode != 0:
+            raise SystemExit(f"gpulse report failed on {path}: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+        doc = json.loads((Path(out) / "findings.json").read_text(encoding="utf-8"))
+    work = doc["run"]["work_seconds"] or 0.0
+    recurring = sum(p["stalled_seconds"] for p in doc["stall_patterns"]
+                    if p["count"] >= value("stall_recurring_episodes"))
+    kinds = {f["kind"] for f in doc["findings"]}
+    return Verdict(stall=work > 0 and recurring / work >= value("stall_page_ratio"),
+                   period=doc["stall_period_seconds"],
+                   stragglers={str(s["gpu"]): 0.0 for s in doc["stragglers"]},
+                   imbalance="imbalance" in kinds)

@@ -5,6 +5,8 @@ so the cluster view and the one-workload view read the same expressions.
 """
 from __future__ import annotations
 
+from gpulse.analysis.thresholds import value
+
 from .common import node_major_rows
 
 BUSY_5M = "node_gpu:gpulse_gpu_busy:ratio_rate5m"
@@ -21,8 +23,8 @@ STALL_RATIO = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
 # robust z-score beyond 3.5 against its peers AND at least 10 points of time
 # away from their median, in either signal (active finds a hot straggler, busy
 # a cold one). The panels list exactly what would page.
-OUTLIER_Z = 3.5
-OUTLIER_GAP = 0.1
+OUTLIER_Z = value("straggler_z")
+OUTLIER_GAP = value("straggler_gap_ratio")
 
 
 def selected_ratio(rule_window: str, sel: str) -> str:

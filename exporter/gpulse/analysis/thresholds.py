@@ -48,6 +48,15 @@ _TABLE = (
               "(max - min) / max of active fractions beyond which a group is imbalanced"),
     Threshold("imbalance_min_active_ratio", 0.2, "ratio",
               "the busiest GPU must be at least this active for imbalance to count"),
+    # -- paging (read by the generated Prometheus rules) -----------------------
+    Threshold("stall_page_ratio", 0.10, "ratio",
+              "share of the last 2 minutes a group spends in sync stalls before GpulseSyncStalls pages"),
+    Threshold("stall_recurring_episodes", 3, "count",
+              "stall episodes within 10 minutes that make stalls recurring (one long pause is not)"),
+    Threshold("pause_page_seconds", 60, "seconds",
+              "co-idle seconds within 5 minutes, in a pause that does not recur, before GpulseSyncPause tells"),
+    Threshold("straggler_settle_seconds", 270, "seconds",
+              "a group must have held its workload this long of the last 5 minutes before GpulseStragglerGPU pages"),
 )
 
 THRESHOLDS: dict[str, Threshold] = {t.name: t for t in _TABLE}

@@ -1,0 +1,160 @@
+"""GPU timelines -> nvidia-smi CSV logs with the timing of the real ones.
+
+A timeline is, per GPU, a list of contiguous segments (start, end, state). A state
+says what the GPU does: no job, a job holding memory but not computing (start-up),
+computing, spin-waiting in a collective (busy at idle-level power), idle inside a
+job, or partly busy at a fraction. `write_log` samples it the way
+`nvidia-smi --query-gpu=... -lms 100` does on the real 8xH100 traces
+(../shared/data/traces/h100-8gpu, see ../shared/data/README.md):
+
+- one poll every 100 ms (jittered a few ms), the GPUs' rows written one after
+  another a few milliseconds apart; now and then the GPU 0 query stalls and the
+  rows after it land up to ~1.1 s later (the next poll waits for it);
+- `utilization.gpu` is the share of the driver's last sample period (1/6 s) in
+  which a kernel ran, as an integer percent, so a stall that starts between polls
+  shows as a partial value;
+- power either as `power.draw` averaged over the last second (what the real logs
+  hold: it hides short spin-waits) or as `power.draw.instant`, with noise;
+- `memory.used` from the state (a job holds tens of GiB; a freed GPU 17 MiB).
+
+Everything is drawn from a `random.Random(seed)`: the same seed writes the same file.
+"""
+from __future__ import annotations
+
+import bisect
+import calendar
+import random
+import time
+from dataclasses import dataclass
+
+UTIL_PERIOD = 1 / 6          # NVML's utilisation sample period on recent GPUs
+POWER_AVG = 1.0              # power.draw is a 1 s average on H100 drivers
+POLL = 0.1
+
+# state -> (busy weight, power key, holds memory)
+OFF, LOAD, COMPUTE, SPIN, IDLE, PART = "off", "load", "compute", "spin", "idle", "part"
+
+
+@dataclass(frozen=True)
+class Levels:
+    """Power and memory levels, measured from the real traces (corpus.levels)."""
+    compute_w: float
+    spin_w: float
+    idle_w: float
+    job_mib: float
+    free_mib: float
+
+
+class Timeline:
+    """Per-GPU segments. `add(gpu, a, b, state, part=0.0)` must be called in time order
+    per GPU; gaps between segments are filled with `fill` (default: no job)."""
+
+    def __init__(self, gpus: int, end: float):
+        self.gpus = gpus
+        self.end = end
+        self.seg: list[list[tuple[float, float, str, float]]] = [[] for _ in range(gpus)]
+
+    def add(self, gpu: int, a: float, b: float, state: str, part: float = 0.0, fill: str = OFF) -> None:
+        s = self.seg[gpu]
+        last = s[-1][1] if s else 0.0
+        a = max(a, last)
+        b = min(b, self.end)
+        if b <= a:
+            return
+        if a > last + 1e-9:
+            s.append((last, a, fill, 0.0))
+        if s and s[-1][2] == state and s[-1][3] == part and abs(s[-1][1] - a) < 1e-9:
+            s[-1] = (s[-1][0], b, state, part)
+        else:
+            s.append((a, b, state, part))
+
+    def close(self) -> None:
+        for g in range(self.gpus):
+            self.add(g, self.end, self.end, OFF)
+            s = self.seg[g]
+            if not s or s[-1][1] < self.end:
+                s.append((s[-1][1] if s else 0.0, self.end, OFF, 0.0))
+        self._starts = [[x[0] for x in s] for s in self.seg]
+
+    def _busy_power(self, state: str, part: float, lv: Levels) -> tuple[float, float]:
+        if state == COMPUTE:
+            return 1.0, lv.compute_w
+        if state == SPIN:
+            return 1.0, lv.spin_w
+        if state == PART:
+            return part, lv.idle_w + part * (lv.compute_w - lv.idle_w)
+        return 0.0, lv.idle_w
+
+    def mean(self, gpu: int, a: float, b: float, lv: Levels) -> tuple[float, float]:
+        """(busy fraction, mean power) over [a, b]."""
+        s, starts = self.seg[gpu], self._starts[gpu]
+        a, b = max(a, 0.0), max(b, 1e-9)
+        if b <= a:
+            a = b - 1e-6
+        i = max(0, bisect.bisect_right(starts, a) - 1)
+        busy = power = 0.0
+        while i < len(s) and s[i][0] < b:
+            lo, hi = max(a, s[i][0]), min(b, s[i][1])
+            if hi > lo:
+                u, p = self._busy_power(s[i][2], s[i][3], lv)
+                busy += u * (hi - lo)
+                power += p * (hi - lo)
+            i += 1
+        d = b - a
+        return busy / d, power / d
+
+    def state(self, gpu: int, t: float) -> str:
+        i = max(0, bisect.bisect_right(self._starts[gpu], t) - 1)
+        return self.seg[gpu][min(i, len(self.seg[gpu]) - 1)][2]
+
+
+FORMATS = {
+    # the real 8xH100 logs: no index column, 1 s-averaged power
+    "avg": "timestamp, power.draw [W], utilization.gpu [%], memory.used [MiB]",
+    # a newer driver's query: index column, instantaneous power
+    "instant": "timestamp, index, power.draw.instant [W], utilization.gpu [%], memory.used [MiB]",
+}
+
+
+def _stamp(epoch: float, t: float) -> str:
+    whole = int(epoch + t)
+    ms = int(round((epoch + t - whole) * 1000))
+    if ms == 1000:
+        whole, ms = whole + 1, 0
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(whole)) + f".{ms:03d}"
+
+
+def write_log(path: str, tl: Timeline, lv: Levels, fmt: str, seed: int,
+              epoch: str = "2026/03/02 10:00:00", query_stall_rate: float = 0.002) -> int:
+    """Sample the timeline into an nvidia-smi CSV at `path`; returns the rows written."""
+    tl.close()
+    rng = random.Random(seed)
+    t0 = calendar.timegm(time.strptime(epoch, "%Y/%m/%d %H:%M:%S"))
+    lines = [FORMATS[fmt]]
+    t = rng.uniform(0.0, POLL)
+    n = 0
+    while t < tl.end - 1.2:
+        row_t = t + rng.gauss(0.0, 0.002)
+        for g in range(tl.gpus):
+            row_t += rng.uniform(0.001, 0.004)
+            if g == 0 and rng.random() < query_stall_rate:
+                row_t += rng.uniform(0.3, 1.1)      # the GPU 0 query stalls; the rest wait
+            busy, _ = tl.mean(g, row_t - UTIL_PERIOD, row_t, lv)
+            if fmt == "avg":
+                _, watts = tl.mean(g, row_t - POWER_AVG, row_t, lv)
+            else:
+                _, watts = tl.mean(g, row_t - 0.02, row_t, lv)
+            watts *= 1.0 + rng.gauss(0.0, 0.015)
+            util = int(round(100 * min(1.0, max(0.0, busy + (rng.gauss(0.0, 0.01) if 0 < busy < 1 else 0.0)))))
+            held = tl.state(g, row_t) != OFF
+            mib = (lv.job_mib + rng.randint(-64, 64)) if held else (lv.free_mib + (91 if g == 0 else 0))
+            cells = [_stamp(t0, row_t)]
+            if fmt == "instant":
+                cells.append(str(g))
+            cells += [f"{watts:.2f} W", f"{util} %", f"{int(mib)} MiB"]
+            lines.append(", ".join(cells))
+            n += 1
+        t = max(t + POLL + rng.gauss(0.0, 0.001), row_t + 0.002)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    return n
