@@ -2,10 +2,27 @@
 
 Selectors are passed in as matcher text (e.g. 'node=~"$node", workload=~"$workload"')
 so the cluster view and the one-workload view read the same expressions.
+
+How a heatmap cell gets its colour
+----------------------------------
+A cell spans one query step, which Grafana also substitutes as `$__interval`.
+The exporter integrates every GPU's sub-second samples into counters, so the
+share of a cell's time spent working is
+
+    (C(t) - C(t - $__interval)) / (sampled(t) - sampled(t - $__interval))
+
+with C the busy or active seconds counter read at the cell's two edges. That is
+exact for the cell's own span, whatever its length, and neighbouring cells tile
+the time axis without overlap. `increase(C[$__interval])` would not do: a
+window one scrape long holds a single sample and returns nothing, and a longer
+one ($__rate_interval) smears a 15 s stall over several cells. `C offset I`
+reads the latest sample at or before t - I, the same lookback as `C` itself.
+After a counter reset the sampled delta is negative and `> 0` drops the cell.
 """
 from __future__ import annotations
 
-from .common import node_major_rows
+from gpulse.analysis.thresholds import value as threshold
+from gpulse.palette import SPIN_WEIGHT
 
 BUSY_5M = "node_gpu:gpulse_gpu_busy:ratio_rate5m"
 ACTIVE_5M = "node_gpu:gpulse_gpu_active:ratio_rate5m"
@@ -18,41 +35,143 @@ BUSY_PEER_GAP = "node_gpu:gpulse_gpu_busy:peer_gap_ratio5m"
 STALL_RATIO = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
 
 # What makes a GPU a straggler, as the GpulseStragglerGPU alert judges it: a
-# robust z-score beyond 3.5 against its peers AND at least 10 points of time
-# away from their median, in either signal (active finds a hot straggler, busy
-# a cold one). The panels list exactly what would page.
-OUTLIER_Z = 3.5
-OUTLIER_GAP = 0.1
+# robust z-score beyond straggler_z against its peers AND at least
+# straggler_gap_ratio of time away from their median, in either signal (active
+# finds a hot straggler, busy a cold one). The panels list exactly what would page.
+OUTLIER_Z = threshold("straggler_z")
+OUTLIER_GAP = threshold("straggler_gap_ratio")
+
+# The work score (palette.work_score) is active + SPIN_WEIGHT x spin-wait. Since
+# spin-wait = busy - active wherever activity does not exceed utilisation (always
+# for power-gated activity, and what SM activity is physically), with a weight
+# of one half the score is the plain mean of the active and busy shares. That
+# is what lets the `metric` variable select it like any single counter (the
+# counters to average are spliced into the metric name), from raw counters and
+# from the 5m recording rules alike.
+assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); see queries.py"
+COUNTERS = ("active", "busy")   # the per-GPU time counters a `metric` choice may average
 
 
-def selected_ratio(rule_window: str, sel: str) -> str:
-    """The per-GPU 0..1 series the `metric` variable selects, one per (node, gpu):
-    the busy or active recording rule of the given window ("1m" or "5m"), or the
-    mean power draw over the step as a fraction of the power limit. Only the
-    selected branch matches any metric name (see common.METRIC_CHOICES).
-
-    `max by (node, gpu)` merges the pieces of a GPU whose attribution labels
-    changed during the range into one row. Power is averaged over the step
-    because a gauge sampled once a step aliases; the limit hardly ever changes,
-    so its latest value is enough. Dividing before aggregating is the cheaper
-    order (measured by bench/dashboards_scale.py)."""
-    return (f'max by (node, gpu) (\n'
-            f'  {{__name__=~"node_gpu:gpulse_gpu_${{metric}}:ratio_rate{rule_window}", {sel}}}\n'
-            f'  or\n'
-            f'  avg_over_time({{__name__=~"gpulse_gpu_${{metric}}_watts", {sel}}}[$__interval])\n'
-            f'    / {{__name__=~"gpulse_gpu_${{metric}}_limit_watts", {sel}}}\n'
-            f')')
+def _delta(name: str, sel: str, gate: str) -> str:
+    """Counter difference over the cell, gated: the selector only matches
+    `name` when the variables' values spliced into `gate` spell it out."""
+    s = f'{{__name__="{name}", __name__=~"{gate}", {sel}}}'
+    return f"({s} - {s} offset $__interval)"
 
 
-def heatmap_rows(sel: str) -> str:
-    """Long-range heatmap: the 5m recording rules evaluated every minute (one
-    value per GPU per minute whatever the scrape interval), one row per GPU."""
-    return node_major_rows(selected_ratio("5m", sel))
+def _per_counter(build, by: str) -> str:
+    """The mean over the selected counters of build(counter). Each counter gets
+    its own `counter` label before they are joined: functions drop the metric
+    name, and two counters of one GPU would otherwise collide."""
+    parts = "\n    or ".join(f'label_replace({build(c)}, "counter", "{c}", "", "")' for c in COUNTERS)
+    return f"avg by ({by}) (\n  sum by ({by}, counter) (\n    {parts}\n  )\n)"
 
 
-def status_rows(sel: str) -> str:
-    """Short-range variant: the 1m rules, which follow every scrape."""
-    return node_major_rows(selected_ratio("1m", sel))
+def cell_ratio(sel: str, by: str = "node, gpu") -> str:
+    """The 0..1 value of each heatmap cell, one series per `by` group.
+
+    `${metric}` is a regex alternation of counter names (`active|busy` for the
+    work score, `busy`, `active`, `power`) and `${cells}` the name suffix of
+    the data the cells are read from: `seconds_total` (raw counters, exact per
+    cell) or `ratio_rate5m` (the downsampled recording rules, for ranges longer
+    than raw data is kept). Only the selected branch matches any metric name,
+    so Prometheus reads only the series shown.
+    """
+    raw = _per_counter(
+        lambda c: f"sum by ({by}) {_delta(f'gpulse_gpu_{c}_seconds_total', sel, 'gpulse_gpu_(${metric})_${cells}')}",
+        by)
+    sampled = (f"sum by ({by}) "
+               f'({{__name__=~"gpulse_gpu_sampled_${{cells}}", {sel}}}'
+               f' - {{__name__=~"gpulse_gpu_sampled_${{cells}}", {sel}}} offset $__interval)')
+    # the 5m rules are evaluated once a minute: a cell is the mean of the
+    # 5-minute means that end inside it (smeared by up to 5 minutes)
+    rules = _per_counter(
+        lambda c: (f'avg by ({by}) (avg_over_time({{__name__="node_gpu:gpulse_gpu_{c}:ratio_rate5m", '
+                   f'__name__=~"node_gpu:gpulse_gpu_(${{metric}}):${{cells}}", {sel}}}[$__interval]))'),
+        by)
+    # a power gauge sampled once a scrape aliases; its mean over the cell does
+    # not. The limit hardly ever changes, so its latest value is enough.
+    power = (f'avg by ({by}) (\n'
+             f'  avg_over_time({{__name__=~"gpulse_gpu_(${{metric}})_watts", {sel}}}[$__interval])\n'
+             f'  / {{__name__=~"gpulse_gpu_(${{metric}})_limit_watts", {sel}}}\n)')
+    return f"(\n{raw}\n/ on ({by}) ({sampled} > 0)\n)\nor\n{rules}\nor\n{power}"
+
+
+def _pad_gpu(expr: str) -> str:
+    """`device` = the GPU index zero-padded to three digits ("2" -> "002"), so
+    that it sorts as a number; MIG indices ("0/1") are kept as they are."""
+    e = f'label_replace({expr}, "device", "00$1", "gpu", "([0-9])")'
+    e = f'label_replace({e}, "device", "0$1", "gpu", "([0-9][0-9])")'
+    return f'label_replace({e}, "device", "$1", "gpu", "([0-9]{{3,}}|.*[^0-9].*)")'
+
+
+def _rank(expr: str, sel: str, by: str, peers: str) -> str:
+    """Adds a `rank` label: 1000 + 999 x (1 - distance of the group's mean
+    active share over the whole range from its peers' median), four digits that
+    sort the most deviant first. `@ end()` makes it one value per group for the
+    whole range, so a row keeps its place from the first cell to the last (and
+    Prometheus evaluates it once, not at every step)."""
+    share = (f"(sum by ({by}) (increase(gpulse_gpu_active_seconds_total{{{sel}}}[$__range] @ end()))\n"
+             f" / sum by ({by}) (increase(gpulse_gpu_sampled_seconds_total{{{sel}}}[$__range] @ end())))")
+    median = f"on ({peers}) group_left () quantile by ({peers}) (0.5, {share})" if peers \
+        else f"scalar(quantile(0.5, {share}))"
+    rank = f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(abs({share} - {median}), 1))))'
+    # a group too new to have a share over the range keeps its row, unranked
+    # (sorted first: an empty rank), instead of vanishing
+    unranked = f"max by ({by}) (gpulse_gpu_up{{{sel}}}) * 0 + 1"
+    return f"(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\nor on ({by})\n{unranked}\n)"
+
+
+def _rows(expr: str, sel: str, by: str, peers: str, key: str) -> str:
+    """Series in the heatmap's row order. Prometheus returns a range result
+    sorted by its label set, label name by label name, and `device` sorts
+    before every other label gpulse sets, so `device` is the row key: node,
+    then GPU index as a number, or with `${order}` = rank the most deviant
+    group first (`natural` names no label and adds nothing to the key)."""
+    return f'label_join(\n{_rank(expr, sel, by, peers)},\n"device", "/", "${{order}}", {key})'
+
+
+def gpu_rows(sel: str) -> str:
+    """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order."""
+    return _rows(_pad_gpu(cell_ratio(sel)), sel, "node, gpu", "node", '"node", "device"')
+
+
+def node_rows(sel: str) -> str:
+    """Overview: one row per node (the mean over its GPUs)."""
+    return _rows(cell_ratio(sel, "node"), sel, "node", "", '"node"')
+
+
+def workload_rows(sel: str) -> str:
+    """Overview: one row per workload across all its nodes."""
+    return label_join_rows(cell_ratio(f'{sel}, workload!=""', "workload"), '"workload"')
+
+
+def label_join_rows(expr: str, key: str) -> str:
+    return f'label_join(\n{expr},\n"device", "/", {key})'
+
+
+def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:
+    """Share of each cell's time every GPU of a group was stalled at once, per
+    workload across its nodes (per node when GPUs carry no workload). The
+    denominator is the time the group held a workload, so a job's start-up
+    and the idle time after it are not counted as stalls."""
+    def share(by: str, sel: str) -> str:
+        def d(name: str) -> str:
+            return f"({name}{{{sel}}} - {name}{{{sel}}} offset $__interval)"
+        return (f"sum by ({by}) {d('gpulse_group_sync_stall_seconds_total')}\n"
+                f"/ (sum by ({by}) {d('gpulse_group_sampled_seconds_total')} > 0)")
+    per_workload = share("workload", f'{workload_sel}, workload!=""')
+    return per_workload if node_sel is None else per_workload_or_node(per_workload, share("node", node_sel))
+
+
+def stall_period_marks(workload_sel: str, node_sel: str | None = None) -> str:
+    """The dominant stall period, rounded to a second, as a `period` label
+    (count_values), so an annotation can print it over the spans it holds."""
+    def marks(by: str, sel: str) -> str:
+        return (f'count_values by ({by}) ("period", round(max by ({by}) '
+                f'(gpulse_group_stall_period_seconds{{{sel}}})))')
+    per_workload = marks("workload", f'{workload_sel}, workload!=""')
+    return per_workload if node_sel is None else per_workload_or_node(per_workload, marks("node", node_sel))
 
 
 def _by_signal(active: str, busy: str) -> str:
