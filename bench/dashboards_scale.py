@@ -253,6 +253,8 @@ def measure(gpus: int, args, scratch: Path) -> dict:
         load_before = os.getloadavg()[0]
         for uid in VARIABLES:
             for where, expr, instant, step, span in requests_for(uid, range_ms):
+                if args.only and args.only not in where:
+                    continue
                 results[where] = timed(prom, expr, instant, step, end - span, end, args.repeat)
         return {"gpus": gpus, "scraped": scraped, "series": total_series, "bytes": du(work / "data"),
                 "results": results, "load": (load_before, os.getloadavg()[0])}
@@ -274,18 +276,18 @@ def report(runs: list[dict]) -> None:
               f"{r['bytes'] / r['gpus'] / 1024:.0f} KiB/GPU for the range; "
               f"load average {r['load'][0]:.1f} -> {r['load'][1]:.1f} while timing")
     print()
-    head = f"{'query':<78} " + " ".join(f"{str(r['gpus']) + ' GPUs':>22}" for r in runs)
+    head = f"{'query':<118} " + " ".join(f"{str(r['gpus']) + ' GPUs':>22}" for r in runs)
     if len(runs) > 1:
         head += f" {'ratio':>6}"
     print(head)
-    print(f"{'':<78} " + " ".join(f"{'wall s  cpu s   MB':>22}" for _ in runs))
+    print(f"{'':<118} " + " ".join(f"{'wall s  cpu s   MB':>22}" for _ in runs))
     worst = 0.0
     for where in top["results"]:
         cells = []
         for r in runs:
             t, size, _, cpu = r["results"][where]
             cells.append(f"{t:6.3f} {cpu:6.3f} {size / MB:6.2f}")
-        line = f"{where[:78]:<78} " + " ".join(f"{c:>22}" for c in cells)
+        line = f"{where[:118]:<118} " + " ".join(f"{c:>22}" for c in cells)
         if len(runs) > 1:
             line += f" {top['results'][where][0] / max(base['results'][where][0], 1e-6):6.1f}"
         if not where.startswith("(raw"):
@@ -304,6 +306,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hours", type=float, default=4.0, help="time range backfilled and queried (default %(default)s)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each query; the median is reported")
     ap.add_argument("--keep", action="store_true", help="keep the TSDB directories")
+    ap.add_argument("--only", default="", metavar="TEXT", help="only the targets whose dashboard / panel name has TEXT")
     args = ap.parse_args(argv)
     try:
         sizes = [int(x) for x in args.gpus.split(",")]

@@ -76,12 +76,13 @@ ZSCORE = "sishort"         # a dimensionless score; SI short keeps 2.5 as 2.5
 RULE_5M_INTERVAL = "1m"
 
 # Columns of the heatmaps and the stall strip. Grafana divides the range by
-# this, rounds it up its interval table and never goes below the datasource's
-# scrape interval, so a cell is max(scrape interval, ~range / 400): one scrape
-# at 15 m and 1 h, 1 m at 6 h, 5 m at 24 h. 400 columns are 4 px each on a
-# 1,600 px panel; a panel of 1,024 GPUs stays near 400k values. The strip and
-# the GPU rows share it, so their columns line up.
-HEATMAP_POINTS = 400
+# this, rounds it on its interval table and never goes below the datasource's
+# scrape interval, so a cell is max(scrape interval, ~range / 240): one 15 s
+# scrape up to 1 h, 1 m at 4 h, 5 m at 24 h. 240 columns are ~7 px each on a
+# 1,600 px panel; the cost of a heatmap query grows with columns x rows
+# (bench/dashboards_scale.py). The strip and the GPU rows share it, so their
+# columns line up.
+HEATMAP_POINTS = 240
 
 # Columns of the long-range time series (imbalance, stall fraction), which
 # read 5-minute recording rules: 160 gives 2-minute steps at 4 h.
@@ -182,8 +183,9 @@ def metric_variable() -> "db.CustomVariable":
 def cells_variable() -> "db.CustomVariable":
     return _custom("cells", "Cells from",
                    "counters: each cell is exactly the share of its own time span, from the raw "
-                   "counters. 5m recording rules: each cell averages the 5-minute means inside it "
-                   "(blurred by up to 5 minutes); use it when raw data is no longer kept for the range.",
+                   "counters. 5m recording rules: each cell is the 5-minute mean ending at its end "
+                   "(blurred over 5 minutes below 5-minute cells); use it when raw data is no longer "
+                   "kept for the range.",
                    CELLS_CHOICES, "seconds_total")
 
 

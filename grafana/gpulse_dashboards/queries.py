@@ -49,22 +49,6 @@ OUTLIER_GAP = threshold("straggler_gap_ratio")
 # counters to average are spliced into the metric name), from raw counters and
 # from the 5m recording rules alike.
 assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); see queries.py"
-COUNTERS = ("active", "busy")   # the per-GPU time counters a `metric` choice may average
-
-
-def _delta(name: str, sel: str, gate: str) -> str:
-    """Counter difference over the cell, gated: the selector only matches
-    `name` when the variables' values spliced into `gate` spell it out."""
-    s = f'{{__name__="{name}", __name__=~"{gate}", {sel}}}'
-    return f"({s} - {s} offset $__interval)"
-
-
-def _per_counter(build, by: str) -> str:
-    """The mean over the selected counters of build(counter). Each counter gets
-    its own `counter` label before they are joined: functions drop the metric
-    name, and two counters of one GPU would otherwise collide."""
-    parts = "\n    or ".join(f'label_replace({build(c)}, "counter", "{c}", "", "")' for c in COUNTERS)
-    return f"avg by ({by}) (\n  sum by ({by}, counter) (\n    {parts}\n  )\n)"
 
 
 def cell_ratio(sel: str, by: str = "node, gpu") -> str:
@@ -76,33 +60,33 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     cell) or `ratio_rate5m` (the downsampled recording rules, for ranges longer
     than raw data is kept). Only the selected branch matches any metric name,
     so Prometheus reads only the series shown.
+
+    The mean over the selected counters is taken on the counters themselves
+    (`avg by` of a plain selector keeps the two names apart; a function would
+    drop them and make the two series of one GPU collide), then differenced
+    over the cell. `avg`/`max by (node, gpu)` also merges the pieces of a GPU
+    whose attribution labels changed: only one piece is live at a time.
     """
-    raw = _per_counter(
-        lambda c: f"sum by ({by}) {_delta(f'gpulse_gpu_{c}_seconds_total', sel, 'gpulse_gpu_(${metric})_${cells}')}",
-        by)
-    sampled = (f"sum by ({by}) "
-               f'({{__name__=~"gpulse_gpu_sampled_${{cells}}", {sel}}}'
-               f' - {{__name__=~"gpulse_gpu_sampled_${{cells}}", {sel}}} offset $__interval)')
-    # the 5m rules are evaluated once a minute: a cell is the mean of the
-    # 5-minute means that end inside it (smeared by up to 5 minutes)
-    rules = _per_counter(
-        lambda c: (f'avg by ({by}) (avg_over_time({{__name__="node_gpu:gpulse_gpu_{c}:ratio_rate5m", '
-                   f'__name__=~"node_gpu:gpulse_gpu_(${{metric}}):${{cells}}", {sel}}}[$__interval]))'),
-        by)
+    gpu = "node, gpu" if by in ("node, gpu", "node") else f"node, gpu, {by}"
+    counters = f'{{__name__=~"gpulse_gpu_(${{metric}})_${{cells}}", {sel}}}'
+    sampled = f'{{__name__=~"gpulse_gpu_sampled_${{cells}}", {sel}}}'
+
+    def delta(agg: str, selector: str) -> str:
+        return f"({agg} by ({gpu}) ({selector}) - {agg} by ({gpu}) ({selector} offset $__interval))"
+
+    work, covered = delta("avg", counters), delta("max", sampled)
+    if by != gpu:
+        work, covered = f"sum by ({by}) {work}", f"sum by ({by}) {covered}"
+    raw = f"{work}\n/ ({covered} > 0)"
+    # the 5m rules are evaluated once a minute: a cell shows the 5-minute mean
+    # ending at its end (the whole cell up to 5-minute cells, its end beyond)
+    rules = f'avg by ({by}) ({{__name__=~"node_gpu:gpulse_gpu_(${{metric}}):${{cells}}", {sel}}})'
     # a power gauge sampled once a scrape aliases; its mean over the cell does
     # not. The limit hardly ever changes, so its latest value is enough.
     power = (f'avg by ({by}) (\n'
              f'  avg_over_time({{__name__=~"gpulse_gpu_(${{metric}})_watts", {sel}}}[$__interval])\n'
              f'  / {{__name__=~"gpulse_gpu_(${{metric}})_limit_watts", {sel}}}\n)')
-    return f"(\n{raw}\n/ on ({by}) ({sampled} > 0)\n)\nor\n{rules}\nor\n{power}"
-
-
-def _pad_gpu(expr: str) -> str:
-    """`device` = the GPU index zero-padded to three digits ("2" -> "002"), so
-    that it sorts as a number; MIG indices ("0/1") are kept as they are."""
-    e = f'label_replace({expr}, "device", "00$1", "gpu", "([0-9])")'
-    e = f'label_replace({e}, "device", "0$1", "gpu", "([0-9][0-9])")'
-    return f'label_replace({e}, "device", "$1", "gpu", "([0-9]{{3,}}|.*[^0-9].*)")'
+    return f"(\n{raw}\n)\nor\n{rules}\nor\n{power}"
 
 
 def _rank(expr: str, sel: str, by: str, peers: str) -> str:
@@ -110,30 +94,32 @@ def _rank(expr: str, sel: str, by: str, peers: str) -> str:
     active share over the whole range from its peers' median), four digits that
     sort the most deviant first. `@ end()` makes it one value per group for the
     whole range, so a row keeps its place from the first cell to the last (and
-    Prometheus evaluates it once, not at every step)."""
+    Prometheus evaluates it once, not at every step). Every group with a cell
+    has samples in the range, so none loses its row."""
     share = (f"(sum by ({by}) (increase(gpulse_gpu_active_seconds_total{{{sel}}}[$__range] @ end()))\n"
              f" / sum by ({by}) (increase(gpulse_gpu_sampled_seconds_total{{{sel}}}[$__range] @ end())))")
     median = f"on ({peers}) group_left () quantile by ({peers}) (0.5, {share})" if peers \
         else f"scalar(quantile(0.5, {share}))"
     rank = f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(abs({share} - {median}), 1))))'
-    # a group too new to have a share over the range keeps its row, unranked
-    # (sorted first: an empty rank), instead of vanishing
-    unranked = f"max by ({by}) (gpulse_gpu_up{{{sel}}}) * 0 + 1"
-    return f"(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\nor on ({by})\n{unranked}\n)"
+    return f"(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\n)"
 
 
 def _rows(expr: str, sel: str, by: str, peers: str, key: str) -> str:
     """Series in the heatmap's row order. Prometheus returns a range result
     sorted by its label set, label name by label name, and `device` sorts
-    before every other label gpulse sets, so `device` is the row key: node,
+    before every other label on these series, so `device` is the row key: node,
     then GPU index as a number, or with `${order}` = rank the most deviant
     group first (`natural` names no label and adds nothing to the key)."""
     return f'label_join(\n{_rank(expr, sel, by, peers)},\n"device", "/", "${{order}}", {key})'
 
 
 def gpu_rows(sel: str) -> str:
-    """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order."""
-    return _rows(_pad_gpu(cell_ratio(sel)), sel, "node, gpu", "node", '"node", "device"')
+    """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order.
+    `device_pad` is "x" for indices of two or more digits and absent for one,
+    so in the key "node//7" sorts before "node/x/12" ('/' < 'x'): numeric order
+    up to 99 GPUs a node in one label_replace. MIG "0/1" follows GPU 0."""
+    padded = f'label_replace({cell_ratio(sel)}, "device_pad", "x", "gpu", "[0-9][0-9]+")'
+    return _rows(padded, sel, "node, gpu", "node", '"node", "device_pad", "gpu"')
 
 
 def node_rows(sel: str) -> str:
