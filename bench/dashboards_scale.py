@@ -12,9 +12,9 @@ recording rules over the same 4 h with `promtool tsdb create-blocks-from rules`
 passes so the next level sees the previous one), then send every panel target
 of every dashboard the way Grafana would for a 1,920-pixel-wide panel over the
 4-hour range, several times each, and print the median time and response size.
-The first size is the baseline the larger one is compared with; the heatmap is
-also timed computed from the raw counters instead of the 5m recording rules, to
-show what the rules buy.
+The first size is the baseline the larger one is compared with; the heatmaps
+are timed for every colouring, from the raw counters and from the 5m recording
+rules ("Cells from"), in both row orders.
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ sys.path.insert(0, str(HERE))
 
 from _proc import cpu_seconds, free_port  # noqa: E402
 from dashboards_data import GPUS_PER_NODE, Cluster  # noqa: E402
-from gpulse_dashboards.grafana_queries import (format_value, panel_queries,  # noqa: E402
-                                               substitute, variable_defaults)
+from gpulse_dashboards.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
+                                               panel_queries, substitute, variable_defaults)
 
 BLOCK_S = 7200
 WINDOW_S = 3600
@@ -50,14 +50,14 @@ WIDTH_PX = 1920
 MB = 1e6
 
 VARIABLES = {
-    "gpulse-cluster-heatmap": {"node": "$__all", "workload": "$__all"},
-    "gpulse-training-workload": {"workload": "llm-pretrain"},
-    "gpulse-node-detail": {"node": "gpu-node-000", "gpu": "$__all"},
-    "gpulse-exporter-health": {"job": "$__all", "instance": "$__all"},
+    "gpulse-cluster-heatmap": {"cluster": "$__all", "node": "$__all", "workload": "$__all"},
+    "gpulse-training-workload": {"cluster": "$__all", "workload": "llm-pretrain"},
+    "gpulse-node-detail": {"cluster": "$__all", "node": "gpu-node-000", "gpu": "$__all"},
+    "gpulse-exporter-health": {"cluster": "$__all", "job": "$__all", "instance": "$__all"},
 }
-HEATMAP = "GPU cluster heatmap / GPU utilisation heatmap [A]"
-RAW_HEATMAP = ('label_join(max by (node, gpu) (rate(gpulse_gpu_active_seconds_total{{{sel}}}[5m])'
-               ' / rate(gpulse_gpu_sampled_seconds_total{{{sel}}}[5m])), "device", "/", "node", "gpu")')
+HEATMAP = "GPU cluster heatmap / GPU heatmap [A]"
+# variables whose every choice is timed (colouring, where cells come from, row order)
+SWITCHES = ("metric", "cells", "order")
 
 
 def need(binary: str) -> str:
@@ -75,8 +75,8 @@ def run(cmd: list[str]) -> str:
 
 
 class Prometheus:
-    def __init__(self, data: Path, workdir: Path):
-        self.data, self.workdir, self.proc = data, workdir, None
+    def __init__(self, data: Path, workdir: Path, retention: str = "30d"):
+        self.data, self.workdir, self.proc, self.retention = data, workdir, None, retention
         (workdir / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
 
     def start(self) -> None:
@@ -85,7 +85,7 @@ class Prometheus:
         self.proc = subprocess.Popen(
             [need("prometheus"), f"--config.file={self.workdir / 'prometheus.yml'}",
              f"--storage.tsdb.path={self.data}", f"--web.listen-address=127.0.0.1:{port}",
-             "--storage.tsdb.retention.time=30d", "--log.level=error",
+             f"--storage.tsdb.retention.time={self.retention}", "--log.level=error",
              # 2h blocks stay as they are: no compaction running while queries are timed
              "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -197,13 +197,17 @@ def requests_for(uid: str, range_ms: int) -> list[tuple[str, str, bool, float, i
     Grafana sends them (a panel's relative time, e.g. 30m, shortens its range)."""
     d = json.loads((ROOT / "grafana" / "dashboards" / f"{uid}.json").read_text())
     defs = variable_defaults(d)
-    chosen = {k: format_value(defs[k], v) for k, v in VARIABLES[uid].items()}
+    chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in VARIABLES[uid].items()}}
     out = []
     for q in panel_queries(d):
         timing = q.timing(range_ms, width_px=WIDTH_PX, scrape_interval=SCRAPE)
-        for metric in ("busy", "active", "power") if "${metric}" in q.expr else (None,):
-            v = dict(chosen, metric=metric) if metric else chosen
-            out.append((q.where + (f" metric={metric}" if metric else ""), substitute(q.expr, timing, v),
+        combos = [{}]
+        for name in SWITCHES:
+            if "${" + name + "}" in q.expr:
+                combos = [dict(c, **{name: v}) for c in combos for v in choices(d, name)]
+        for combo in combos:
+            out.append((q.where + "".join(f" {k}={v}" for k, v in combo.items()),
+                        substitute(q.expr, timing, dict(chosen, **combo)),
                         q.instant, timing.step_ms / 1000, timing.range_ms // 1000))
     return out
 
@@ -249,13 +253,9 @@ def measure(gpus: int, args, scratch: Path) -> dict:
         load_before = os.getloadavg()[0]
         for uid in VARIABLES:
             for where, expr, instant, step, span in requests_for(uid, range_ms):
+                if args.only and args.only not in where:
+                    continue
                 results[where] = timed(prom, expr, instant, step, end - span, end, args.repeat)
-        heat_step = next(r[3] for r in requests_for("gpulse-cluster-heatmap", range_ms) if r[0].startswith(HEATMAP))
-        sel = 'node=~".*", workload=~".*"'
-        results["(raw counters) heatmap without recording rules"] = timed(
-            prom, RAW_HEATMAP.format(sel=sel), False, heat_step, start, end, args.repeat)
-        results["(raw counters) heatmap without rules, 15 s step"] = timed(
-            prom, RAW_HEATMAP.format(sel=sel), False, 15, start, end, args.repeat)
         return {"gpus": gpus, "scraped": scraped, "series": total_series, "bytes": du(work / "data"),
                 "results": results, "load": (load_before, os.getloadavg()[0])}
     finally:
@@ -276,18 +276,18 @@ def report(runs: list[dict]) -> None:
               f"{r['bytes'] / r['gpus'] / 1024:.0f} KiB/GPU for the range; "
               f"load average {r['load'][0]:.1f} -> {r['load'][1]:.1f} while timing")
     print()
-    head = f"{'query':<78} " + " ".join(f"{str(r['gpus']) + ' GPUs':>22}" for r in runs)
+    head = f"{'query':<118} " + " ".join(f"{str(r['gpus']) + ' GPUs':>22}" for r in runs)
     if len(runs) > 1:
         head += f" {'ratio':>6}"
     print(head)
-    print(f"{'':<78} " + " ".join(f"{'wall s  cpu s   MB':>22}" for _ in runs))
+    print(f"{'':<118} " + " ".join(f"{'wall s  cpu s   MB':>22}" for _ in runs))
     worst = 0.0
     for where in top["results"]:
         cells = []
         for r in runs:
             t, size, _, cpu = r["results"][where]
             cells.append(f"{t:6.3f} {cpu:6.3f} {size / MB:6.2f}")
-        line = f"{where[:78]:<78} " + " ".join(f"{c:>22}" for c in cells)
+        line = f"{where[:118]:<118} " + " ".join(f"{c:>22}" for c in cells)
         if len(runs) > 1:
             line += f" {top['results'][where][0] / max(base['results'][where][0], 1e-6):6.1f}"
         if not where.startswith("(raw"):
@@ -306,6 +306,7 @@ def main(argv=None) -> int:
     ap.add_argument("--hours", type=float, default=4.0, help="time range backfilled and queried (default %(default)s)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each query; the median is reported")
     ap.add_argument("--keep", action="store_true", help="keep the TSDB directories")
+    ap.add_argument("--only", default="", metavar="TEXT", help="only the targets whose dashboard / panel name has TEXT")
     args = ap.parse_args(argv)
     try:
         sizes = [int(x) for x in args.gpus.split(",")]

@@ -143,12 +143,17 @@ def test_every_panel_has_a_unit_and_a_description():
 def test_cluster_heatmap_is_one_row_per_gpu_on_a_fixed_scale():
     d = dashboards()["gpulse-cluster-heatmap.json"]
     variables = {v["name"]: v for v in d["templating"]["list"]}
-    assert {"datasource", "node", "workload", "metric"} <= set(variables)
+    assert {"datasource", "cluster", "node", "workload", "metric", "cells", "order", "runbook_base"} <= set(variables)
     assert variables["node"]["multi"] and variables["workload"]["multi"]
     assert variables["workload"]["allValue"] == ".*"   # also matches GPUs without a workload
+    assert variables["cluster"]["allValue"] == ".*"    # and series without a cluster label
     assert [(o["text"], o["value"]) for o in variables["metric"]["options"]] == [
-        ("busy ratio", "busy"), ("SM activity", "active"), ("power", "power")]
-    (heat,) = [p for p in all_panels(d) if p["type"] == "heatmap"]
+        ("work score", "active|busy"), ("busy ratio", "busy"), ("SM activity", "active"), ("power", "power")]
+    assert variables["metric"]["current"]["value"] == "active|busy"
+    assert variables["cells"]["current"]["value"] == "seconds_total"
+    heats = {p["title"]: p for p in all_panels(d) if p["type"] == "heatmap"}
+    assert {"Sync stalls", "Nodes", "Workloads", "GPU heatmap"} <= set(heats)
+    heat = heats["GPU heatmap"]
     opts = heat["options"]
     assert opts["calculate"] is False
     assert (opts["color"]["min"], opts["color"]["max"]) == (0, 1)
@@ -156,11 +161,16 @@ def test_cluster_heatmap_is_one_row_per_gpu_on_a_fixed_scale():
     assert opts["yAxis"]["reverse"] is True
     (target,) = heat["targets"]
     assert target["legendFormat"] == "{{node}}/{{gpu}}"
-    # long ranges read the per-minute downsampled rules, never raw per-scrape series
-    assert "ratio_rate5m" in target["expr"] and "ratio_rate1m" not in target["expr"]
-    assert heat["interval"] == "1m" and heat["maxDataPoints"] <= 500
-    # the variable picks the metric name, so only the selected series are read
-    assert '{__name__=~"node_gpu:gpulse_gpu_${metric}:ratio_rate5m"' in target["expr"]
+    # cells are counter differences over the cell's own step, not a fixed-window rule
+    assert "offset $__interval" in target["expr"] and "ratio_rate1m" not in target["expr"]
+    assert not heat.get("interval"), "no min interval: the scrape interval is the floor"
+    # the variables pick the metric names, so only the selected series are read
+    assert '__name__=~"gpulse_gpu_(${metric})_${cells}"' in target["expr"]
+    assert '__name__=~"node_gpu:gpulse_gpu_(${metric}):${cells}"' in target["expr"]
+    # every GPU row and the strip share columns and the y-axis width, so they line up
+    strip = heats["Sync stalls"]
+    assert strip["maxDataPoints"] == heat["maxDataPoints"]
+    assert strip["options"]["yAxis"]["axisWidth"] == heat["options"]["yAxis"]["axisWidth"]
     (status,) = [p for p in all_panels(d) if p["type"] == "status-history"]
     assert status["timeFrom"] and status["targets"][0]["legendFormat"] == "{{node}}/{{gpu}}"
     assert 'alertname=~"Gpulse.*"' in d["annotations"]["list"][0]["expr"]
@@ -189,14 +199,22 @@ def _recorded_series() -> set[str]:
 
 
 def _metrics_in(expr: str) -> set[str]:
+    named = set(re.findall(r'__name__="([^"]+)"', expr))
     expr = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)   # drop string literals (label values)
     selectors = set(re.findall(r"([A-Za-z_:][\w:]*)\s*\{", expr))
-    return selectors | set(re.findall(r"\b(gpulse_\w+|\w+:\w+:\w+)\b", expr))
+    return named | selectors | set(re.findall(r"\b(gpulse_\w+|\w+:\w+:\w+)\b", expr))
 
 
-def _switched_names(expr: str, choice: str) -> set[str]:
-    """Metric names in `{__name__=~"...${metric}..."}` selectors for one choice."""
-    return {m.replace("${metric}", choice) for m in re.findall(r'__name__=~"([^"]*\$\{metric\}[^"]*)"', expr)}
+def _switched_names(expr: str, choice: str, cells: list[str]) -> set[str]:
+    """Metric names in `{__name__=~"...${metric}..."}` selectors for one choice
+    (an alternation such as `active|busy` names each counter), any `${cells}`."""
+    names = set()
+    for pattern in re.findall(r'__name__=~"([^"]*\$\{metric\}[^"]*)"', expr):
+        for suffix in cells or [""]:
+            rx = pattern.replace("${metric}", choice).replace("${cells}", suffix)
+            names |= {n for n in _documented_metrics() | _recorded_series()
+                      if re.fullmatch(rx, n) or re.fullmatch(rx, n + "_total")}
+    return names
 
 
 def test_queries_only_use_documented_metrics_and_shipped_rules():
@@ -207,13 +225,13 @@ def test_queries_only_use_documented_metrics_and_shipped_rules():
         exprs += [(f"{name} annotation", a["expr"]) for a in d["annotations"]["list"]]
         exprs += [(f"{name} ${v['name']}", v["query"]) for v in d["templating"]["list"] if v["type"] == "query"]
         choices = [o["value"] for v in d["templating"]["list"] if v["name"] == "metric" for o in v["options"]]
+        cells = [o["value"] for v in d["templating"]["list"] if v["name"] == "cells" for o in v["options"]]
         for where, expr in exprs:
             # a metric-switched selector names every choice's metric, of which
             # only the selected one exists; at least one must exist per choice
             for choice in choices if "${metric}" in expr else ():
-                real = {m for m in _switched_names(expr, choice)
-                        if m in documented or m in recorded}
-                assert real, f"{where}: no documented or recorded metric for metric={choice}"
+                assert _switched_names(expr, choice, cells), \
+                    f"{where}: no documented or recorded metric for metric={choice}"
             for m in _metrics_in(expr):
                 base = next((m[: -len(s)] for s in HISTOGRAM_SUFFIXES if m.endswith(s)), m)
                 ok = base in documented or m in recorded or m in PROMETHEUS_SERIES

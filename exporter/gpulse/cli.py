@@ -1,4 +1,4 @@
-"""Command line: `gpulse serve`, `gpulse check-config FILE`, `gpulse --version`.
+"""Command line: `gpulse serve`, `gpulse check-config FILE`, `gpulse export`, `gpulse --version`.
 
 Every config key is a `serve` flag: key `web.listen_address` is `--web.listen-address`,
 `sim.scenario` is `--sim.scenario`. Errors are one line on stderr:
@@ -95,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_optional_commands(sub: Any) -> None:
     """Commands that live in their own modules register here (lazy imports)."""
+    from .export import add_parser as add_export
+    add_export(sub)
     try:
         from .report.cli import add_parser as add_report
     except ImportError:

@@ -346,13 +346,16 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
 
 
 def run_offline(source: Any, cfg: Any, until: float | None = None,
-                attributor: Any = None, poll_step: float | None = None) -> Iterator[tuple[Engine, Snapshot]]:
+                attributor: Any = None, poll_step: float | None = None,
+                wall0: float = 0.0) -> Iterator[tuple[Engine, Snapshot]]:
     """Drive a source in virtual time as fast as the CPU allows.
 
     Polls with `now` advancing by `poll_step` (default cfg.sample_interval) from 0 and
     yields (engine, snapshot) at every analysis tick of the *source* timeline, splitting
     polls that span several ticks (a replay returns big chunks), so windows mean the
     same as live. Stops at `until` (virtual seconds) or when a finite source finishes.
+    The engine sees wall time wall0 + virtual time (a replay at speed 1 anchored at
+    its recorded start then stamps snapshots as a live exporter would have).
     """
     devices = source.open()
     engine = Engine(cfg, devices, source.name, attributor)
@@ -368,18 +371,18 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
                     if ts:
                         next_tick = min(ts) + cfg.analysis_interval
                 if next_tick is None:
-                    engine.ingest(pending, wall=now)
+                    engine.ingest(pending, wall=wall0 + now)
                     break
                 part, pending = _split(pending, next_tick)
-                engine.ingest(part, wall=now)
+                engine.ingest(part, wall=wall0 + now)
                 if pending is not None:
-                    yield engine, engine.analyze(wall=now)
+                    yield engine, engine.analyze(wall=wall0 + now)
                     next_tick += cfg.analysis_interval
             if engine.t is not None and next_tick is not None and engine.t >= next_tick:
-                yield engine, engine.analyze(wall=now)
+                yield engine, engine.analyze(wall=wall0 + now)
                 next_tick += cfg.analysis_interval
             if source.finished:
-                yield engine, engine.analyze(wall=now)
+                yield engine, engine.analyze(wall=wall0 + now)
                 return
             now += step
     finally:

@@ -3,25 +3,48 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
+from gpulse.palette import LEGEND
+
+from . import node as node_dashboard
 from . import queries as Q
-from .common import (COUNT, LONG_RANGE_POINTS, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation, label_variable,
-                     metric_variable, new_dashboard, query)
-from .panels import gpu_heatmap, stat_panel, status_history, straggler_table, time_series
+from .common import (CLUSTER, COUNT, HEATMAP_POINTS, LONG_RANGE_POINTS, RATIO, RULE_5M_INTERVAL, SECONDS,
+                     alerts_annotation, cells_variable, dashboard_data_link, label_variable, metric_variable,
+                     new_dashboard, order_variable, query, stall_period_annotation)
+from .panels import gpu_heatmap, stall_strip, stat_panel, status_history, straggler_table, time_series
 
 UID = "gpulse-cluster-heatmap"
-SEL = 'node=~"$node", workload=~"$workload"'
+SEL = f'{CLUSTER}, node=~"$node", workload=~"$workload"'
+NODE_SEL = f'{CLUSTER}, node=~"$node"'
+CELLS_HELP = (" Each cell is the share of its own time span (one query step, at least one scrape "
+              "interval) read from the integrated counters, so a stall shorter than the cell still "
+              "shifts its colour; 'Cells from' switches to the 5m recording rules for ranges whose "
+              "raw data is gone. Colours: " + LEGEND["cells"] + "; " + LEGEND["no_data"] + ".")
+
+
+def to_node_heatmap() -> object:
+    """Overview row -> this dashboard for that node's GPUs (same range, variables)."""
+    return dashboard_data_link("GPUs of ${__field.labels.node}", UID,
+                               "var-node=${__field.labels.node}&${metric:queryparam}&${cells:queryparam}")
+
+
+def to_node_detail(field: str = "${__field.labels.node}", gpu: str = "${__field.labels.gpu}") -> object:
+    return dashboard_data_link("Node detail", node_dashboard.UID, f"var-node={field}&var-gpu={gpu}")
 
 
 def build() -> db.Dashboard:
     d = (new_dashboard(UID, "GPU cluster heatmap",
-                       "Every GPU of the cluster a row, time across, colour = utilisation. "
-                       "Vertical stripes are sync stalls (all GPUs idle at once); an odd row is a straggler.")
-         .with_variable(label_variable("node", "Node", "label_values(gpulse_gpu_up, node)"))
+                       "Every GPU of the cluster a row, time across, colour = share of time working. "
+                       "Dark columns are sync stalls (all GPUs idle or waiting at once), also drawn in "
+                       "the stall strip; an odd row is a straggler.")
+         .with_variable(label_variable("node", "Node", 'label_values(gpulse_gpu_up{cluster=~"$cluster"}, node)'))
          .with_variable(label_variable(
-             "workload", "Workload", 'label_values(gpulse_gpu_up{node=~"$node"}, workload)',
+             "workload", "Workload", 'label_values(gpulse_gpu_up{cluster=~"$cluster", node=~"$node"}, workload)',
              description="Training job the GPUs are attributed to; All includes GPUs without a workload."))
          .with_variable(metric_variable())
-         .annotation(alerts_annotation()))
+         .with_variable(cells_variable())
+         .with_variable(order_variable())
+         .annotation(alerts_annotation())
+         .annotation(stall_period_annotation(Q.stall_period_marks(SEL, NODE_SEL))))
 
     d = (d
          .with_panel(stat_panel(
@@ -44,24 +67,55 @@ def build() -> db.Dashboard:
              query(f"avg({Q.BUSY_5M}{{{SEL}}})", "busy", instant=True),
              thresholds=((None, "red"), (0.5, "yellow"), (0.8, "green")))))
 
-    d = d.with_panel(gpu_heatmap(
-        "GPU utilisation heatmap",
-        "One row per GPU (node/gpu, grouped by node), one column per step, colour from 0 % (dark blue) "
-        "to 100 % (dark red) on a fixed scale. A vertical stripe across many rows is a sync stall: every "
-        "GPU of a job idle at once. A row that stays a different colour from its neighbours is a "
-        "straggler or an idle rank. 'Colour by' switches between busy ratio, SM activity (real work) "
-        "and power as a fraction of the limit. Each cell is the 5-minute mean evaluated every minute, "
-        "so the panel stays fast over hours and thousands of GPUs; use the status history below for "
-        "second-by-second detail.",
-        query(Q.heatmap_rows(SEL), "{{node}}/{{gpu}}"),
-        max_data_points=LONG_RANGE_POINTS, interval=RULE_5M_INTERVAL))
+    def strip():
+        return stall_strip(
+        "Sync stalls",
+        "Share of each column's time during which every GPU of a job was stalled at once (per "
+        "workload across its nodes; per node without attribution), on the same time axis and "
+        "columns as the heatmaps below. It is read from the exporter's stall counter, which "
+        "integrates sub-second samples, so a stall much shorter than a scrape interval still shows "
+        "here as a faint cell even when the GPU cells look uniform. " + LEGEND["stall"] + "; "
+        "the shade is the stalled share of the cell. The 'Recurring sync stalls' annotation marks "
+        "when a dominant stall period is detected and prints it.",
+        query(Q.stall_strip(SEL, NODE_SEL), "{{workload}}{{node}}"),
+        max_data_points=HEATMAP_POINTS)
+
+    d = (d.with_row(db.Row("Overview: one row per node and per workload"))
+         .with_panel(strip())
+         .with_panel(gpu_heatmap(
+             "Nodes",
+             "One row per node: the mean over its GPUs. A dark column across every node is a "
+             "cluster-wide stall; one odd row is a straggling node. Click a row to open the per-GPU "
+             "heatmap of that node (same time range)." + CELLS_HELP,
+             query(Q.node_rows(NODE_SEL), "{{node}}"),
+             h=12, max_data_points=HEATMAP_POINTS, links=[to_node_heatmap()]))
+         .with_panel(gpu_heatmap(
+             "Workloads",
+             "One row per training job across all its nodes (needs attribution). A dark column in "
+             "one row only is a stall of that job." + CELLS_HELP,
+             query(Q.workload_rows(SEL), "{{workload}}"),
+             h=6, max_data_points=HEATMAP_POINTS)))
+
+    d = (d.with_row(db.Row("Per GPU"))
+         .with_panel(strip())
+         .with_panel(gpu_heatmap(
+             "GPU heatmap",
+             "One row per GPU (node/gpu), node by node and GPUs in index order ('Row order': worst "
+             "first puts the GPUs furthest from their node's median at the top). With the default "
+             "work score, a sync stall is a dark or mid-tone column across every GPU of the job "
+             "(idle, or spinning in the collective), a hot straggler is one bright row among "
+             "mid-tone peers that wait for it, and a cold straggler one dark row among "
+             "spin-waiting peers. Pick a single node (or click a row of the node overview) above "
+             "~128 GPUs; click a row to open that node's detail dashboard." + CELLS_HELP,
+             query(Q.gpu_rows(SEL), "{{node}}/{{gpu}}"),
+             max_data_points=HEATMAP_POINTS, links=[to_node_detail()])))
 
     d = d.with_row(db.Row("Short ranges: per-GPU status history").collapsed(True).with_panel(status_history(
         "Per-GPU status, last 30 minutes",
-        "The heatmap's rows from the 1-minute recording rules over the last 30 minutes, one cell per "
-        "scrape interval. Hover a cell for its value. Red is idle, green is fully used.",
-        query(Q.status_rows(SEL), "{{node}}/{{gpu}}"),
-        time_from="30m", max_data_points=120, interval="15s")))
+        "The heatmap's rows over the last 30 minutes, one cell per scrape interval, in the same "
+        "colours (" + LEGEND["cells"] + "). Hover a cell for its value.",
+        query(Q.gpu_rows(SEL), "{{node}}/{{gpu}}"),
+        time_from="30m", max_data_points=120, interval="15s", links=[to_node_detail()])))
 
     d = (d.with_row(db.Row("Load balance"))
          .with_panel(time_series(
@@ -70,8 +124,8 @@ def build() -> db.Dashboard:
              "nodes (per node when GPUs carry no workload). 0 = every rank equally busy; a line "
              "that stays above ~20 % means some ranks wait for others at every step.", RATIO,
              query(Q.per_workload_or_node(
-                 'max by (workload) (workload:gpulse_gpu_active:imbalance_ratio5m{workload=~"$workload"})',
-                 'max by (node) (node:gpulse_gpu_active:imbalance_ratio5m{node=~"$node"})'),
+                 f'max by (workload) (workload:gpulse_gpu_active:imbalance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
+                 f'max by (node) (node:gpulse_gpu_active:imbalance_ratio5m{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(
@@ -80,8 +134,8 @@ def build() -> db.Dashboard:
              "carry no workload). 100 % = perfectly balanced; 60 % means the average rank does 60 % "
              "of the busiest rank's work.", RATIO,
              query(Q.per_workload_or_node(
-                 'max by (workload) (workload:gpulse_gpu_active:load_balance_ratio5m{workload=~"$workload"})',
-                 'max by (node) (node:gpulse_gpu_active:load_balance_ratio5m{node=~"$node"})'),
+                 f'max by (workload) (workload:gpulse_gpu_active:load_balance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
+                 f'max by (node) (node:gpulse_gpu_active:load_balance_ratio5m{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL)))
 
@@ -94,7 +148,7 @@ def build() -> db.Dashboard:
              "percent is time the whole job loses.", RATIO,
              query(Q.per_workload_or_node(
                  f'avg by (workload) ({Q.STALL_RATIO}{{{SEL}, workload!=""}})',
-                 f'max by (node) ({Q.STALL_RATIO}{{node=~"$node"}})'),
+                 f'max by (node) ({Q.STALL_RATIO}{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(
@@ -103,7 +157,7 @@ def build() -> db.Dashboard:
              "loader refill every 30 s). No line means no recurring stalls.", SECONDS,
              query(Q.per_workload_or_node(
                  f'max by (workload) (gpulse_group_stall_period_seconds{{{SEL}, workload!=""}})',
-                 'max by (node) (gpulse_group_stall_period_seconds{node=~"$node"})'),
+                 f'max by (node) (gpulse_group_stall_period_seconds{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0)))
 
@@ -116,7 +170,8 @@ def build() -> db.Dashboard:
              f"beyond ±{Q.OUTLIER_Z} and {Q.OUTLIER_GAP:.0%} away is a straggler. Active gap "
              "positive: a hot straggler the others wait for. Busy gap negative while its peers "
              "spin: a cold straggler whose rank is busy off the GPU.",
-             Q.straggler_table(SEL)))
+             Q.straggler_table(SEL),
+             links=[to_node_detail("${__data.fields.node}", "${__data.fields.gpu}")]))
          .with_panel(time_series(
              "Outliers: gap to peers over time",
              f"Gap to the peers' median of every GPU that is a straggler by the alert's rule "

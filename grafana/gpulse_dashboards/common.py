@@ -23,7 +23,10 @@ SDK_VERSION = "1769699379!11.6.0"
 # reference it: the datasource variable starts on Grafana's default datasource.
 PROVISIONED_DATASOURCE_UID = "gpulse-prometheus"
 
-RUNBOOK_BASE = "https://github.com/gpulse/gpulse/blob/main/docs/runbooks/"
+# Default of the constant `runbook_base` variable every runbook link is built
+# from. The Helm chart substitutes this exact string with its own value, so it
+# is spelled here once and nowhere else in the dashboards.
+RUNBOOK_BASE = "https://github.com/gpulse/gpulse/blob/main/docs/runbooks"
 
 
 class SdkMissing(RuntimeError):
@@ -72,16 +75,27 @@ ZSCORE = "sishort"         # a dimensionless score; SI short keeps 2.5 as 2.5
 # more often than that; this is the panel "min interval" of panels reading one.
 RULE_5M_INTERVAL = "1m"
 
-# Columns of the cluster-wide per-GPU panels. Grafana rounds range/points to
-# its interval table: 160 gives 2-minute steps at 4 h (120 columns), 10 at 24 h,
-# 1 h at a week, so a panel of 1,024 GPUs stays near 150k values (~5 MB) and
-# under a second whatever the range. Each cell is a 5-minute mean, so sampling
-# it every 2 minutes skips no stall.
+# Columns of the heatmaps and the stall strip. Grafana divides the range by
+# this, rounds it on its interval table and never goes below the datasource's
+# scrape interval, so a cell is max(scrape interval, ~range / 240): one 15 s
+# scrape up to 1 h, 1 m at 4 h, 5 m at 24 h. 240 columns are ~7 px each on a
+# 1,600 px panel; the cost of a heatmap query grows with columns x rows
+# (bench/dashboards_scale.py). The strip and the GPU rows share it, so their
+# columns line up.
+HEATMAP_POINTS = 240
+
+# Columns of the long-range time series (imbalance, stall fraction), which
+# read 5-minute recording rules: 160 gives 2-minute steps at 4 h.
 LONG_RANGE_POINTS = 160
 
 # Exporter health needs no finer than a minute; at 15 s the per-bucket rate of
 # the sample-loop histogram over 128 exporters costs seconds for a 4 h range.
 HEALTH_INTERVAL = "1m"
+
+# Every selector carries this, so one dashboard serves a Thanos or Mimir that
+# holds several Prometheus servers' data, told apart by an external `cluster`
+# label. All is `.*`, which also matches series without the label.
+CLUSTER = 'cluster=~"$cluster"'
 
 
 def datasource_ref() -> "dm.DataSourceRef":
@@ -127,34 +141,69 @@ def label_variable(name: str, label: str, expr: str, *, multi: bool = True,
     return v
 
 
-# What the `metric` variable selects. Its value is spliced into metric names
-# (`{__name__=~"node_gpu:gpulse_gpu_${metric}:ratio_rate5m"}`), so a query
-# names all three choices but Prometheus only reads the series of the selected
-# one: the others match no metric name and cost nothing.
-METRIC_CHOICES = (("busy ratio", "busy"), ("SM activity", "active"), ("power", "power"))
-DEFAULT_METRIC = "active"
+# What the `metric` variable selects: a regex alternation of the counters
+# whose mean colours a cell, spliced into metric names
+# (`gpulse_gpu_(${metric})_seconds_total`), so Prometheus only reads the series
+# of the selected choice. The work score (default) is mean(active, busy) =
+# active + 0.5 x spin-wait (see queries.py): idle dark, spin-waiting mid-tone,
+# working bright, so a stall and a straggler both show in one view.
+METRIC_CHOICES = (("work score", "active|busy"), ("busy ratio", "busy"), ("SM activity", "active"),
+                  ("power", "power"))
+DEFAULT_METRIC = "active|busy"
+
+# Where the cells come from: raw counters (exact for each cell's own span) or
+# the 5m recording rules, which are a quarter of the samples at a 15 s scrape
+# and outlive raw data where a long-term store keeps only downsampled series.
+# The value is the metric-name suffix of that data (see queries.cell_ratio).
+CELLS_CHOICES = (("counters, exact per cell", "seconds_total"),
+                 ("5m recording rules (long ranges)", "ratio_rate5m"))
+ORDER_CHOICES = (("node, GPU", "natural"), ("worst first", "rank"))
+
+
+def _custom(name: str, label: str, description: str, choices, default: str) -> "db.CustomVariable":
+    # Grafana splits a custom variable's query on commas and " : ", so values
+    # holding "|" are fine; options and current are given in full so the
+    # JSON does not depend on Grafana re-parsing the query.
+    return (db.CustomVariable(name)
+            .label(label)
+            .description(description)
+            .values(",".join(f"{text} : {value}" for text, value in choices))
+            .options([dm.VariableOption(text=t, value=v, selected=(v == default)) for t, v in choices])
+            .current(next(dm.VariableOption(text=t, value=v, selected=True) for t, v in choices if v == default)))
 
 
 def metric_variable() -> "db.CustomVariable":
-    return (db.CustomVariable("metric")
-            .label("Colour by")
-            .description("busy ratio: a kernel was running (NVML utilisation). "
-                         "SM activity: real work (SM activity, or utilisation gated by power). "
-                         "power: draw as a fraction of the power limit.")
-            .values(",".join(f"{text} : {value}" for text, value in METRIC_CHOICES))
-            .options([dm.VariableOption(text=t, value=v, selected=(v == DEFAULT_METRIC)) for t, v in METRIC_CHOICES])
-            .current(next(dm.VariableOption(text=t, value=v, selected=True)
-                          for t, v in METRIC_CHOICES if v == DEFAULT_METRIC)))
+    return _custom("metric", "Colour by",
+                   "work score: real work bright, spin-waiting in a collective mid-tone, idle dark "
+                   "(active + 0.5 x spin-wait). busy ratio: a kernel was running (NVML utilisation). "
+                   "SM activity: real work only. power: draw as a fraction of the power limit.",
+                   METRIC_CHOICES, DEFAULT_METRIC)
 
 
-def node_major_rows(expr: str) -> str:
-    """Series labelled node and gpu, returned grouped by node.
+def cells_variable() -> "db.CustomVariable":
+    return _custom("cells", "Cells from",
+                   "counters: each cell is exactly the share of its own time span, from the raw "
+                   "counters. 5m recording rules: each cell is the 5-minute mean ending at its end "
+                   "(blurred over 5 minutes below 5-minute cells); use it when raw data is no longer "
+                   "kept for the range.",
+                   CELLS_CHOICES, "seconds_total")
 
-    Prometheus sorts a range result by label set, name by name, so {gpu, node}
-    comes back interleaved by GPU index (node-a/0, node-b/0, ...). `device`
-    ("node/gpu") sorts before both, so the rows come out node by node.
-    """
-    return f'label_join(\n{expr.strip()},\n"device", "/", "node", "gpu")'
+
+def order_variable() -> "db.CustomVariable":
+    return _custom("order", "Row order",
+                   "node, GPU: node by node, GPUs in index order. worst first: the GPUs (nodes) "
+                   "furthest from their peers' median SM activity over the range at the top.",
+                   ORDER_CHOICES, "natural")
+
+
+def cluster_variable() -> "db.QueryVariable":
+    return label_variable("cluster", "Cluster", "label_values(gpulse_gpu_up, cluster)",
+                          description="External `cluster` label of a Thanos or Mimir holding several "
+                          "Prometheus servers; All (or no such label) shows everything.")
+
+
+def runbook_variable() -> "db.ConstantVariable":
+    return db.ConstantVariable("runbook_base").value(RUNBOOK_BASE)
 
 
 class PromAnnotation(dm.AnnotationQuery if dm else object):  # type: ignore[misc]
@@ -206,7 +255,7 @@ def dashboard_links() -> "db.DashboardLink":
 def runbook_link(title: str, page: str) -> "db.DashboardLink":
     return (db.DashboardLink(title)
             .type(dm.DashboardLinkType.LINK)
-            .url(RUNBOOK_BASE + page)
+            .url("${runbook_base}/" + page)
             .icon("doc")
             .target_blank(True))
 
@@ -222,6 +271,8 @@ def new_dashboard(uid: str, title: str, description: str, *, time_from: str = "n
             .refresh("1m")
             .timezone("browser")
             .with_variable(datasource_variable())
+            .with_variable(cluster_variable())
+            .with_variable(runbook_variable())
             .link(dashboard_links()))
 
 
@@ -239,3 +290,32 @@ def to_json(builder) -> dict:
     model = builder.build()
     _number_panels(model)
     return json.loads(json.dumps(model, cls=JSONEncoder))
+
+
+class DataLink:
+    """A panel data link ({title, url}); the SDK types these as dashboard links,
+    whose extra fields (tags, type) a data link does not have."""
+
+    def __init__(self, title: str, url: str):
+        self.title, self.url = title, url
+
+    def to_json(self) -> dict[str, object]:
+        return {"title": self.title, "url": self.url, "targetBlank": False}
+
+
+def dashboard_data_link(title: str, uid: str, params: str) -> _Built:
+    """A data link to another gpulse dashboard that keeps the time range, the
+    data source and the cluster. `params` uses Grafana's data-link variables,
+    e.g. `var-node=${__field.labels.node}` (a heatmap row's labels) or
+    `var-node=${__data.fields.node}` (a table row's column)."""
+    return _Built(DataLink(title, f"/d/{uid}/?{params}&${{__url_time_range}}"
+                                  "&${datasource:queryparam}&${cluster:queryparam}"))
+
+
+def stall_period_annotation(expr: str) -> _Built:
+    from gpulse.palette import STALL_HEX
+    return _Built(PromAnnotation(
+        "Recurring sync stalls", expr,
+        title="recurring sync stalls every {{period}} s",
+        text="{{workload}}{{node}}: dominant stall period {{period}} s",
+        tag_keys="workload,node", color=STALL_HEX, step="1m"))

@@ -3,20 +3,20 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
-from .common import COUNT, HEALTH_INTERVAL, PER_SECOND, SECONDS, alerts_annotation, label_variable, new_dashboard, query
+from .common import CLUSTER, COUNT, HEALTH_INTERVAL, PER_SECOND, SECONDS, alerts_annotation, label_variable, new_dashboard, query
 from .panels import merge_table, stat_panel, state_timeline, table_panel, time_series, value_text
 
 UID = "gpulse-exporter-health"
-SEL = 'job=~"$job", instance=~"$instance"'
+SEL = f'{CLUSTER}, job=~"$job", instance=~"$instance"'
 
 
 def build() -> db.Dashboard:
     d = (new_dashboard(UID, "gpulse exporter health",
                        "Is every gpulse exporter scraped, sampling on time and reading its GPUs without "
                        "errors?", time_from="now-3h")
-         .with_variable(label_variable("job", "Job", "label_values(gpulse_build_info, job)"))
+         .with_variable(label_variable("job", "Job", 'label_values(gpulse_build_info{cluster=~"$cluster"}, job)'))
          .with_variable(label_variable("instance", "Instance",
-                                       'label_values(gpulse_build_info{job=~"$job"}, instance)'))
+                                       'label_values(gpulse_build_info{cluster=~"$cluster", job=~"$job"}, instance)'))
          .annotation(alerts_annotation('instance=~"$instance"')))
 
     d = (d

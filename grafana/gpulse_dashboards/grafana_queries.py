@@ -191,6 +191,26 @@ def substitute(expr: str, timing: Timing, variables: Mapping[str, str]) -> str:
             return builtins[name]
         if name in variables:
             return variables[name]
+        if name.isdecimal():   # a regex group ($1 in label_replace): Grafana leaves it as written
+            return m.group(0)
         raise KeyError(f"no value for variable ${name} in {expr!r}")
 
     return _VAR_RE.sub(repl, expr)
+
+
+def fixed_values(dashboard: Mapping) -> dict[str, str]:
+    """The current value of each custom and constant variable (the ones a user
+    picks from a fixed list or never sees), formatted for a query."""
+    out = {}
+    for v in dashboard.get("templating", {}).get("list", []):
+        if v.get("type") == "custom":
+            out[v["name"]] = format_value(v, v["current"]["value"])
+        elif v.get("type") == "constant":
+            out[v["name"]] = v["query"]
+    return out
+
+
+def choices(dashboard: Mapping, name: str) -> list[str]:
+    """The option values of a custom variable, e.g. every `metric` choice."""
+    return [o["value"] for v in dashboard.get("templating", {}).get("list", []) if v["name"] == name
+            for o in v.get("options", [])]

@@ -4,12 +4,12 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from . import queries as Q
-from .common import (BYTES, BYTES_PER_SECOND, CELSIUS, COUNT, HERTZ, JOULES, RATIO, WATTS, alerts_annotation,
+from .common import (CLUSTER, BYTES, BYTES_PER_SECOND, CELSIUS, COUNT, HERTZ, JOULES, RATIO, WATTS, alerts_annotation,
                      label_variable, new_dashboard, query)
 from .panels import merge_table, state_timeline, table_panel, time_series, value_text
 
 UID = "gpulse-node-detail"
-SEL = 'node="$node", gpu=~"$gpu"'
+SEL = f'{CLUSTER}, node="$node", gpu=~"$gpu"'
 
 
 def _rate(metric: str, by: str = "node, gpu") -> str:
@@ -20,9 +20,9 @@ def build() -> db.Dashboard:
     d = (new_dashboard(UID, "GPU node detail",
                        "Utilisation, memory, power, temperature, clocks, throttling and errors of the "
                        "GPUs of one node.", time_from="now-3h")
-         .with_variable(label_variable("node", "Node", "label_values(gpulse_gpu_up, node)",
+         .with_variable(label_variable("node", "Node", 'label_values(gpulse_gpu_up{cluster=~"$cluster"}, node)',
                                        multi=False, include_all=False))
-         .with_variable(label_variable("gpu", "GPU", 'label_values(gpulse_gpu_up{node="$node"}, gpu)'))
+         .with_variable(label_variable("gpu", "GPU", 'label_values(gpulse_gpu_up{cluster=~"$cluster", node="$node"}, gpu)'))
          .annotation(alerts_annotation('node="$node"')))
 
     d = (d

@@ -63,37 +63,78 @@ def time_series(title: str, description: str, unit: str, *queries, h: int = 8, w
     return _finish(p, title, description, unit, queries, h, w)
 
 
+# How Grafana 11.6 draws these heatmaps (grafana/grafana, public/app/plugins/
+# panel/heatmap/fields.ts, prepareHeatmapData; public/app/features/transformers/
+# calculateHeatmap/heatmap.ts, rowsToCellsHeatmap): with `calculate: false` and
+# several series, the frames are outer-joined on time in the order the data
+# source returned them (re-sorted only when every series name parses as a
+# number, like Prometheus `le` buckets) and every value field becomes one
+# ordinal row (`yOrdinalDisplay`), labelled with its display name (our legend
+# format). So the row order is Prometheus' result order, which the queries set
+# through the `device` label (queries._rows), and a cell's width is the query
+# step. The step is $__interval: the frontend divides the range by
+# maxDataPoints and rounds it (rangeutil.calculateInterval), never below the
+# panel's min interval or the data source's scrape interval; the backend
+# (pkg/promlib, calculatePrometheusInterval) sends the same as the step.
+# grafana_queries.grafana_timing reproduces both. Field data links are
+# attached per row field (`field.getLinks` in prepareHeatmapData), so
+# `${__field.labels.node}` is the clicked row's node.
+HEATMAP_AXIS_PX = 120   # y-axis width shared by the GPU rows and the strip, so time columns line up
+
+
+def _rows_heatmap(color: heatmap.HeatmapColorOptions, value: str, max_data_points: int) -> heatmap.Panel:
+    """Every series a row (calculate off), on a fixed 0..1 colour scale."""
+    return (heatmap.Panel()
+            .calculate(False)
+            # The default filter (le: 1e-9) hides zero cells, which would paint an
+            # idle GPU like a missing one; anything at or above 0 is drawn.
+            .filter_values(heatmap.FilterValueRange().le(-1e-9))
+            .color(color.scale(hm.HeatmapColorScale.LINEAR).min(0).max(1))
+            .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.UNKNOWN).value(value))
+            # First series at the top, as in a table of GPUs.
+            .y_axis(heatmap.YAxisConfig().reverse(True).axis_placement(cm.AxisPlacement.LEFT)
+                    .axis_width(HEATMAP_AXIS_PX))
+            .cell_gap(0)
+            .cell_values(heatmap.CellValues().unit(RATIO).decimals(0))
+            .show_value(cm.VisibilityMode.NEVER)
+            .show_legend()
+            .mode(cm.TooltipDisplayMode.SINGLE)
+            .max_data_points(max_data_points)
+            .min(0).max(1))
+
+
 def gpu_heatmap(title: str, description: str, *queries, h: int = 20, w: int = 24,
-                max_data_points: int, interval: str) -> heatmap.Panel:
-    """Every series a row (calculate off), colour = a 0..1 ratio on a fixed scale."""
-    p = (heatmap.Panel()
-         .calculate(False)
-         # The default filter (le: 1e-9) hides zero cells, which would paint an
-         # idle GPU like a missing one; anything at or above 0 is drawn.
-         .filter_values(heatmap.FilterValueRange().le(-1e-9))
-         .color(heatmap.HeatmapColorOptions()
-                .mode(hm.HeatmapColorMode.SCHEME)
-                .scheme("Turbo")
-                .scale(hm.HeatmapColorScale.LINEAR)
-                .steps(64)
-                .min(0).max(1))
-         .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.UNKNOWN).value("utilisation"))
-         # First series at the top, as in a table of GPUs.
-         .y_axis(heatmap.YAxisConfig().reverse(True).axis_placement(cm.AxisPlacement.LEFT))
-         .cell_gap(0)
-         .cell_values(heatmap.CellValues().unit(RATIO).decimals(0))
-         .show_value(cm.VisibilityMode.NEVER)
-         .show_legend()
-         .mode(cm.TooltipDisplayMode.SINGLE)
-         .max_data_points(max_data_points)
-         .interval(interval)
-         .min(0).max(1))
+                max_data_points: int, interval: str = "", links=()) -> heatmap.Panel:
+    """Colour = a 0..1 share in gpulse's palette (dark = idle, bright = working)."""
+    from gpulse.palette import GRAFANA_SCHEME
+
+    p = _rows_heatmap(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.SCHEME).scheme(GRAFANA_SCHEME)
+                      .steps(64), "share of time", max_data_points)
+    if interval:
+        p = p.interval(interval)
+    if links:
+        p = p.data_links(list(links))
+    return _finish(p, title, description, RATIO, queries, h, w)
+
+
+def stall_strip(title: str, description: str, *queries, h: int = 4, w: int = 24,
+                max_data_points: int) -> heatmap.Panel:
+    """One row per peer group, the share of each cell's time in sync stalls,
+    in the one stall colour: transparent at 0, solid at 100 %."""
+    from gpulse.palette import STALL_HEX
+
+    p = _rows_heatmap(heatmap.HeatmapColorOptions().mode(hm.HeatmapColorMode.OPACITY).fill(STALL_HEX),
+                      "stalled", max_data_points)
     return _finish(p, title, description, RATIO, queries, h, w)
 
 
 def status_history(title: str, description: str, *queries, h: int = 14, w: int = 24,
-                   time_from: str, max_data_points: int, interval: str) -> statushistory.Panel:
-    """The same rows as the heatmap as discrete cells with values, for short ranges."""
+                   time_from: str, max_data_points: int, interval: str, links=()) -> statushistory.Panel:
+    """The same rows as the heatmap as discrete cells with values, for short
+    ranges, in the same palette and direction (Grafana's continuous colour
+    mode of the same scheme)."""
+    from gpulse.palette import GRAFANA_SCHEME
+
     p = (statushistory.Panel()
          .time_from(time_from)
          .max_data_points(max_data_points)
@@ -103,8 +144,10 @@ def status_history(title: str, description: str, *queries, h: int = 14, w: int =
          .col_width(0.95)
          .legend(cb.VizLegendOptions().show_legend(False).display_mode(cm.LegendDisplayMode.HIDDEN)
                  .placement(cm.LegendPlacement.BOTTOM))
-         .color_scheme(db.FieldColor().mode(dm.FieldColorModeId.CONTINUOUS_RD_YL_GR))
+         .color_scheme(db.FieldColor().mode(f"continuous-{GRAFANA_SCHEME.lower()}"))
          .min(0).max(1))
+    if links:
+        p = p.data_links(list(links))
     return _finish(p, title, description, RATIO, queries, h, w)
 
 
@@ -165,7 +208,7 @@ def merge_table(rename: dict[str, str], hide: tuple[str, ...] = ("Time", "__name
 
 
 def straggler_table(title: str, description: str, columns: dict[str, str], *, h: int = 8,
-                    w: int = 12) -> table.Panel:
+                    w: int = 12, links=()) -> table.Panel:
     """One row per outlier GPU, a column per instant query (z-scores and gaps)."""
     from .common import RATIO, ZSCORE, query
 
@@ -173,5 +216,6 @@ def straggler_table(title: str, description: str, columns: dict[str, str], *, h:
     targets = [query(expr, "", ref, instant=True, table=True) for ref, expr in zip(refs, columns.values())]
     rename = {f"Value #{ref}": name for ref, name in zip(refs, columns)}
     gap_units = {name: RATIO for name in columns if "gap" in name}
-    return table_panel(title, description, ZSCORE, *targets, transformations=merge_table(rename),
-                       field_units=gap_units, sort_by=next(iter(columns)), h=h, w=w)
+    p = table_panel(title, description, ZSCORE, *targets, transformations=merge_table(rename),
+                    field_units=gap_units, sort_by=next(iter(columns)), h=h, w=w)
+    return p.data_links(list(links)) if links else p

@@ -2,12 +2,27 @@
 
 Selectors are passed in as matcher text (e.g. 'node=~"$node", workload=~"$workload"')
 so the cluster view and the one-workload view read the same expressions.
+
+How a heatmap cell gets its colour
+----------------------------------
+A cell spans one query step, which Grafana also substitutes as `$__interval`.
+The exporter integrates every GPU's sub-second samples into counters, so the
+share of a cell's time spent working is
+
+    (C(t) - C(t - $__interval)) / (sampled(t) - sampled(t - $__interval))
+
+with C the busy or active seconds counter read at the cell's two edges. That is
+exact for the cell's own span, whatever its length, and neighbouring cells tile
+the time axis without overlap. `increase(C[$__interval])` would not do: a
+window one scrape long holds a single sample and returns nothing, and a longer
+one ($__rate_interval) smears a 15 s stall over several cells. `C offset I`
+reads the latest sample at or before t - I, the same lookback as `C` itself.
+After a counter reset the sampled delta is negative and `> 0` drops the cell.
 """
 from __future__ import annotations
 
 from gpulse.analysis.thresholds import value
-
-from .common import node_major_rows
+from gpulse.palette import SPIN_WEIGHT
 
 BUSY_5M = "node_gpu:gpulse_gpu_busy:ratio_rate5m"
 ACTIVE_5M = "node_gpu:gpulse_gpu_active:ratio_rate5m"
@@ -20,41 +35,129 @@ BUSY_PEER_GAP = "node_gpu:gpulse_gpu_busy:peer_gap_ratio5m"
 STALL_RATIO = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
 
 # What makes a GPU a straggler, as the GpulseStragglerGPU alert judges it: a
-# robust z-score beyond 3.5 against its peers AND at least 10 points of time
-# away from their median, in either signal (active finds a hot straggler, busy
-# a cold one). The panels list exactly what would page.
+# robust z-score beyond straggler_z against its peers AND at least
+# straggler_gap_ratio of time away from their median, in either signal (active
+# finds a hot straggler, busy a cold one). The panels list exactly what would page.
 OUTLIER_Z = value("straggler_z")
 OUTLIER_GAP = value("straggler_gap_ratio")
 
-
-def selected_ratio(rule_window: str, sel: str) -> str:
-    """The per-GPU 0..1 series the `metric` variable selects, one per (node, gpu):
-    the busy or active recording rule of the given window ("1m" or "5m"), or the
-    mean power draw over the step as a fraction of the power limit. Only the
-    selected branch matches any metric name (see common.METRIC_CHOICES).
-
-    `max by (node, gpu)` merges the pieces of a GPU whose attribution labels
-    changed during the range into one row. Power is averaged over the step
-    because a gauge sampled once a step aliases; the limit hardly ever changes,
-    so its latest value is enough. Dividing before aggregating is the cheaper
-    order (measured by bench/dashboards_scale.py)."""
-    return (f'max by (node, gpu) (\n'
-            f'  {{__name__=~"node_gpu:gpulse_gpu_${{metric}}:ratio_rate{rule_window}", {sel}}}\n'
-            f'  or\n'
-            f'  avg_over_time({{__name__=~"gpulse_gpu_${{metric}}_watts", {sel}}}[$__interval])\n'
-            f'    / {{__name__=~"gpulse_gpu_${{metric}}_limit_watts", {sel}}}\n'
-            f')')
+# The work score (palette.work_score) is active + SPIN_WEIGHT x spin-wait. Since
+# spin-wait = busy - active wherever activity does not exceed utilisation (always
+# for power-gated activity, and what SM activity is physically), with a weight
+# of one half the score is the plain mean of the active and busy shares. That
+# is what lets the `metric` variable select it like any single counter (the
+# counters to average are spliced into the metric name), from raw counters and
+# from the 5m recording rules alike.
+assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); see queries.py"
 
 
-def heatmap_rows(sel: str) -> str:
-    """Long-range heatmap: the 5m recording rules evaluated every minute (one
-    value per GPU per minute whatever the scrape interval), one row per GPU."""
-    return node_major_rows(selected_ratio("5m", sel))
+def cell_ratio(sel: str, by: str = "node, gpu") -> str:
+    """The 0..1 value of each heatmap cell, one series per `by` group.
+
+    `${metric}` is a regex alternation of counter names (`active|busy` for the
+    work score, `busy`, `active`, `power`) and `${cells}` the name suffix of
+    the data the cells are read from: `seconds_total` (raw counters, exact per
+    cell) or `ratio_rate5m` (the downsampled recording rules, for ranges longer
+    than raw data is kept). Only the selected branch matches any metric name,
+    so Prometheus reads only the series shown.
+
+    The mean over the selected counters is taken on the counters themselves
+    (`avg by` of a plain selector keeps the two names apart; a function would
+    drop them and make the two series of one GPU collide), then differenced
+    over the cell. `avg`/`max by (node, gpu)` also merges the pieces of a GPU
+    whose attribution labels changed: only one piece is live at a time.
+    """
+    gpu = "node, gpu" if by in ("node, gpu", "node") else f"node, gpu, {by}"
+    counters = f'{{__name__=~"gpulse_gpu_(${{metric}})_${{cells}}", {sel}}}'
+    sampled = f'{{__name__=~"gpulse_gpu_sampled_${{cells}}", {sel}}}'
+
+    def delta(agg: str, selector: str) -> str:
+        return f"({agg} by ({gpu}) ({selector}) - {agg} by ({gpu}) ({selector} offset $__interval))"
+
+    work, covered = delta("avg", counters), delta("max", sampled)
+    if by != gpu:
+        work, covered = f"sum by ({by}) {work}", f"sum by ({by}) {covered}"
+    raw = f"{work}\n/ ({covered} > 0)"
+    # the 5m rules are evaluated once a minute: a cell shows the 5-minute mean
+    # ending at its end (the whole cell up to 5-minute cells, its end beyond)
+    rules = f'avg by ({by}) ({{__name__=~"node_gpu:gpulse_gpu_(${{metric}}):${{cells}}", {sel}}})'
+    # a power gauge sampled once a scrape aliases; its mean over the cell does
+    # not. The limit hardly ever changes, so its latest value is enough.
+    power = (f'avg by ({by}) (\n'
+             f'  avg_over_time({{__name__=~"gpulse_gpu_(${{metric}})_watts", {sel}}}[$__interval])\n'
+             f'  / {{__name__=~"gpulse_gpu_(${{metric}})_limit_watts", {sel}}}\n)')
+    return f"(\n{raw}\n)\nor\n{rules}\nor\n{power}"
 
 
-def status_rows(sel: str) -> str:
-    """Short-range variant: the 1m rules, which follow every scrape."""
-    return node_major_rows(selected_ratio("1m", sel))
+def _rank(expr: str, sel: str, by: str, peers: str) -> str:
+    """Adds a `rank` label: 1000 + 999 x (1 - distance of the group's mean
+    active share over the whole range from its peers' median), four digits that
+    sort the most deviant first. `@ end()` makes it one value per group for the
+    whole range, so a row keeps its place from the first cell to the last (and
+    Prometheus evaluates it once, not at every step). Every group with a cell
+    has samples in the range, so none loses its row."""
+    share = (f"(sum by ({by}) (increase(gpulse_gpu_active_seconds_total{{{sel}}}[$__range] @ end()))\n"
+             f" / sum by ({by}) (increase(gpulse_gpu_sampled_seconds_total{{{sel}}}[$__range] @ end())))")
+    median = f"on ({peers}) group_left () quantile by ({peers}) (0.5, {share})" if peers \
+        else f"scalar(quantile(0.5, {share}))"
+    rank = f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(abs({share} - {median}), 1))))'
+    return f"(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\n)"
+
+
+def _rows(expr: str, sel: str, by: str, peers: str, key: str) -> str:
+    """Series in the heatmap's row order. Prometheus returns a range result
+    sorted by its label set, label name by label name, and `device` sorts
+    before every other label on these series, so `device` is the row key: node,
+    then GPU index as a number, or with `${order}` = rank the most deviant
+    group first (`natural` names no label and adds nothing to the key)."""
+    return f'label_join(\n{_rank(expr, sel, by, peers)},\n"device", "/", "${{order}}", {key})'
+
+
+def gpu_rows(sel: str) -> str:
+    """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order.
+    `device_pad` is "x" for indices of two or more digits and absent for one,
+    so in the key "node//7" sorts before "node/x/12" ('/' < 'x'): numeric order
+    up to 99 GPUs a node in one label_replace. MIG "0/1" follows GPU 0."""
+    padded = f'label_replace({cell_ratio(sel)}, "device_pad", "x", "gpu", "[0-9][0-9]+")'
+    return _rows(padded, sel, "node, gpu", "node", '"node", "device_pad", "gpu"')
+
+
+def node_rows(sel: str) -> str:
+    """Overview: one row per node (the mean over its GPUs)."""
+    return _rows(cell_ratio(sel, "node"), sel, "node", "", '"node"')
+
+
+def workload_rows(sel: str) -> str:
+    """Overview: one row per workload across all its nodes."""
+    return label_join_rows(cell_ratio(f'{sel}, workload!=""', "workload"), '"workload"')
+
+
+def label_join_rows(expr: str, key: str) -> str:
+    return f'label_join(\n{expr},\n"device", "/", {key})'
+
+
+def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:
+    """Share of each cell's time every GPU of a group was stalled at once, per
+    workload across its nodes (per node when GPUs carry no workload). The
+    denominator is the time the group held a workload, so a job's start-up
+    and the idle time after it are not counted as stalls."""
+    def share(by: str, sel: str) -> str:
+        def d(name: str) -> str:
+            return f"({name}{{{sel}}} - {name}{{{sel}}} offset $__interval)"
+        return (f"sum by ({by}) {d('gpulse_group_sync_stall_seconds_total')}\n"
+                f"/ (sum by ({by}) {d('gpulse_group_sampled_seconds_total')} > 0)")
+    per_workload = share("workload", f'{workload_sel}, workload!=""')
+    return per_workload if node_sel is None else per_workload_or_node(per_workload, share("node", node_sel))
+
+
+def stall_period_marks(workload_sel: str, node_sel: str | None = None) -> str:
+    """The dominant stall period, rounded to a second, as a `period` label
+    (count_values), so an annotation can print it over the spans it holds."""
+    def marks(by: str, sel: str) -> str:
+        return (f'count_values by ({by}) ("period", round(max by ({by}) '
+                f'(gpulse_group_stall_period_seconds{{{sel}}})))')
+    per_workload = marks("workload", f'{workload_sel}, workload!=""')
+    return per_workload if node_sel is None else per_workload_or_node(per_workload, marks("node", node_sel))
 
 
 def _by_signal(active: str, busy: str) -> str:

@@ -4,12 +4,16 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from . import queries as Q
-from .common import (LONG_RANGE_POINTS, PER_SECOND, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation, label_variable,
-                     metric_variable, new_dashboard, query, runbook_link)
-from .panels import gpu_heatmap, straggler_table, time_series
+from gpulse.palette import LEGEND
+
+from .cluster import CELLS_HELP, to_node_detail
+from .common import (CLUSTER, HEATMAP_POINTS, PER_SECOND, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation,
+                     cells_variable, label_variable, metric_variable, new_dashboard, order_variable, query,
+                     runbook_link, stall_period_annotation)
+from .panels import gpu_heatmap, stall_strip, straggler_table, time_series
 
 UID = "gpulse-training-workload"
-SEL = 'workload="$workload"'
+SEL = f'{CLUSTER}, workload="$workload"'
 
 
 def build() -> db.Dashboard:
@@ -17,23 +21,35 @@ def build() -> db.Dashboard:
                        "One training job across all its nodes: per-rank heatmap, load balance, "
                        "stragglers and sync stalls.", time_from="now-3h")
          .with_variable(label_variable(
-             "workload", "Workload", 'label_values(gpulse_gpu_up{workload!=""}, workload)',
+             "workload", "Workload", 'label_values(gpulse_gpu_up{cluster=~"$cluster", workload!=""}, workload)',
              multi=False, include_all=False,
              description="Needs GPU attribution (Kubernetes or Slurm) so that series carry a workload label."))
          .with_variable(metric_variable())
+         .with_variable(cells_variable())
+         .with_variable(order_variable())
          .annotation(alerts_annotation('workload="$workload"'))
+         .annotation(stall_period_annotation(Q.stall_period_marks(SEL)))
          .link(runbook_link("Runbook: sync stalls", "GpulseSyncStalls.md"))
          .link(runbook_link("Runbook: stragglers", "GpulseStragglerGPU.md"))
          .link(runbook_link("Runbook: imbalance", "GpulseWorkloadImbalance.md")))
 
-    d = d.with_panel(gpu_heatmap(
-        "Ranks heatmap",
-        "One row per GPU of the job (node/gpu), one column per step, colour 0–100 % on a fixed scale. "
-        "A vertical stripe is a sync stall of the whole job; a row unlike the rest is a straggling "
-        "rank. The contrast between busy ratio and SM activity tells which rank the others wait for: "
-        "waiting ranks read busy (spinning in the collective) but not active.",
-        query(Q.heatmap_rows(SEL), "{{node}}/{{gpu}}"),
-        h=16, max_data_points=LONG_RANGE_POINTS, interval=RULE_5M_INTERVAL))
+    d = (d
+         .with_panel(stall_strip(
+             "Sync stalls",
+             "Share of each column's time during which every GPU of the job on a node was stalled "
+             "at once, summed over its nodes, on the same columns as the ranks below. Read from the "
+             "integrated stall counter, so stalls shorter than a scrape interval still show. "
+             + LEGEND["stall"] + ".",
+             query(Q.stall_strip(SEL), "{{workload}}"),
+             max_data_points=HEATMAP_POINTS))
+         .with_panel(gpu_heatmap(
+             "Ranks heatmap",
+             "One row per GPU of the job (node/gpu), node by node. A dark or mid-tone column across "
+             "every row is a sync stall of the whole job; a bright row among mid-tone peers is the "
+             "rank the others wait for (hot straggler), a dark row among spin-waiting peers a rank "
+             "busy off the GPU (cold straggler). Click a row for its node's detail." + CELLS_HELP,
+             query(Q.gpu_rows(SEL), "{{node}}/{{gpu}}"),
+             h=16, max_data_points=HEATMAP_POINTS, links=[to_node_detail()])))
 
     d = (d.with_row(db.Row("Balance"))
          .with_panel(time_series(
@@ -41,16 +57,16 @@ def build() -> db.Dashboard:
              "Imbalance = (max − min) / max and load balance = mean / max of the ranks' SM activity "
              "over 5 minutes, across all nodes of the job. Balanced: imbalance near 0, load balance "
              "near 100 %.", RATIO,
-             query('workload:gpulse_gpu_active:imbalance_ratio5m{workload="$workload"}', "imbalance", "A"),
-             query('workload:gpulse_gpu_active:load_balance_ratio5m{workload="$workload"}', "load balance", "B"),
+             query(f'workload:gpulse_gpu_active:imbalance_ratio5m{{{SEL}}}', "imbalance", "A"),
+             query(f'workload:gpulse_gpu_active:load_balance_ratio5m{{{SEL}}}', "load balance", "B"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(
              "Spin-wait share per node",
              "Share of time the job's GPUs on each node were busy but not doing real work: spinning in a "
              "collective while waiting for another rank. The node that does not spin is usually the one "
              "the others wait for.", RATIO,
-             query('sum by (node) (rate(gpulse_gpu_spin_wait_seconds_total{workload="$workload"}[$__rate_interval]))'
-                   ' / sum by (node) (rate(gpulse_gpu_sampled_seconds_total{workload="$workload"}[$__rate_interval]))',
+             query(f'sum by (node) (rate(gpulse_gpu_spin_wait_seconds_total{{{SEL}}}[$__rate_interval]))'
+                   f' / sum by (node) (rate(gpulse_gpu_sampled_seconds_total{{{SEL}}}[$__rate_interval]))',
                    "{{node}}"),
              min_val=0, max_val=1)))
 
@@ -61,7 +77,8 @@ def build() -> db.Dashboard:
              "Deviation is a robust z-score; gap is the rank's share minus the median. Beyond "
              f"±{Q.OUTLIER_Z} and {Q.OUTLIER_GAP:.0%} away it is a straggler: active gap positive = "
              "the rank the others wait for; busy gap negative = a rank busy off the GPU.",
-             Q.straggler_table(SEL)))
+             Q.straggler_table(SEL),
+             links=[to_node_detail("${__data.fields.node}", "${__data.fields.gpu}")]))
          .with_panel(time_series(
              "Gap to peers per rank",
              "Each rank's SM activity minus the job's median over 5 minutes. Lines hugging 0 are "

@@ -1,0 +1,185 @@
+"""`gpulse export`: a recorded run as the OpenMetrics a Prometheus would have stored.
+
+    gpulse export --input ckpt50.csv --scrape-interval 15s --node h100-a > run.om
+    promtool tsdb create-blocks-from openmetrics run.om data/
+
+The log is replayed through the same engine `gpulse serve --source replay` runs
+(engine.run_offline in virtual time, at replay speed 1 and with the engine's wall
+clock anchored at the recorded start, so every timestamp is the recorded one) and
+each snapshot is rendered by the collector that serves /metrics. A scrape at time T
+returns the snapshot of the latest analysis tick at or before T, so the output holds,
+for every T on a grid of the scrape interval (aligned to the Unix clock), exactly that
+snapshot's series stamped T, plus the two staleness gauges computed at T. The
+export starts at the first analysis tick (a live exporter also serves a partial
+snapshot from its very first poll, up to a second before that). The exporting
+process's own process_* series and poll-duration histogram are left out: they
+would describe this command, not the run.
+
+Exit codes: 0 written, 2 bad arguments, 1 the log could not be read (one line on
+stderr, never a traceback).
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any, BinaryIO, Iterable, Iterator
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.samples import Sample
+
+from .collector import _Live, _render, _Static, snapshot_families
+from .config import ConfigError, load_config, parse_duration
+from .engine import Snapshot, run_offline
+from .sources.base import SourceError
+
+
+class ExportError(Exception):
+    """One line for stderr; `code` is the exit status."""
+
+    def __init__(self, message: str, code: int = 1):
+        super().__init__(message)
+        self.code = code
+
+
+class _Opened:
+    """A source that has been opened already (to learn the recorded start), handed to
+    run_offline, which opens its source again: the log is parsed once."""
+
+    def __init__(self, source: Any, devices: list):
+        self._source, self._devices = source, devices
+
+    def open(self) -> list:
+        return self._devices
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+
+def replay_config(path: str, fmt: str = "auto", node: str = "") -> Any:
+    """The Config `gpulse serve --source replay --replay.file PATH` runs with."""
+    try:
+        return load_config(overrides={"source": "replay", "replay.file": path, "replay.format": fmt,
+                                      "replay.speed": 1, "node_name": node or None}, environ={})
+    except ConfigError as e:
+        raise ExportError(str(e), 2) from None
+
+
+def scrapes(cfg: Any, interval: float) -> Iterator[tuple[float, Snapshot]]:
+    """(scrape time, snapshot served then) for every scrape of a replay of cfg's log,
+    scrape times on the `interval` grid, until the first scrape after the last
+    snapshot (which serves the final values, as a finished replay keeps doing)."""
+    from .sources.replay import ReplaySource
+
+    if not os.path.isfile(cfg.replay.file):
+        raise ExportError(f"{cfg.replay.file}: no such file")
+    source = ReplaySource(cfg)
+    try:
+        devices = source.open()
+        start = source.run.start
+        if start is None:
+            raise ExportError(f"{cfg.replay.file}: no samples to export")
+        served: Snapshot | None = None
+        t = None
+        for _engine, snap in run_offline(_Opened(source, devices), cfg, wall0=start):
+            if t is None:
+                t = math.ceil(snap.wall / interval) * interval
+            while served is not None and t < snap.wall:
+                yield t, served
+                t += interval
+            served = snap
+        if served is not None:
+            while t < served.wall:
+                t += interval
+            yield t, served
+    except SourceError as e:
+        raise ExportError(str(e)) from None
+
+
+def _health(snap: Snapshot, t: float, cfg: Any, final: bool) -> dict[str, Any]:
+    since = t - (snap.last_success_wall if snap.last_success_wall is not None else snap.wall)
+    return {"stale": (not final) and since > cfg.stale_after, "seconds_since_success": since}
+
+
+class _Series:
+    """Every sample of every family, kept per series in time order: OpenMetrics
+    wants a family's lines together, and promtool a series' samples in order."""
+
+    def __init__(self) -> None:
+        self.families: dict[str, tuple[str, str, dict[tuple, list[Sample]]]] = {}
+
+    def add(self, families: Iterable[Metric], t: float) -> None:
+        for fam in families:
+            _, _, series = self.families.setdefault(fam.name, (fam.type, fam.documentation, {}))
+            for s in fam.samples:
+                key = (s.name, tuple(s.labels.items()))
+                series.setdefault(key, []).append(Sample(s.name, s.labels, s.value, t))
+
+    def metrics(self) -> list[Metric]:
+        out = []
+        for name, (kind, doc, series) in self.families.items():
+            m = Metric(name, doc, kind)
+            for samples in series.values():
+                m.samples.extend(samples)
+            out.append(m)
+        return out
+
+
+def export(cfg: Any, interval: float, out: BinaryIO) -> int:
+    """Write the OpenMetrics text of a replay of cfg's log scraped every `interval`
+    seconds; returns the number of scrapes."""
+    store = _Series()
+    pending: tuple[float, Snapshot] | None = None
+    n = 0
+    for t, snap in scrapes(cfg, interval):
+        if pending is not None:
+            _scrape(store, cfg, *pending, final=False)
+            n += 1
+        pending = (t, snap)
+    if pending is None:
+        raise ExportError(f"{cfg.replay.file}: no samples to export")
+    _scrape(store, cfg, *pending, final=True)
+    out.write(_render(_Static(store.metrics()), openmetrics=True))
+    return n + 1
+
+
+def _scrape(store: _Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> None:
+    store.add(snapshot_families(snap), t)
+    store.add(_Live(snap.node, lambda: _health(snap, t, cfg, final)).collect(), t)
+
+
+def add_parser(sub: Any) -> None:
+    from .report.cli import LOG_FORMATS
+
+    p = sub.add_parser("export", help="a recorded log as OpenMetrics for promtool backfilling",
+                       description="Write the OpenMetrics text that a Prometheus scraping `gpulse serve "
+                                   "--source replay` of the log at --scrape-interval would have stored, with "
+                                   "the recorded timestamps; load it with `promtool tsdb create-blocks-from "
+                                   "openmetrics`.")
+    p.add_argument("--input", metavar="FILE", required=True,
+                   help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output")
+    p.add_argument("--input-format", default="auto", choices=LOG_FORMATS, help="format of --input (default: auto)")
+    p.add_argument("--scrape-interval", default="15s", metavar="DURATION",
+                   help="Prometheus scrape interval to emulate (default: 15s)")
+    p.add_argument("--node", default="", metavar="NAME",
+                   help="value of the node label (default: as gpulse serve: $NODE_NAME, else the hostname)")
+    p.set_defaults(run=run)
+
+
+def run(ns: Any) -> int:
+    try:
+        try:
+            interval = parse_duration(ns.scrape_interval)
+        except ValueError as e:
+            raise ExportError(f"--scrape-interval: {e}", 2) from None
+        if not interval > 0:
+            raise ExportError("--scrape-interval: must be positive", 2)
+        cfg = replay_config(ns.input, ns.input_format, ns.node)
+        export(cfg, interval, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+    except ExportError as e:
+        print(f"gpulse export: {e}", file=sys.stderr)
+        return e.code
+    except BrokenPipeError:
+        return 1
+    return 0

@@ -1,0 +1,254 @@
+"""The heatmaps: row order, colour language, data links and runbook links.
+
+The order tests run the dashboards' queries, as Grafana sends them, against the
+Debian `prometheus` scraping two simulated 12-GPU nodes (GPU indices past 9, so
+"10" sorting before "2" would show), one of them with a hot straggler.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+from conftest import ROOT, Gpulse, free_port, require_binary, wait_http
+from test_dashboards_prometheus import Request, fast_rules, load
+
+sys.path.insert(0, str(ROOT / "grafana"))
+sys.path.insert(0, str(ROOT / "exporter"))
+from gpulse import palette  # noqa: E402
+from gpulse_dashboards.common import RUNBOOK_BASE  # noqa: E402
+from gpulse_dashboards.grafana_queries import (fixed_values, format_value, panel_queries,  # noqa: E402
+                                               parse_duration_ms, substitute, variable_defaults)
+
+DASHBOARDS = ROOT / "grafana" / "dashboards"
+UIDS = {p.stem for p in DASHBOARDS.glob("*.json")}
+GPUS = 12
+STRAGGLER_NODE, STALL_NODE = "node-b", "node-a"   # named so that plain string order is not node order of rows
+
+
+def dashboards() -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))}
+
+
+def panels(d: dict):
+    for p in d.get("panels", []):
+        yield p
+        yield from p.get("panels", []) or []
+
+
+# ------------------------------------------------------------------ static
+
+def test_one_palette_everywhere():
+    """Every heatmap colours from palette.py: its viridis scheme for cells, its
+    one stall colour for the strip; the status history in the same direction."""
+    seen = {"scheme": 0, "stall": 0, "status": 0}
+    for uid, d in dashboards().items():
+        text = json.dumps(d)
+        assert "Turbo" not in text and "RdYlGr" not in text, f"{uid}: a second palette"
+        for p in panels(d):
+            if p["type"] == "heatmap":
+                color = p["options"]["color"]
+                if color["mode"] == "scheme":
+                    assert color["scheme"] == palette.GRAFANA_SCHEME, f"{uid} / {p['title']}"
+                    seen["scheme"] += 1
+                else:
+                    assert (color["mode"], color["fill"]) == ("opacity", palette.STALL_HEX), f"{uid} / {p['title']}"
+                    seen["stall"] += 1
+                assert (color["min"], color["max"]) == (0, 1)
+            if p["type"] == "status-history":
+                mode = p["fieldConfig"]["defaults"]["color"]["mode"]
+                assert mode == f"continuous-{palette.GRAFANA_SCHEME.lower()}", f"{uid} / {p['title']}: {mode}"
+                seen["status"] += 1
+    assert seen["scheme"] >= 4 and seen["stall"] >= 2 and seen["status"] >= 1, seen
+
+
+def test_default_colouring_is_the_work_score():
+    for uid in ("gpulse-cluster-heatmap", "gpulse-training-workload"):
+        v = {x["name"]: x for x in dashboards()[uid]["templating"]["list"]}
+        assert v["metric"]["current"]["value"] == "active|busy", uid
+        assert v["order"]["current"]["value"] == "natural", uid
+
+
+def _data_links():
+    for uid, d in dashboards().items():
+        for p in panels(d):
+            for link in p.get("fieldConfig", {}).get("defaults", {}).get("links", []) or []:
+                yield uid, p, link
+
+
+def test_data_links_lead_to_existing_dashboards_with_node_and_time_range():
+    links = list(_data_links())
+    where = {(uid, p["title"]) for uid, p, _ in links}
+    # overview row -> per-GPU heatmap of that node -> node detail; stragglers -> node detail
+    assert ("gpulse-cluster-heatmap", "Nodes") in where
+    assert ("gpulse-cluster-heatmap", "GPU heatmap") in where
+    assert ("gpulse-cluster-heatmap", "Top stragglers now") in where
+    assert ("gpulse-training-workload", "Top stragglers now") in where
+    for uid, p, link in links:
+        m = re.fullmatch(r"/d/([\w-]+)/\?(.*)", link["url"])
+        assert m, f"{uid} / {p['title']}: {link['url']}"
+        assert m.group(1) in UIDS, f"{uid} / {p['title']}: no dashboard {m.group(1)}"
+        params = m.group(2).split("&")
+        assert "${__url_time_range}" in params and "${datasource:queryparam}" in params
+        # a heatmap or status-history row names its node in the series labels, a table row in a column
+        node = "${__data.fields.node}" if p["type"] == "table" else "${__field.labels.node}"
+        assert f"var-node={node}" in params, f"{uid} / {p['title']}: {params}"
+        target = load(m.group(1))
+        names = {v["name"] for v in target["templating"]["list"]}
+        for prm in params:
+            if prm.startswith("var-"):
+                assert prm[4:].split("=")[0] in names, f"{uid} / {p['title']}: {prm} unknown to {m.group(1)}"
+
+
+def test_runbook_links_come_from_the_runbook_base_variable():
+    assert RUNBOOK_BASE == "https://github.com/gpulse/gpulse/blob/main/docs/runbooks"
+    found = 0
+    for uid, d in dashboards().items():
+        (var,) = [v for v in d["templating"]["list"] if v["name"] == "runbook_base"]
+        assert var["type"] == "constant" and var["query"] == RUNBOOK_BASE
+        text = json.dumps(d)
+        assert text.count(RUNBOOK_BASE) == 1, f"{uid}: the base URL is spelled outside the variable"
+        for link in d.get("links", []):
+            if link["type"] == "link":
+                assert link["url"].startswith("${runbook_base}/"), link["url"]
+                page = link["url"].rsplit("/", 1)[1]
+                assert (ROOT / "docs" / "runbooks" / page).is_file()
+                found += 1
+    assert found >= 3
+
+
+def test_every_selector_honours_the_cluster_variable():
+    for uid, d in dashboards().items():
+        for q in panel_queries(d):
+            for sel in re.findall(r"\{([^{}]*)\}", q.expr):
+                if "=" in sel and "$" in sel:     # a selector that takes dashboard variables
+                    assert 'cluster=~"$cluster"' in sel, f"{q.where}: {{{sel}}}"
+
+
+# ------------------------------------------------------------------ against Prometheus
+
+class Stack:
+    def __init__(self, tmp: Path):
+        prometheus = require_binary("prometheus")
+        self.procs = []
+        self.prom = None
+        try:
+            self.procs = [
+                Gpulse("--source", "sim", "--sim.scenario", "straggler", "--sim.gpus", str(GPUS),
+                       "--node-name", STRAGGLER_NODE),
+                Gpulse("--source", "sim", "--sim.scenario", "sync-stall", "--sim.gpus", str(GPUS),
+                       "--node-name", STALL_NODE),
+            ]
+            rules = tmp / "rules"
+            rules.mkdir()
+            config = {
+                "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
+                "rule_files": fast_rules(rules),
+                "scrape_configs": [{"job_name": "gpulse", "static_configs": [
+                    {"targets": [g.url.removeprefix("http://") for g in self.procs]}]}],
+            }
+            (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+            port = free_port()
+            self.url = f"http://127.0.0.1:{port}"
+            self.prom = subprocess.Popen(
+                [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            wait_http(self.url + "/-/ready", timeout=30)
+        except BaseException:
+            self.close()
+            raise
+
+    def range(self, req: Request, end: float | None = None) -> list:
+        end = end if end is not None else time.time()
+        r = requests.post(self.url + "/api/v1/query_range", timeout=30, data=dict(
+            query=req.expr, start=end - req.range_ms / 1000, end=end, step=req.step_s)).json()
+        assert r["status"] == "success", f"{req.where}: {r.get('error')}"
+        return r["data"]["result"]
+
+    def close(self):
+        if self.prom is not None and self.prom.poll() is None:
+            self.prom.terminate()
+            self.prom.wait(timeout=10)
+        for g in self.procs:
+            g.stop()
+
+
+def request(uid: str, title: str, **choice: str) -> Request:
+    """The panel's target as Grafana sends it for a 2-minute range at a 1 s scrape."""
+    d = load(uid)
+    defs = variable_defaults(d)
+    values = {**fixed_values(d), **{k: format_value(v, "$__all") for k, v in defs.items() if v["type"] == "query"}}
+    values.update(choice)
+    (q,) = [q for q in panel_queries(d) if q.panel == title]
+    timing = q.timing(parse_duration_ms("2m"), width_px=1600, scrape_interval="1s")
+    return Request(where=f"{uid} / {title} {choice}", expr=substitute(q.expr, timing, values), instant=False,
+                   step_s=timing.step_ms / 1000, range_ms=timing.range_ms)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("heatmap"))
+    try:
+        want = request("gpulse-cluster-heatmap", "GPU heatmap", order="rank")
+        deadline = time.monotonic() + 90
+        # enough scrapes for every GPU to have a cell and the straggler to stand out
+        while time.monotonic() < deadline:
+            rows = s.range(want)
+            if len(rows) == 2 * GPUS and all(len(r["values"]) >= 8 for r in rows):
+                break
+            time.sleep(1)
+        yield s
+    finally:
+        s.close()
+
+
+def _rows(series: list) -> list[tuple[str, str]]:
+    return [(x["metric"]["node"], x["metric"]["gpu"]) for x in series]
+
+
+@pytest.mark.parametrize("metric", ["active|busy", "busy", "active", "power"])
+def test_gpu_rows_come_in_node_then_numeric_gpu_order(stack, metric):
+    rows = _rows(stack.range(request("gpulse-cluster-heatmap", "GPU heatmap", metric=metric)))
+    want = [(n, str(g)) for n in sorted((STALL_NODE, STRAGGLER_NODE)) for g in range(GPUS)]
+    assert rows == want, rows
+
+
+def test_worst_first_puts_the_straggler_on_top(stack):
+    rows = _rows(stack.range(request("gpulse-cluster-heatmap", "GPU heatmap", order="rank")))
+    assert len(rows) == 2 * GPUS
+    # the straggler scenario runs GPU 1 at 99 % while its peers run at 60 %
+    assert rows[0] == (STRAGGLER_NODE, "1"), rows
+
+
+def test_node_overview_has_one_row_per_node_in_order(stack):
+    series = stack.range(request("gpulse-cluster-heatmap", "Nodes"))
+    assert [x["metric"]["node"] for x in series] == sorted((STALL_NODE, STRAGGLER_NODE))
+    for x in series:
+        assert all(0 <= float(v) <= 1.0001 for _, v in x["values"])
+
+
+def test_work_score_sits_between_active_and_busy(stack):
+    """mean(active, busy): a spin-waiting GPU is mid-tone, not bright like busy
+    nor dark like active."""
+    end = time.time() - 2     # one end for all three, in the past so no scrape lands in between
+
+    def cells(metric: str) -> dict:
+        return {(x["metric"]["node"], x["metric"]["gpu"]): dict(x["values"])
+                for x in stack.range(request("gpulse-cluster-heatmap", "GPU heatmap", metric=metric), end)}
+    work, busy, active = cells("active|busy"), cells("busy"), cells("active")
+    n = 0
+    for key, values in work.items():
+        for t, w in values.items():
+            if t in busy[key] and t in active[key]:
+                b, a = float(busy[key][t]), float(active[key][t])
+                assert float(w) == pytest.approx((a + b) / 2, abs=1e-9)
+                n += 1
+    assert n > 2 * GPUS

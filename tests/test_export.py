@@ -1,0 +1,215 @@
+"""`gpulse export`: the OpenMetrics of a replayed log, backfilled by promtool and
+equal to what a live `gpulse serve --source replay` of the same log serves.
+
+The logs are cut from the real 8xH100 ckpt50 trace at poll boundaries (8 rows a
+poll, rows of one poll milliseconds apart), around its periodic checkpoint
+stalls, so the stall counters move too.
+"""
+from __future__ import annotations
+
+import calendar
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
+from prometheus_client.parser import text_string_to_metric_families as parse_text
+
+from conftest import ROOT, Gpulse, free_port, require_binary, require_data, wait_http
+
+TRACE = "traces/h100-8gpu/ckpt50.csv"
+NODE = "h100-a"
+ROWS_PER_POLL = 8
+# Values that depend on the wall clock of the process that serves them (the live
+# exporter runs now, the export at the recorded time) or on its own CPU: compared
+# by presence only. process_* and python_* describe the exporting process and are
+# not exported at all.
+CLOCK_SERIES = {"gpulse_gpu_last_sample_timestamp_seconds", "gpulse_exporter_last_sample_timestamp_seconds",
+                "gpulse_exporter_snapshot_timestamp_seconds", "gpulse_exporter_seconds_since_last_sample",
+                "gpulse_exporter_stale"}
+PROCESS_PREFIXES = ("process_", "python_", "gpulse_exporter_sample_duration_seconds")
+
+
+def _poll_time(row: str) -> float:
+    stamp = row.split(",", 1)[0].strip()
+    head, _, frac = stamp.partition(".")
+    return calendar.timegm(time.strptime(head, "%Y/%m/%d %H:%M:%S")) + float("0." + (frac or "0"))
+
+
+def cut_trace(dest: Path, start_s: float, length_s: float) -> Path:
+    """The polls of the real trace from start_s to start_s + length_s after its first row."""
+    lines = require_data(TRACE).read_text().splitlines()
+    header, rows = lines[0], lines[1:]
+    t0 = _poll_time(rows[0])
+    keep = []
+    for i in range(0, len(rows) - ROWS_PER_POLL + 1, ROWS_PER_POLL):
+        if start_s <= _poll_time(rows[i]) - t0 < start_s + length_s:
+            keep.extend(rows[i:i + ROWS_PER_POLL])
+    dest.write_text("\n".join([header, *keep]) + "\n")
+    return dest
+
+
+def gpulse_export(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env_path = str(ROOT / "exporter")
+    p = subprocess.run([sys.executable, "-m", "gpulse", "export", *args], capture_output=True, timeout=300,
+                       env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+    if check:
+        assert p.returncode == 0, p.stderr.decode()
+    return p
+
+
+def series_of(families) -> dict[tuple, list[tuple[float | None, float]]]:
+    """(sample name, sorted labels) -> [(timestamp, value)] in file order."""
+    out: dict[tuple, list] = {}
+    for fam in families:
+        for s in fam.samples:
+            if s.name.startswith(PROCESS_PREFIXES):
+                continue
+            out.setdefault((s.name, tuple(sorted(s.labels.items()))), []).append((s.timestamp, s.value))
+    return out
+
+
+def snapshots(exported: dict) -> list[dict[tuple, float]]:
+    """The export as one {series: value} per scrape time."""
+    times = sorted({float(t) for points in exported.values() for t, _ in points})
+    by_time = {t: {} for t in times}
+    for key, points in exported.items():
+        for t, v in points:
+            by_time[float(t)][key] = v
+    return [by_time[t] for t in times]
+
+
+def is_counter(key: tuple) -> bool:
+    return key[0].endswith("_total")
+
+
+# ------------------------------------------------------------------ promtool
+
+def test_promtool_backfills_the_export_and_prometheus_returns_its_values(tmp_path):
+    promtool, prometheus = require_binary("promtool"), require_binary("prometheus")
+    log = cut_trace(tmp_path / "ckpt50-part.csv", 225, 60)
+    body = gpulse_export("--input", str(log), "--scrape-interval", "15s", "--node", NODE).stdout.decode()
+    assert body.endswith("# EOF\n")
+    exported = series_of(parse_om(body))
+    points = exported[("gpulse_gpu_busy_seconds_total", (("gpu", "3"), ("node", NODE)))]
+    stamps = [float(t) for t, _ in points]
+    assert all(t % 15 == 0 for t in stamps) and stamps == sorted(stamps) and len(stamps) >= 4
+    # the recorded time of the trace, not the time of the export
+    # (the first scrape on the grid after the first analysis tick, 1 s in)
+    assert 0 < stamps[0] - _poll_time(log.read_text().splitlines()[1]) <= 15 + 1
+
+    (tmp_path / "run.om").write_text(body)
+    blocks = tmp_path / "data"
+    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "run.om"),
+                           str(blocks)], capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    port = free_port()
+    (tmp_path / "p.yml").write_text("global: {scrape_interval: 15s}\n")
+    prom = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'p.yml'}", f"--storage.tsdb.path={blocks}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
+                             "--storage.tsdb.retention.time=100y"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_http(url + "/-/ready", timeout=30)
+        for (name, labels), pts in exported.items():
+            if name not in ("gpulse_gpu_active_seconds_total", "gpulse_group_sync_stall_seconds_total",
+                            "gpulse_gpu_utilization_ratio"):
+                continue
+            sel = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+            r = requests.get(url + "/api/v1/query_range", timeout=30, params=dict(
+                query=sel, start=pts[0][0], end=pts[-1][0], step=15)).json()
+            assert r["status"] == "success", r
+            (got,) = r["data"]["result"]
+            assert [(float(t), float(v)) for t, v in got["values"]] == \
+                [(float(t), pytest.approx(v, rel=1e-12)) for t, v in pts], sel
+    finally:
+        prom.terminate()
+        prom.wait(timeout=10)
+
+
+# ------------------------------------------------------------------ against a live replay
+
+def _scrape(g: Gpulse) -> dict[tuple, float]:
+    return {k: pts[-1][1] for k, pts in series_of(parse_text(g.metrics())).items()}
+
+
+def test_export_equals_a_live_scrape_of_the_same_replay(tmp_path):
+    """A live replay's scrape and the export agree series by series: the same
+    series at every scrape, every counter between the export's values at the
+    two analysis ticks around the live one (the live sampler's poll phase puts
+    its ticks between the export's), and, once the replay has finished, every
+    value equal."""
+    log = cut_trace(tmp_path / "ckpt50-part.csv", 250, 20)
+    exported = snapshots(series_of(parse_om(
+        gpulse_export("--input", str(log), "--scrape-interval", "100ms", "--node", NODE).stdout.decode())))
+    # one entry per analysis tick: the 100 ms grid repeats each tick's snapshot
+    ticks = [s for i, s in enumerate(exported)
+             if i == 0 or any(s[k] != exported[i - 1].get(k) for k in s if is_counter(k))]
+    key0 = ("gpulse_gpu_sampled_seconds_total", (("gpu", "0"), ("node", NODE)))
+
+    g = Gpulse("--source", "replay", "--replay.file", str(log), "--node-name", NODE)
+    live: list[dict] = []
+    try:
+        deadline = time.monotonic() + 90
+        unchanged_since = None
+        while time.monotonic() < deadline:
+            s = _scrape(g)
+            if key0 in s:
+                if live and s[key0] == live[-1][key0]:
+                    unchanged_since = unchanged_since or time.monotonic()
+                    if time.monotonic() - unchanged_since > 4:   # the replay has finished
+                        break
+                else:
+                    unchanged_since = None
+                live.append(s)
+            time.sleep(0.3)
+        else:
+            pytest.fail("the live replay did not finish within 90 s")
+    finally:
+        g.stop()
+    assert len(live) >= 20
+
+    checked = 0
+    # before the export's first tick the live exporter can only be between nothing and that tick
+    ticks.insert(0, {k: 0.0 for k in ticks[0]})
+    for s in live[:-1]:
+        k = max(i for i, e in enumerate(ticks) if e[key0] <= s[key0] + 1e-9)
+        lo, hi = ticks[k], ticks[min(k + 1, len(ticks) - 1)]
+        assert set(s) == set(lo) or set(s) == set(hi) or (k == 0 and set(s) <= set(hi)), \
+            f"series differ: live only {set(s) - set(lo)}, export only {set(lo) - set(s)}"
+        for key, v in s.items():
+            if is_counter(key):
+                assert lo[key] - 1e-9 <= v <= hi[key] + 1e-9, f"{key}: live {v}, export {lo[key]}..{hi[key]}"
+                checked += 1
+    assert checked > 100
+
+    final, last = live[-1], exported[-1]
+    assert set(final) == set(last)
+    for key, v in final.items():
+        if key[0] not in CLOCK_SERIES:
+            assert last[key] == pytest.approx(v, rel=1e-12, abs=1e-12), key
+    stall = ("gpulse_group_sync_stall_seconds_total", (("node", NODE),))
+    assert final[stall] > 1, "the cut should hold part of a checkpoint stall"
+
+
+# ------------------------------------------------------------------ bad input
+
+def test_bad_input_is_one_line_and_exit_code(tmp_path):
+    p = gpulse_export("--input", str(tmp_path / "missing.csv"), check=False)
+    assert p.returncode == 1 and p.stdout == b""
+    (line,) = p.stderr.decode().splitlines()
+    assert "missing.csv" in line and "Traceback" not in line
+
+    (tmp_path / "junk.csv").write_text("this is not a GPU log\n")
+    p = gpulse_export("--input", str(tmp_path / "junk.csv"), check=False)
+    assert p.returncode == 1 and len(p.stderr.decode().splitlines()) == 1 and p.stdout == b""
+
+    log = cut_trace(tmp_path / "ok.csv", 228, 3)
+    p = gpulse_export("--input", str(log), "--scrape-interval", "soon", check=False)
+    assert p.returncode == 2
+    (line,) = p.stderr.decode().splitlines()
+    assert "--scrape-interval" in line
