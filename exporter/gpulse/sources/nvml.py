@@ -6,8 +6,8 @@ last_seen_timestamp) returns every one since the previous read. So the source se
 `poll_interval` (the sampler then wakes once a second) and reads in two tiers,
 returning an empty result for a poll that comes early:
 
-    every 1 s:   utilisation samples and power samples (nvmlDeviceGetSamples, two
-                 C calls each), memory, clock-event reasons   (~6 calls/GPU/s)
+    every 1 s:   utilisation samples and power samples (nvmlDeviceGetSamples, one
+                 C call each), memory, clock-event reasons    (~4 calls/GPU/s)
     every 5 s:   temperature, SM and memory clocks, power limit, fan, and one
                  batched nvmlDeviceGetFieldValues (energy, ECC, PCIe and NVLink
                  bytes, PCIe replays, remapped rows, memory temperature)
@@ -21,8 +21,12 @@ to each utilisation sample by time, so a sample taken while computing is never
 judged by the power of a later stall. Clock-event reasons are read every second
 because they are integrated into throttle seconds; memory, because it decides
 whether a GPU holds a job. The 5 s tier holds counters (rate() is exact at any read
-interval) and gauges that a 15 s scrape would alias anyway; the batch is also the
-costliest call in pynvml's Python wrapper (~0.1 ms per GPU).
+interval) and gauges that a 15 s scrape would alias anyway.
+
+The calls of the 1 s tier and the field batch go straight to the library's function
+pointers with buffers kept between calls (nvml_calls.Direct): pynvml's wrappers
+allocate per call and ask nvmlDeviceGetSamples twice. pynvml still loads the library,
+resolves the symbols and makes every other call.
 
 Sample.t is the driver's timestamp (µs since the epoch) / 1e6, one timeline for all
 GPUs, which the engine needs to align GPUs and find moments when all are idle.
@@ -46,7 +50,7 @@ import pynvml
 from ..catalog import THROTTLE_REASONS
 from ..model import DeviceInfo, PollResult, Reading, Sample
 from .base import Source, SourceError
-from .nvml_calls import Caller, DriverGone, GpuLost
+from .nvml_calls import Caller, Direct, DriverGone, GpuLost
 from .nvml_discovery import Entity, discover, discover_index
 from .nvml_events import XidWatcher
 from .nvml_gpm import GpmReader
@@ -67,6 +71,8 @@ CLOCK_STEP_BACK = 2.0
 
 UTIL_SAMPLES = "nvmlDeviceGetSamples[util]"
 POWER_SAMPLES = "nvmlDeviceGetSamples[power]"
+REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
+REASONS_OLD = "nvmlDeviceGetCurrentClocksThrottleReasons"
 
 # nvmlClocksEventReason* bits, in catalog.THROTTLE_REASONS order
 REASON_BITS = tuple((1 << i, name) for i, name in enumerate(THROTTLE_REASONS))
@@ -153,6 +159,7 @@ class _State:
         self.throttle = {name: 0.0 for name in THROTTLE_REASONS}
         self.reasons_t: float | None = None
         self.fields = list(FIELD_SCOPES)
+        self.field_buf: Any = None    # nvmlFieldValue_t[len(fields)], ids filled in, reused
         self.gpm = False
 
     def adopt(self, old: "_State") -> None:
@@ -202,6 +209,7 @@ class NvmlSource(Source):
         self.poll_interval = self.read_interval   # driver samples wait in its buffer
         self.counter_interval = max(self.read_interval, COUNTER_INTERVAL)
         self.caller = Caller()
+        self.direct = Direct()
         self.states: list[_State] = []
         self.xid: XidWatcher | None = None
         self.gpm: GpmReader | None = None
@@ -429,12 +437,12 @@ class NvmlSource(Source):
         if st.last_t - wall > CLOCK_STEP_BACK:
             log.info("GPU %s: the wall clock went back %.1f s; following it", e.key, st.last_t - wall)
             st.restart_timeline(wall - self.read_interval)
-        mem = c.call(e.key, pynvml.nvmlDeviceGetMemoryInfo, e.handle)
+        mem = c.call(e.key, self.direct.memory, e.handle, name="nvmlDeviceGetMemoryInfo")
         used = None
         if mem is not None:
-            used = float(mem.used)
+            used = float(mem[1])
             st.gauges["memory_used_bytes"] = used
-            st.gauges["memory_total_bytes"] = float(mem.total)
+            st.gauges["memory_total_bytes"] = float(mem[0])
         gpm = self.gpm.read(e) if st.gpm and self.gpm is not None else None
         if e.is_mig:
             # NVML has no utilisation for MIG instances; GPM is their only activity signal
@@ -457,15 +465,12 @@ class NvmlSource(Source):
         if not self.caller.supported(key, name):
             return None
         try:
-            vtype, raw = pynvml.nvmlDeviceGetSamples(st.entity.handle, kind, since_us)
+            return self.direct.samples(st.entity.handle, kind, since_us)[1]
         except pynvml.NVMLError as err:
             if err.value == pynvml.NVML_ERROR_NOT_FOUND:    # nothing since since_us
                 return []
             self.caller.fail(key, name, err)
             return None if not self.caller.supported(key, name) else []
-        out = [(_raw(s, "timeStamp"), _value(vtype, _raw(s, "sampleValue"))) for s in raw]
-        out.sort()
-        return out
 
     def _read_power(self, st: _State, wall: float) -> None:
         e = st.entity
@@ -533,9 +538,10 @@ class NvmlSource(Source):
         """Clock-event reasons are a bitmask of *now*; integrate them into seconds per
         reason, crediting each interval between reads to the mask read at its end."""
         c, e = self.caller, st.entity
-        mask = c.call(e.key, pynvml.nvmlDeviceGetCurrentClocksEventReasons, e.handle)
-        if mask is None and not c.supported(e.key, "nvmlDeviceGetCurrentClocksEventReasons"):
-            mask = c.call(e.key, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, e.handle)  # older drivers
+        u64 = self.direct.u64
+        mask = c.call(e.key, u64, REASONS, e.handle, name=REASONS)
+        if mask is None and not c.supported(e.key, REASONS):
+            mask = c.call(e.key, u64, REASONS_OLD, e.handle, name=REASONS_OLD)  # older drivers
         if mask is None:
             return
         if st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.read_interval:
@@ -553,7 +559,7 @@ class NvmlSource(Source):
         if not c.supported(e.key, "nvmlDeviceGetFieldValues"):
             self._fields_one_by_one(st)
             return
-        values = c.call(e.key, pynvml.nvmlDeviceGetFieldValues, e.handle, st.fields)
+        values = c.call(e.key, self._field_values, st, name="nvmlDeviceGetFieldValues")
         if values is None:
             return
         got: dict[int, float] = {}
@@ -567,7 +573,21 @@ class NvmlSource(Source):
             finally:
                 if not c.supported(e.key, f"nvmlDeviceGetFieldValues[{fid}]"):
                     st.fields.remove((fid, 0))
+                    st.field_buf = None
         self._apply_fields(st, got)
+
+    def _field_values(self, st: _State) -> Any:
+        """nvmlDeviceGetFieldValues into this GPU's own array: the driver rewrites every
+        entry but the ids, so they are filled in once, not per call as pynvml does."""
+        buf = st.field_buf
+        if buf is None:
+            buf = st.field_buf = (pynvml.c_nvmlFieldValue_t * len(st.fields))()
+            for v, (fid, scope) in zip(buf, st.fields):
+                v.fieldId, v.scopeId = fid, scope
+        ret = self.direct.fn("nvmlDeviceGetFieldValues")(st.entity.handle, ctypes.c_int32(len(buf)), buf)
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return buf
 
     def _fields_one_by_one(self, st: _State) -> None:
         """Drivers without nvmlDeviceGetFieldValues: the same values, call by call."""

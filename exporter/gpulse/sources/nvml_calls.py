@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import ctypes
 import threading
 from typing import Any, Callable
 
@@ -91,3 +92,89 @@ class Caller:
             raise GpuLost(describe(name, e)) from None
         if code in DRIVER:
             raise DriverGone(describe(name, e)) from None
+
+
+class Direct:
+    """The NVML calls made every second, straight through the library's function
+    pointers (resolved once, by pynvml, which loaded the library) into buffers kept
+    between calls. pynvml's wrappers allocate per call (nvmlDeviceGetSamples even
+    builds a new ctypes array type and asks the driver twice, once for the size), and
+    on the 1 s path that wrapper work cost more than the driver calls themselves
+    (bench/nvml_profile.py). Failures raise pynvml.NVMLError exactly as the wrappers
+    do, so Caller classifies them the same way. One instance per polling thread."""
+
+    FIRST_CAPACITY = 64    # samples per read; ~6 arrive per second, the driver keeps ~120
+
+    def __init__(self) -> None:
+        self._fns: dict[str, Any] = {}
+        self._vtype = ctypes.c_int()
+        self._count = ctypes.c_uint()
+        self._since = ctypes.c_ulonglong()
+        self._u64 = ctypes.c_ulonglong()
+        self._mem = _Memory()
+        self._grow(self.FIRST_CAPACITY)
+
+    def fn(self, name: str) -> Any:
+        f = self._fns.get(name)
+        if f is None:   # raises NVMLError(FUNCTION_NOT_FOUND) on a driver without it
+            f = self._fns[name] = pynvml._nvmlGetFunctionPointer(name)
+        return f
+
+    def _grow(self, capacity: int) -> None:
+        self._cap = capacity
+        # nvmlSample_t is {unsigned long long timeStamp; nvmlValue_t sampleValue}: two
+        # 8-byte words, read back in bulk through typed views of the one buffer
+        self._buf = (ctypes.c_ulonglong * (2 * capacity))()
+        raw = memoryview(self._buf).cast("B")
+        self._as_u64, self._as_i64, self._as_f64 = raw.cast("Q"), raw.cast("q"), raw.cast("d")
+
+    def samples(self, handle: Any, kind: int, since_us: int) -> tuple[int, list[tuple[int, float]]]:
+        """nvmlDeviceGetSamples in one driver call: (value type, [(µs, value)]) sorted."""
+        fn = self.fn("nvmlDeviceGetSamples")
+        self._since.value = since_us
+        while True:
+            self._count.value = self._cap
+            ret = fn(handle, kind, self._since, ctypes.byref(self._vtype), ctypes.byref(self._count), self._buf)
+            n = self._count.value
+            # a full buffer may have left samples out; drivers that say so return
+            # INSUFFICIENT_SIZE instead: read again into a larger one
+            if ret == pynvml.NVML_ERROR_INSUFFICIENT_SIZE or (ret == pynvml.NVML_SUCCESS and n >= self._cap):
+                self._grow(max(4 * self._cap, n + 1))
+                continue
+            if ret != pynvml.NVML_SUCCESS:
+                raise pynvml.NVMLError(ret)
+            break
+        vtype = self._vtype.value
+        ts = self._as_u64[0:2 * n:2].tolist()
+        if vtype == pynvml.NVML_VALUE_TYPE_DOUBLE:
+            vals: list = self._as_f64[1:2 * n:2].tolist()
+        elif vtype == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+            vals = self._as_i64[1:2 * n:2].tolist()
+        elif vtype in (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG):
+            vals = self._as_u64[1:2 * n:2].tolist()
+        else:   # 32-bit members: the low word (little-endian), the rest is not written
+            vals = [v & 0xFFFFFFFF for v in self._as_u64[1:2 * n:2].tolist()]
+            if vtype == getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5):
+                vals = [v - (1 << 32) if v >= 1 << 31 else v for v in vals]
+        out = list(zip(ts, vals))
+        out.sort()
+        return vtype, out
+
+    def memory(self, handle: Any) -> tuple[int, int]:
+        """nvmlDeviceGetMemoryInfo (v1): (total, used) bytes."""
+        ret = self.fn("nvmlDeviceGetMemoryInfo")(handle, ctypes.byref(self._mem))
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return self._mem.total, self._mem.used
+
+    def u64(self, name: str, handle: Any) -> int:
+        """A call of the form fn(device, unsigned long long *), e.g. the clock-event reasons."""
+        ret = self.fn(name)(handle, ctypes.byref(self._u64))
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        return self._u64.value
+
+
+class _Memory(ctypes.Structure):
+    """nvmlMemory_t, without pynvml's per-attribute string conversion."""
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
