@@ -79,9 +79,13 @@ def call_kinds(src) -> list[tuple[str, float, float | None, float]]:
         cnt.value = 64
         lib("nvmlDeviceGetSamples")(h, kind, ctypes.c_ulonglong(since), ctypes.byref(vt), ctypes.byref(cnt), sbuf)
 
+    def wrapped_samples(kind):   # the wrapper and reading its structures, as the source did
+        vtype, raw = pynvml.nvmlDeviceGetSamples(h, kind, since)
+        return [(s.timeStamp, s.sampleValue.uiVal) for s in raw]
+
     rows = []
     for kind, name in ((pynvml.NVML_GPU_UTILIZATION_SAMPLES, "util"), (pynvml.NVML_TOTAL_POWER_SAMPLES, "power")):
-        rows.append((f"nvmlDeviceGetSamples[{name}]", per_call(pynvml.nvmlDeviceGetSamples, h, kind, since),
+        rows.append((f"nvmlDeviceGetSamples[{name}] + reading it", per_call(wrapped_samples, kind),
                      per_call(direct.samples, h, kind, since) if direct else None, per_call(bare_samples, kind)))
     rows.append(("nvmlDeviceGetMemoryInfo", per_call(pynvml.nvmlDeviceGetMemoryInfo, h),
                  per_call(direct.memory, h) if direct else None,
@@ -89,10 +93,11 @@ def call_kinds(src) -> list[tuple[str, float, float | None, float]]:
     rows.append(("nvmlDeviceGetCurrentClocksEventReasons", per_call(pynvml.nvmlDeviceGetCurrentClocksEventReasons, h),
                  per_call(direct.u64, "nvmlDeviceGetCurrentClocksEventReasons", h) if direct else None,
                  per_call(lambda: lib("nvmlDeviceGetCurrentClocksEventReasons")(h, ctypes.byref(u64)))))
-    own = getattr(src, "_field_values", None)
-    rows.append((f"nvmlDeviceGetFieldValues[{len(fbuf)}]",
-                 per_call(pynvml.nvmlDeviceGetFieldValues, h, mod.FIELD_SCOPES),
-                 per_call(own, st) if own else None,
+    own = getattr(direct, "field_values", None)
+    rows.append((f"nvmlDeviceGetFieldValues[{len(fbuf)}] + reading it",
+                 per_call(lambda: [(v.fieldId, v.nvmlReturn, v.valueType, v.value.ullVal)
+                                   for v in pynvml.nvmlDeviceGetFieldValues(h, mod.FIELD_SCOPES)]),
+                 per_call(own, h, fbuf) if own else None,
                  per_call(lambda: lib("nvmlDeviceGetFieldValues")(h, ctypes.c_int32(len(fbuf)), fbuf))))
     rows.append(("nvmlDeviceGetTemperature", per_call(pynvml.nvmlDeviceGetTemperature, h, 0), None,
                  per_call(lambda: lib("nvmlDeviceGetTemperature")(h, 0, ctypes.byref(cnt)))))
@@ -191,12 +196,12 @@ def main() -> None:
                 time.sleep(1.0)            # one second of driver samples to read
                 if n == int(a.gpus.split(",")[0]):
                     print(f"per NVML call, µs (best of {REPEATS} x {CALLS} calls on GPU 0)")
-                    print(f"{'call':<42} {'pynvml':>7} {'gpulse':>7} {'bare C':>7}")
+                    print(f"{'call':<50} {'pynvml':>7} {'gpulse':>7} {'bare C':>7}")
                     for kind, p, g, c in call_kinds(pipe.src):
                         gs = f"{g:>7.1f}" if g is not None else f"{'(pynvml)':>7}"
-                        print(f"{kind:<42} {p:>7.1f} {gs} {c:>7.1f}")
+                        print(f"{kind:<50} {p:>7.1f} {gs} {c:>7.1f}")
                 layers = pipe.run(a.seconds)
-                prof = cProfile.Profile()
+                prof = cProfile.Profile(time.thread_time)   # CPU, not time lost to other load
                 pipe.run(a.seconds, prof)
                 split = source_split(prof, a.seconds, n)
             finally:

@@ -56,7 +56,6 @@ def test_samples_match_pynvml(gpu, kind):
     # the wrapper ran a moment later: it may hold a newer sample, never a different one
     assert [x for x in want if x[0] <= got[-1][0]] == got
     assert all(ts > since for ts, _ in got)
-    assert all(isinstance(v, int) for _, v in got)
 
 
 def test_a_full_buffer_is_read_again_into_a_larger_one(gpu):
@@ -103,3 +102,41 @@ def test_memory_and_reasons_match_pynvml(gpu):
     assert d.memory(h) == (mem.total, mem.used) == (mem.total, 12345678912)
     name = "nvmlDeviceGetCurrentClocksEventReasons"
     assert d.u64(name, h) == pynvml.nvmlDeviceGetCurrentClocksEventReasons(h) == 68
+
+
+def test_field_values_match_pynvml(gpu):
+    from gpulse.sources.nvml import FIELD_SCOPES, F_ENERGY, F_PCIE_REPLAY
+    h = gpu("""
+        gpus 1
+        pcie_replay 0 const 17
+        unsupported 0 nvlink_tx
+    """)
+    buf = (pynvml.c_nvmlFieldValue_t * len(FIELD_SCOPES))()
+    for v, (f, s) in zip(buf, FIELD_SCOPES):
+        v.fieldId, v.scopeId = f, s
+    got = Direct().field_values(h, buf)
+    want = pynvml.nvmlDeviceGetFieldValues(h, list(FIELD_SCOPES))
+    assert [g[0] for g in got] == [w.fieldId for w in want] == [f for f, _ in FIELD_SCOPES]
+    assert [g[1] for g in got] == [w.nvmlReturn for w in want]
+    assert any(g[1] != pynvml.NVML_SUCCESS and g[2] is None for g in got)     # the unsupported one
+    by_id = {g[0]: g[2] for g in got}
+    assert by_id[F_PCIE_REPLAY] == 17
+    # energy grows between the two reads; the same member of the union is read
+    w = {x.fieldId: x for x in want}
+    assert w[F_ENERGY].valueType == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+    assert 0 <= w[F_ENERGY].value.ullVal - by_id[F_ENERGY] < 1e6
+
+
+@pytest.mark.parametrize("vtype,member,value", [
+    (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", -2.5),
+    (pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 4_000_000_000),
+    (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**52 + 5),
+    (pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG, "sllVal", -7),
+    (getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5), "siVal", -3),
+])
+def test_value_types_read_from_the_union_bytes(vtype, member, value):
+    from gpulse.sources.nvml_calls import value_of
+    u = pynvml.c_nvmlValue_t()
+    u.ullVal = 0xDEADBEEF_00000000 if member in ("uiVal", "siVal") else 0   # unwritten high word
+    setattr(u, member, value)
+    assert value_of(vtype)(u.ullVal) == value

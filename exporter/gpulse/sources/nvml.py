@@ -40,7 +40,6 @@ judged from its memory.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import logging
 import time
 from typing import Any
@@ -108,27 +107,6 @@ def init_message(e: Exception) -> str:
     if code == pynvml.NVML_ERROR_NO_PERMISSION:
         return f"no permission to use NVML (nvmlInit: {e}); run with access to /dev/nvidia*"
     return f"NVML initialisation failed: {e}; {hint}"
-
-
-# pynvml's structures override __getattribute__ to turn bytes into str on every
-# attribute read; for the numeric fields read per sample, ctypes' own accessor does
-# the same job several times faster.
-_raw = ctypes.Structure.__getattribute__
-
-
-def _value(vtype: int, v: Any) -> float:
-    """The member of an nvmlValue_t union its type code names."""
-    if vtype == pynvml.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
-    if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return float(v.uiVal)
-    if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return float(v.ulVal)
-    if vtype == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(v.sllVal)
-    if vtype == getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5):
-        return float(v.siVal)
-    return float(v.ullVal)
 
 
 def _next_tick(due: float, interval: float, now: float) -> float:
@@ -559,14 +537,17 @@ class NvmlSource(Source):
         if not c.supported(e.key, "nvmlDeviceGetFieldValues"):
             self._fields_one_by_one(st)
             return
-        values = c.call(e.key, self._field_values, st, name="nvmlDeviceGetFieldValues")
+        if st.field_buf is None:   # the driver rewrites every entry but the ids: fill them once
+            st.field_buf = (pynvml.c_nvmlFieldValue_t * len(st.fields))()
+            for v, (fid, scope) in zip(st.field_buf, st.fields):
+                v.fieldId, v.scopeId = fid, scope
+        values = c.call(e.key, self.direct.field_values, e.handle, st.field_buf, name="nvmlDeviceGetFieldValues")
         if values is None:
             return
         got: dict[int, float] = {}
-        for fv in values:
-            fid, ret = _raw(fv, "fieldId"), _raw(fv, "nvmlReturn")
-            if ret == pynvml.NVML_SUCCESS:
-                got[fid] = _value(_raw(fv, "valueType"), _raw(fv, "value"))
+        for fid, ret, value in values:
+            if value is not None:
+                got[fid] = value
                 continue
             try:
                 c.fail(e.key, f"nvmlDeviceGetFieldValues[{fid}]", pynvml.NVMLError(ret))
@@ -575,19 +556,6 @@ class NvmlSource(Source):
                     st.fields.remove((fid, 0))
                     st.field_buf = None
         self._apply_fields(st, got)
-
-    def _field_values(self, st: _State) -> Any:
-        """nvmlDeviceGetFieldValues into this GPU's own array: the driver rewrites every
-        entry but the ids, so they are filled in once, not per call as pynvml does."""
-        buf = st.field_buf
-        if buf is None:
-            buf = st.field_buf = (pynvml.c_nvmlFieldValue_t * len(st.fields))()
-            for v, (fid, scope) in zip(buf, st.fields):
-                v.fieldId, v.scopeId = fid, scope
-        ret = self.direct.fn("nvmlDeviceGetFieldValues")(st.entity.handle, ctypes.c_int32(len(buf)), buf)
-        if ret != pynvml.NVML_SUCCESS:
-            raise pynvml.NVMLError(ret)
-        return buf
 
     def _fields_one_by_one(self, st: _State) -> None:
         """Drivers without nvmlDeviceGetFieldValues: the same values, call by call."""

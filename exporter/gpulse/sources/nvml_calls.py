@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import ctypes
+import struct
 import threading
 from typing import Any, Callable
 
@@ -125,8 +126,7 @@ class Direct:
         # nvmlSample_t is {unsigned long long timeStamp; nvmlValue_t sampleValue}: two
         # 8-byte words, read back in bulk through typed views of the one buffer
         self._buf = (ctypes.c_ulonglong * (2 * capacity))()
-        raw = memoryview(self._buf).cast("B")
-        self._as_u64, self._as_i64, self._as_f64 = raw.cast("Q"), raw.cast("q"), raw.cast("d")
+        self._words = memoryview(self._buf).cast("B").cast("Q")
 
     def samples(self, handle: Any, kind: int, since_us: int) -> tuple[int, list[tuple[int, float]]]:
         """nvmlDeviceGetSamples in one driver call: (value type, [(µs, value)]) sorted."""
@@ -145,20 +145,23 @@ class Direct:
                 raise pynvml.NVMLError(ret)
             break
         vtype = self._vtype.value
-        ts = self._as_u64[0:2 * n:2].tolist()
-        if vtype == pynvml.NVML_VALUE_TYPE_DOUBLE:
-            vals: list = self._as_f64[1:2 * n:2].tolist()
-        elif vtype == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-            vals = self._as_i64[1:2 * n:2].tolist()
-        elif vtype in (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG):
-            vals = self._as_u64[1:2 * n:2].tolist()
-        else:   # 32-bit members: the low word (little-endian), the rest is not written
-            vals = [v & 0xFFFFFFFF for v in self._as_u64[1:2 * n:2].tolist()]
-            if vtype == getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5):
-                vals = [v - (1 << 32) if v >= 1 << 31 else v for v in vals]
-        out = list(zip(ts, vals))
+        conv = value_of(vtype)
+        words = self._words[0:2 * n].tolist()
+        out = [(ts, conv(bits)) for ts, bits in zip(words[0::2], words[1::2])]
         out.sort()
         return vtype, out
+
+    def field_values(self, handle: Any, buf: Any) -> list[tuple[int, int, float | None]]:
+        """nvmlDeviceGetFieldValues into `buf` (nvmlFieldValue_t[], ids filled in: the
+        driver rewrites the rest): (field id, nvmlReturn, value or None) per entry,
+        unpacked in one pass rather than as a ctypes object per member."""
+        ret = self.fn("nvmlDeviceGetFieldValues")(handle, ctypes.c_int32(len(buf)), buf)
+        if ret != pynvml.NVML_SUCCESS:
+            raise pynvml.NVMLError(ret)
+        ok = pynvml.NVML_SUCCESS
+        # through a byte view: iter_unpack on the ctypes array itself parses its format each time
+        return [(fid, rc, _CONVERT.get(vtype, float)(bits) if rc == ok else None)
+                for fid, vtype, rc, bits in _FIELD_ROW.iter_unpack(memoryview(buf).cast("B"))]
 
     def memory(self, handle: Any) -> tuple[int, int]:
         """nvmlDeviceGetMemoryInfo (v1): (total, used) bytes."""
@@ -173,6 +176,46 @@ class Direct:
         if ret != pynvml.NVML_SUCCESS:
             raise pynvml.NVMLError(ret)
         return self._u64.value
+
+
+def _row(ctype: Any, members: dict[str, str]) -> struct.Struct:
+    """A struct.Struct reading these members of a ctypes structure, in offset order,
+    at the offsets pynvml's own definition gives them."""
+    fmt, pos = "=", 0
+    for name in sorted(members, key=lambda m: getattr(ctype, m).offset):
+        off = getattr(ctype, name).offset
+        fmt += f"{off - pos}x{members[name]}" if off > pos else members[name]
+        pos = off + struct.calcsize("=" + members[name])
+    return struct.Struct(fmt + f"{ctypes.sizeof(ctype) - pos}x")
+
+
+# nvmlFieldValue_t -> (fieldId, valueType, nvmlReturn, value as its 8 raw bytes)
+_FIELD_ROW = _row(pynvml.c_nvmlFieldValue_t,
+                  {"fieldId": "I", "valueType": "I", "nvmlReturn": "I", "value": "Q"})
+_DOUBLE = struct.Struct("=d")
+_BITS = struct.Struct("=Q")
+
+
+def _signed(width: int) -> Callable[[int], float]:
+    top, mask = 1 << (width - 1), (1 << width) - 1
+    return lambda b: float(((b & mask) ^ top) - top)
+
+
+# nvmlValue_t member named by its type code, from the union's 8 bytes (little-endian:
+# a 32-bit member is the low word; the driver may leave the high word unwritten)
+_CONVERT: dict[int, Callable[[int], float]] = {
+    pynvml.NVML_VALUE_TYPE_DOUBLE: lambda b: _DOUBLE.unpack(_BITS.pack(b))[0],
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: lambda b: float(b & 0xFFFFFFFF),
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG: float,
+    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: float,
+    pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: _signed(64),
+    getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5): _signed(32),
+}
+
+
+def value_of(vtype: int) -> Callable[[int], float]:
+    """The converter for an nvmlValueType_t (unknown types read as unsigned 64-bit)."""
+    return _CONVERT.get(vtype, float)
 
 
 class _Memory(ctypes.Structure):
