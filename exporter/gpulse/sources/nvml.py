@@ -39,7 +39,6 @@ judged from its memory.
 """
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from typing import Any
@@ -158,24 +157,32 @@ class _State:
 
     def set_power(self, points: list[tuple[float, float]]) -> None:
         """Start this read's power points: the previous read's last, then `points`."""
-        if self.power_t:
-            self.power_t, self.power_w = self.power_t[-1:], self.power_w[-1:]
+        pt, pw = self.power_t[-1:], self.power_w[-1:]
+        last = pt[-1] if pt else float("-inf")
         for t, w in points:
-            if not self.power_t or t > self.power_t[-1]:
-                self.power_t.append(t)
-                self.power_w.append(w)
+            if t > last:
+                pt.append(t)
+                pw.append(w)
+                last = t
+        self.power_t, self.power_w = pt, pw
 
-    def power_at(self, t: float) -> float | None:
-        """The power point nearest in time to t."""
-        pts = self.power_t
+    def powers_at(self, times: list[float]) -> list[float | None]:
+        """The power point nearest in time to each of `times` (ascending), in one pass."""
+        pts, ws = self.power_t, self.power_w
         if not pts:
-            return None
-        i = bisect.bisect_left(pts, t)
-        if i == 0:
-            return self.power_w[0]
-        if i == len(pts):
-            return self.power_w[-1]
-        return self.power_w[i] if pts[i] - t < t - pts[i - 1] else self.power_w[i - 1]
+            return [None] * len(times)
+        out: list[float | None] = []
+        i, n = 0, len(pts)
+        for t in times:
+            while i < n and pts[i] < t:     # i: the first point at or after t
+                i += 1
+            if i == 0:
+                out.append(ws[0])
+            elif i == n:
+                out.append(ws[-1])
+            else:
+                out.append(ws[i] if pts[i] - t < t - pts[i - 1] else ws[i - 1])
+        return out
 
 
 class NvmlSource(Source):
@@ -432,9 +439,9 @@ class NvmlSource(Source):
         self._read_power(st, wall)
         utils = self._read_util(st, wall)
         sm, gr = gpm if gpm is not None else (None, None)
-        power_at = st.power_at
+        powers = st.powers_at([t for t, _ in utils])
         # positional: Sample(t, util, power_w, memory_used_bytes, sm_active, gr_active)
-        return [Sample(t, u, power_at(t), used, sm, gr) for t, u in utils]
+        return [Sample(t, u, w, used, sm, gr) for (t, u), w in zip(utils, powers)]
 
     def _samples(self, st: _State, name: str, kind: int, since_us: int) -> list[tuple[int, float]] | None:
         """nvmlDeviceGetSamples since a timestamp as sorted (µs, value) pairs: [] when
@@ -522,13 +529,17 @@ class NvmlSource(Source):
             mask = c.call(e.key, u64, REASONS_OLD, e.handle, name=REASONS_OLD)  # older drivers
         if mask is None:
             return
-        if st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.read_interval:
+        credited = False
+        if mask and st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.read_interval:
             dt = wall - st.reasons_t
             for bit, name in REASON_BITS:
                 if mask & bit:
                     st.throttle[name] += dt
+                    credited = True
         st.reasons_t = wall
-        st.counters["throttle_seconds_total"] = {(n,): v for n, v in st.throttle.items()}
+        # a new mapping only when a value changed: Readings hold the previous one
+        if credited or "throttle_seconds_total" not in st.counters:
+            st.counters["throttle_seconds_total"] = {(n,): v for n, v in st.throttle.items()}
 
     def _fields(self, st: _State) -> None:
         e, c = st.entity, self.caller

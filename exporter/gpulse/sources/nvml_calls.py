@@ -145,9 +145,16 @@ class Direct:
                 raise pynvml.NVMLError(ret)
             break
         vtype = self._vtype.value
-        conv = value_of(vtype)
         words = self._words[0:2 * n].tolist()
-        out = [(ts, conv(bits)) for ts, bits in zip(words[0::2], words[1::2])]
+        bits = words[1::2]
+        if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:     # what drivers give: no call per value
+            vals: list = [b & 0xFFFFFFFF for b in bits]
+        elif vtype in (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG):
+            vals = bits
+        else:
+            conv = value_of(vtype)
+            vals = [conv(b) for b in bits]
+        out = list(zip(words[0::2], vals))
         out.sort()
         return vtype, out
 
