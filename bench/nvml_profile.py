@@ -79,9 +79,11 @@ def call_kinds(src) -> list[tuple[str, float, float | None, float]]:
         cnt.value = 64
         lib("nvmlDeviceGetSamples")(h, kind, ctypes.c_ulonglong(since), ctypes.byref(vt), ctypes.byref(cnt), sbuf)
 
-    def wrapped_samples(kind):   # the wrapper and reading its structures, as the source did
+    raw_get = ctypes.Structure.__getattribute__   # past pynvml's str conversion, as the source read them
+
+    def wrapped_samples(kind):
         vtype, raw = pynvml.nvmlDeviceGetSamples(h, kind, since)
-        return [(s.timeStamp, s.sampleValue.uiVal) for s in raw]
+        return [(raw_get(s, "timeStamp"), raw_get(s, "sampleValue").uiVal) for s in raw]
 
     rows = []
     for kind, name in ((pynvml.NVML_GPU_UTILIZATION_SAMPLES, "util"), (pynvml.NVML_TOTAL_POWER_SAMPLES, "power")):
@@ -95,7 +97,8 @@ def call_kinds(src) -> list[tuple[str, float, float | None, float]]:
                  per_call(lambda: lib("nvmlDeviceGetCurrentClocksEventReasons")(h, ctypes.byref(u64)))))
     own = getattr(direct, "field_values", None)
     rows.append((f"nvmlDeviceGetFieldValues[{len(fbuf)}] + reading it",
-                 per_call(lambda: [(v.fieldId, v.nvmlReturn, v.valueType, v.value.ullVal)
+                 per_call(lambda: [(raw_get(v, "fieldId"), raw_get(v, "nvmlReturn"), raw_get(v, "valueType"),
+                                    raw_get(v, "value").ullVal)
                                    for v in pynvml.nvmlDeviceGetFieldValues(h, mod.FIELD_SCOPES)]),
                  per_call(own, h, fbuf) if own else None,
                  per_call(lambda: lib("nvmlDeviceGetFieldValues")(h, ctypes.c_int32(len(fbuf)), fbuf))))

@@ -98,11 +98,13 @@ class Caller:
 class Direct:
     """The NVML calls made every second, straight through the library's function
     pointers (resolved once, by pynvml, which loaded the library) into buffers kept
-    between calls. pynvml's wrappers allocate per call (nvmlDeviceGetSamples even
-    builds a new ctypes array type and asks the driver twice, once for the size), and
-    on the 1 s path that wrapper work cost more than the driver calls themselves
-    (bench/nvml_profile.py). Failures raise pynvml.NVMLError exactly as the wrappers
-    do, so Caller classifies them the same way. One instance per polling thread."""
+    between calls. pynvml's wrappers allocate per call (nvmlDeviceGetSamples asks the
+    driver twice, once for the size, then hands back a ctypes structure per sample;
+    the field batch fills its ids in per call) and the results are read member by
+    member through ctypes objects; on the fake driver that costs 2-20x the C calls
+    themselves (bench/nvml_profile.py). Failures raise pynvml.NVMLError exactly as the
+    wrappers do, so Caller classifies them the same way. One instance per polling
+    thread: the buffers are shared by its GPUs."""
 
     FIRST_CAPACITY = 64    # samples per read; ~6 arrive per second, the driver keeps ~120
 
