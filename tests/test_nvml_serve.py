@@ -176,3 +176,18 @@ def test_driver_not_loaded_exits_unless_waiting(gpulse_proc, tmp_path):
                           env=scenario(tmp_path, "gpus 2\ninit_error 9 until=2\n", "later.txt"))
     text = waiting.wait_metrics(lambda t: per_gpu(t, "gpulse_gpu_up") == {"0": 1, "1": 1}, "GPUs after the driver came", 15)
     assert "gpulse_gpu_info" in text
+
+
+RSS_BUDGET = 50e6   # bytes: the exporter's resident memory at 64 GPUs, after analysis has run
+
+
+def test_resident_memory_within_budget(gpulse_proc, tmp_path):
+    g = gpulse_proc("--source", "nvml", env=scenario(tmp_path, """
+        gpus 64
+        util * square period=2 duty=0.85 high=0.95 low=0 phase=1.65
+    """))
+    g.wait_metrics(lambda t: len([v for v in per_gpu(t, "gpulse_gpu_busy_seconds_total").values() if v > 0]) == 64,
+                   "busy time on all 64 GPUs", 30)
+    with open(f"/proc/{g.proc.pid}/status") as fh:
+        rss = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
+    assert rss <= RSS_BUDGET, f"gpulse serve --source nvml at 64 GPUs holds {rss / 1e6:.1f} MB resident"

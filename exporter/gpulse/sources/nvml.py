@@ -6,8 +6,8 @@ last_seen_timestamp) returns every one since the previous read. So the source se
 `poll_interval` (the sampler then wakes once a second) and reads in two tiers,
 returning an empty result for a poll that comes early:
 
-    every 1 s:   utilisation samples and power samples (nvmlDeviceGetSamples, two
-                 C calls each), memory, clock-event reasons   (~6 calls/GPU/s)
+    every 1 s:   utilisation samples and power samples (nvmlDeviceGetSamples, one
+                 C call each), memory, clock-event reasons    (~4 calls/GPU/s)
     every 5 s:   temperature, SM and memory clocks, power limit, fan, and one
                  batched nvmlDeviceGetFieldValues (energy, ECC, PCIe and NVLink
                  bytes, PCIe replays, remapped rows, memory temperature)
@@ -21,8 +21,12 @@ to each utilisation sample by time, so a sample taken while computing is never
 judged by the power of a later stall. Clock-event reasons are read every second
 because they are integrated into throttle seconds; memory, because it decides
 whether a GPU holds a job. The 5 s tier holds counters (rate() is exact at any read
-interval) and gauges that a 15 s scrape would alias anyway; the batch is also the
-costliest call in pynvml's Python wrapper (~0.1 ms per GPU).
+interval) and gauges that a 15 s scrape would alias anyway.
+
+The calls of the 1 s tier and the field batch go straight to the library's function
+pointers with buffers kept between calls (nvml_calls.Direct): pynvml's wrappers
+allocate per call and ask nvmlDeviceGetSamples twice. pynvml still loads the library,
+resolves the symbols and makes every other call.
 
 Sample.t is the driver's timestamp (µs since the epoch) / 1e6, one timeline for all
 GPUs, which the engine needs to align GPUs and find moments when all are idle.
@@ -35,8 +39,6 @@ judged from its memory.
 """
 from __future__ import annotations
 
-import bisect
-import ctypes
 import logging
 import time
 from typing import Any
@@ -46,7 +48,7 @@ import pynvml
 from ..catalog import THROTTLE_REASONS
 from ..model import DeviceInfo, PollResult, Reading, Sample
 from .base import Source, SourceError
-from .nvml_calls import Caller, DriverGone, GpuLost
+from .nvml_calls import Caller, Direct, DriverGone, GpuLost
 from .nvml_discovery import Entity, discover, discover_index
 from .nvml_events import XidWatcher
 from .nvml_gpm import GpmReader
@@ -67,6 +69,8 @@ CLOCK_STEP_BACK = 2.0
 
 UTIL_SAMPLES = "nvmlDeviceGetSamples[util]"
 POWER_SAMPLES = "nvmlDeviceGetSamples[power]"
+REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
+REASONS_OLD = "nvmlDeviceGetCurrentClocksThrottleReasons"
 
 # nvmlClocksEventReason* bits, in catalog.THROTTLE_REASONS order
 REASON_BITS = tuple((1 << i, name) for i, name in enumerate(THROTTLE_REASONS))
@@ -104,27 +108,6 @@ def init_message(e: Exception) -> str:
     return f"NVML initialisation failed: {e}; {hint}"
 
 
-# pynvml's structures override __getattribute__ to turn bytes into str on every
-# attribute read; for the numeric fields read per sample, ctypes' own accessor does
-# the same job several times faster.
-_raw = ctypes.Structure.__getattribute__
-
-
-def _value(vtype: int, v: Any) -> float:
-    """The member of an nvmlValue_t union its type code names."""
-    if vtype == pynvml.NVML_VALUE_TYPE_DOUBLE:
-        return float(v.dVal)
-    if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
-        return float(v.uiVal)
-    if vtype == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
-        return float(v.ulVal)
-    if vtype == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
-        return float(v.sllVal)
-    if vtype == getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5):
-        return float(v.siVal)
-    return float(v.ullVal)
-
-
 def _next_tick(due: float, interval: float, now: float) -> float:
     """Keep a fixed grid; after a late poll (or the first), restart it from now."""
     nxt = due + interval
@@ -153,6 +136,7 @@ class _State:
         self.throttle = {name: 0.0 for name in THROTTLE_REASONS}
         self.reasons_t: float | None = None
         self.fields = list(FIELD_SCOPES)
+        self.field_buf: Any = None    # nvmlFieldValue_t[len(fields)], ids filled in, reused
         self.gpm = False
 
     def adopt(self, old: "_State") -> None:
@@ -173,24 +157,32 @@ class _State:
 
     def set_power(self, points: list[tuple[float, float]]) -> None:
         """Start this read's power points: the previous read's last, then `points`."""
-        if self.power_t:
-            self.power_t, self.power_w = self.power_t[-1:], self.power_w[-1:]
+        pt, pw = self.power_t[-1:], self.power_w[-1:]
+        last = pt[-1] if pt else float("-inf")
         for t, w in points:
-            if not self.power_t or t > self.power_t[-1]:
-                self.power_t.append(t)
-                self.power_w.append(w)
+            if t > last:
+                pt.append(t)
+                pw.append(w)
+                last = t
+        self.power_t, self.power_w = pt, pw
 
-    def power_at(self, t: float) -> float | None:
-        """The power point nearest in time to t."""
-        pts = self.power_t
+    def powers_at(self, times: list[float]) -> list[float | None]:
+        """The power point nearest in time to each of `times` (ascending), in one pass."""
+        pts, ws = self.power_t, self.power_w
         if not pts:
-            return None
-        i = bisect.bisect_left(pts, t)
-        if i == 0:
-            return self.power_w[0]
-        if i == len(pts):
-            return self.power_w[-1]
-        return self.power_w[i] if pts[i] - t < t - pts[i - 1] else self.power_w[i - 1]
+            return [None] * len(times)
+        out: list[float | None] = []
+        i, n = 0, len(pts)
+        for t in times:
+            while i < n and pts[i] < t:     # i: the first point at or after t
+                i += 1
+            if i == 0:
+                out.append(ws[0])
+            elif i == n:
+                out.append(ws[-1])
+            else:
+                out.append(ws[i] if pts[i] - t < t - pts[i - 1] else ws[i - 1])
+        return out
 
 
 class NvmlSource(Source):
@@ -202,6 +194,7 @@ class NvmlSource(Source):
         self.poll_interval = self.read_interval   # driver samples wait in its buffer
         self.counter_interval = max(self.read_interval, COUNTER_INTERVAL)
         self.caller = Caller()
+        self.direct = Direct()
         self.states: list[_State] = []
         self.xid: XidWatcher | None = None
         self.gpm: GpmReader | None = None
@@ -429,12 +422,12 @@ class NvmlSource(Source):
         if st.last_t - wall > CLOCK_STEP_BACK:
             log.info("GPU %s: the wall clock went back %.1f s; following it", e.key, st.last_t - wall)
             st.restart_timeline(wall - self.read_interval)
-        mem = c.call(e.key, pynvml.nvmlDeviceGetMemoryInfo, e.handle)
+        mem = c.call(e.key, self.direct.memory, e.handle, name="nvmlDeviceGetMemoryInfo")
         used = None
         if mem is not None:
-            used = float(mem.used)
+            used = float(mem[1])
             st.gauges["memory_used_bytes"] = used
-            st.gauges["memory_total_bytes"] = float(mem.total)
+            st.gauges["memory_total_bytes"] = float(mem[0])
         gpm = self.gpm.read(e) if st.gpm and self.gpm is not None else None
         if e.is_mig:
             # NVML has no utilisation for MIG instances; GPM is their only activity signal
@@ -446,9 +439,9 @@ class NvmlSource(Source):
         self._read_power(st, wall)
         utils = self._read_util(st, wall)
         sm, gr = gpm if gpm is not None else (None, None)
-        power_at = st.power_at
+        powers = st.powers_at([t for t, _ in utils])
         # positional: Sample(t, util, power_w, memory_used_bytes, sm_active, gr_active)
-        return [Sample(t, u, power_at(t), used, sm, gr) for t, u in utils]
+        return [Sample(t, u, w, used, sm, gr) for (t, u), w in zip(utils, powers)]
 
     def _samples(self, st: _State, name: str, kind: int, since_us: int) -> list[tuple[int, float]] | None:
         """nvmlDeviceGetSamples since a timestamp as sorted (µs, value) pairs: [] when
@@ -457,15 +450,12 @@ class NvmlSource(Source):
         if not self.caller.supported(key, name):
             return None
         try:
-            vtype, raw = pynvml.nvmlDeviceGetSamples(st.entity.handle, kind, since_us)
+            return self.direct.samples(st.entity.handle, kind, since_us)[1]
         except pynvml.NVMLError as err:
             if err.value == pynvml.NVML_ERROR_NOT_FOUND:    # nothing since since_us
                 return []
             self.caller.fail(key, name, err)
             return None if not self.caller.supported(key, name) else []
-        out = [(_raw(s, "timeStamp"), _value(vtype, _raw(s, "sampleValue"))) for s in raw]
-        out.sort()
-        return out
 
     def _read_power(self, st: _State, wall: float) -> None:
         e = st.entity
@@ -533,18 +523,23 @@ class NvmlSource(Source):
         """Clock-event reasons are a bitmask of *now*; integrate them into seconds per
         reason, crediting each interval between reads to the mask read at its end."""
         c, e = self.caller, st.entity
-        mask = c.call(e.key, pynvml.nvmlDeviceGetCurrentClocksEventReasons, e.handle)
-        if mask is None and not c.supported(e.key, "nvmlDeviceGetCurrentClocksEventReasons"):
-            mask = c.call(e.key, pynvml.nvmlDeviceGetCurrentClocksThrottleReasons, e.handle)  # older drivers
+        u64 = self.direct.u64
+        mask = c.call(e.key, u64, REASONS, e.handle, name=REASONS)
+        if mask is None and not c.supported(e.key, REASONS):
+            mask = c.call(e.key, u64, REASONS_OLD, e.handle, name=REASONS_OLD)  # older drivers
         if mask is None:
             return
-        if st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.read_interval:
+        credited = False
+        if mask and st.reasons_t is not None and 0 < wall - st.reasons_t <= 3 * self.read_interval:
             dt = wall - st.reasons_t
             for bit, name in REASON_BITS:
                 if mask & bit:
                     st.throttle[name] += dt
+                    credited = True
         st.reasons_t = wall
-        st.counters["throttle_seconds_total"] = {(n,): v for n, v in st.throttle.items()}
+        # a new mapping only when a value changed: Readings hold the previous one
+        if credited or "throttle_seconds_total" not in st.counters:
+            st.counters["throttle_seconds_total"] = {(n,): v for n, v in st.throttle.items()}
 
     def _fields(self, st: _State) -> None:
         e, c = st.entity, self.caller
@@ -553,20 +548,24 @@ class NvmlSource(Source):
         if not c.supported(e.key, "nvmlDeviceGetFieldValues"):
             self._fields_one_by_one(st)
             return
-        values = c.call(e.key, pynvml.nvmlDeviceGetFieldValues, e.handle, st.fields)
+        if st.field_buf is None:   # the driver rewrites every entry but the ids: fill them once
+            st.field_buf = (pynvml.c_nvmlFieldValue_t * len(st.fields))()
+            for v, (fid, scope) in zip(st.field_buf, st.fields):
+                v.fieldId, v.scopeId = fid, scope
+        values = c.call(e.key, self.direct.field_values, e.handle, st.field_buf, name="nvmlDeviceGetFieldValues")
         if values is None:
             return
         got: dict[int, float] = {}
-        for fv in values:
-            fid, ret = _raw(fv, "fieldId"), _raw(fv, "nvmlReturn")
-            if ret == pynvml.NVML_SUCCESS:
-                got[fid] = _value(_raw(fv, "valueType"), _raw(fv, "value"))
+        for fid, ret, value in values:
+            if value is not None:
+                got[fid] = value
                 continue
             try:
                 c.fail(e.key, f"nvmlDeviceGetFieldValues[{fid}]", pynvml.NVMLError(ret))
             finally:
                 if not c.supported(e.key, f"nvmlDeviceGetFieldValues[{fid}]"):
                     st.fields.remove((fid, 0))
+                    st.field_buf = None
         self._apply_fields(st, got)
 
     def _fields_one_by_one(self, st: _State) -> None:
