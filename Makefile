@@ -6,7 +6,7 @@ SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 BASE   := $(VENV)/.base-$(SUM)
 TESTS  := $(VENV)/.test-$(SUM)
 
-.PHONY: demo test bench dashboards proto chart clean
+.PHONY: demo test bench dashboards proto chart rules-variants clean
 
 # the demo needs only gpulse itself; the tests add the [test] extra
 $(BASE): pyproject.toml
@@ -36,6 +36,10 @@ dashboards: $(TESTS)
 # The Helm chart as a self-contained package (rules and dashboards inside): dist/gpulse-<version>.tgz
 chart: $(TESTS)
 	$(PY) helm/package_chart.py
+
+# Rebuild the rule variants for rulers without keep_firing_for (prometheus/rules-vmalert) from prometheus/rules.
+rules-variants: $(BASE)
+	$(PY) prometheus/tools/variants.py --variant vmalert --out prometheus/rules-vmalert prometheus/rules/*.yml
 
 proto: $(TESTS)
 	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh
