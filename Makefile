@@ -6,7 +6,7 @@ SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 BASE   := $(VENV)/.base-$(SUM)
 TESTS  := $(VENV)/.test-$(SUM)
 
-.PHONY: demo test bench dashboards rules proto chart clean
+.PHONY: demo test bench dashboards rules rules-variants proto chart clean
 
 # the demo needs only gpulse itself; the tests add the [test] extra
 $(BASE): pyproject.toml
@@ -44,6 +44,10 @@ chart: $(TESTS)
 # Regenerate prometheus/rules/ from prometheus/templates/ and the threshold table.
 rules: $(BASE)
 	$(PY) prometheus/generate.py
+
+# Rebuild the rule variants for rulers without keep_firing_for (prometheus/rules-vmalert) from prometheus/rules.
+rules-variants: $(BASE)
+	$(PY) prometheus/tools/variants.py --variant vmalert --out prometheus/rules-vmalert prometheus/rules/*.yml
 
 proto: $(TESTS)
 	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh

@@ -33,6 +33,7 @@ from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from gpulse.config import test_config  # noqa: E402
 from gpulse.engine import run_offline  # noqa: E402
+from gpulse.sources.logs import read_log  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 
 SCRAPE = 15
@@ -101,8 +102,10 @@ def observe(path: str, node: str) -> Observed:
     rows_u: dict[str, list[float]] = {}
     for _, snap in run_offline(src, cfg):
         if start is None:
-            start = src.run.start
-            for r in src.run.records:
+            # the replay streams its log; the rows for the gauge baseline are read apart
+            whole = read_log(str(path))
+            start = whole.start
+            for r in whole.records:
                 rows_t.setdefault(r.gpu, []).append(r.t)
                 rows_u.setdefault(r.gpu, []).append(100.0 * (r.sample.util or 0.0))
         t = (snap.t or start) - start

@@ -23,8 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "gpulse"
 # package path inside the chart -> the repository folder it must equal
-SOURCES = {"files/rules": ROOT / "prometheus" / "rules", "files/dashboards": ROOT / "grafana" / "dashboards"}
-SHIPPED = {"files/rules": (".yml", ".yaml"), "files/dashboards": (".json",)}
+SOURCES = {"files/rules": ROOT / "prometheus" / "rules", "files/rules-vmalert": ROOT / "prometheus" / "rules-vmalert",
+           "files/dashboards": ROOT / "grafana" / "dashboards"}
+SHIPPED = {"files/rules": (".yml", ".yaml"), "files/rules-vmalert": (".yml", ".yaml"), "files/dashboards": (".json",)}
 
 
 class PackageError(Exception):

@@ -80,6 +80,29 @@ def shorten(doc: dict, factor: float) -> dict:
     return out
 
 
+def load_rule_file(src: Path) -> dict:
+    doc = yaml.safe_load(src.read_text(encoding="utf-8"))
+    if not isinstance(doc, dict) or "groups" not in doc:
+        raise ValueError("not a rule file (no top-level groups)")
+    return doc
+
+
+def write_each(files: list[str], out_dir: Path, change, prog: str, dump=None) -> int:
+    """Write change(parsed file) for every rule file into out_dir, under its own name;
+    a file that is not a rule file stops it with one line on stderr and exit 1."""
+    dump = dump or (lambda doc, src: yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in files:
+        src = Path(name)
+        try:
+            text = dump(change(load_rule_file(src)), src)
+        except (OSError, ValueError, KeyError, yaml.YAMLError) as e:
+            print(f"{prog}: {src}: {e}".splitlines()[0], file=sys.stderr)
+            return 1
+        (out_dir / src.name).write_text(text, encoding="utf-8")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--factor", type=float, required=True, help="multiply for/keep_firing_for by this (0 < f <= 1)")
@@ -89,21 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.factor <= 1:
         print(f"shorten_for: --factor must be in (0, 1], got {args.factor:g}", file=sys.stderr)
         return 2
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in args.files:
-        src = Path(name)
-        try:
-            doc = yaml.safe_load(src.read_text(encoding="utf-8"))
-            if not isinstance(doc, dict) or "groups" not in doc:
-                raise ValueError("not a rule file (no top-level groups)")
-            text = yaml.safe_dump(shorten(doc, args.factor), sort_keys=False, allow_unicode=True, width=1000)
-        except (OSError, ValueError, yaml.YAMLError) as e:
-            print(f"shorten_for: {src}: {e}".splitlines()[0], file=sys.stderr)
-            return 1
-        (out_dir / src.name).write_text(text, encoding="utf-8")
-    return 0
-
+    return write_each(args.files, Path(args.out), lambda doc: shorten(doc, args.factor), "shorten_for")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,61 @@
+"""prometheusRule.variant: the chart ships the rule files the cluster's ruler loads,
+prometheus/rules or the generated prometheus/rules-vmalert, from the packaged chart."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from test_helm import OPERATOR_API, _rules_by_source, chart, docs, helm, render  # noqa: F401 (chart: fixture)
+from conftest import ROOT
+
+VARIANT_RULES = ROOT / "prometheus" / "rules-vmalert"
+
+
+def test_vmalert_variant_renders_the_generated_files(chart):  # noqa: F811
+    manifests = docs(render(chart, {"prometheusRule": {"variant": "vmalert"}}, api_versions=OPERATOR_API))
+    rendered = _rules_by_source(manifests)
+    expected = {f"prometheus/rules-vmalert/{f.name}": yaml.safe_load(f.read_text())["groups"]
+                for f in sorted(VARIANT_RULES.glob("*.yml"))}
+    assert rendered == expected
+    assert "keep_firing_for" not in yaml.safe_dump(rendered)
+
+
+def test_default_variant_keeps_keep_firing_for(chart):  # noqa: F811
+    rendered = _rules_by_source(docs(render(chart, api_versions=OPERATOR_API)))
+    assert all(k.startswith("prometheus/rules/") for k in rendered)
+    assert "keep_firing_for" in yaml.safe_dump(rendered)
+
+
+def test_vmalert_variant_tunes_thresholds_in_both_arms(chart):  # noqa: F811
+    values = {"prometheusRule": {"variant": "vmalert",
+                                 "alerts": {"GpulseWorkloadImbalance": {"thresholds": {"> 0.3": "> 0.4"}}}}}
+    groups = [g for gs in _rules_by_source(docs(render(chart, values, api_versions=OPERATOR_API))).values()
+              for g in gs]
+    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == "GpulseWorkloadImbalance"]
+    assert "> 0.3" not in rule["expr"] and rule["expr"].count("> 0.4") >= 2
+
+
+def test_keep_firing_for_override_on_the_vmalert_variant_fails(chart):  # noqa: F811
+    values = {"prometheusRule": {"variant": "vmalert", "alerts": {"GpulseSyncStalls": {"keep_firing_for": "10m"}}}}
+    with pytest.raises(helm.HelmError, match=re.escape("prometheusRule.alerts.GpulseSyncStalls.keep_firing_for")):
+        render(chart, values, api_versions=OPERATOR_API)
+
+
+def test_unknown_variant_is_refused(chart):  # noqa: F811
+    with pytest.raises(helm.HelmError, match="variant"):
+        render(chart, {"prometheusRule": {"variant": "thanos"}}, api_versions=OPERATOR_API)
+
+
+def test_chart_offers_exactly_the_variants_the_tool_makes():
+    import json
+    import sys
+    sys.path.insert(0, str(ROOT / "prometheus" / "tools"))
+    import variants
+    schema = json.loads((ROOT / "helm" / "gpulse" / "values.schema.json").read_text())
+    enum = schema["properties"]["prometheusRule"]["properties"]["variant"]["enum"]
+    assert sorted(enum) == sorted(variants.VARIANTS)
+    for name, folder in variants.VARIANTS.items():
+        link = ROOT / "helm" / "gpulse" / "files" / ("rules" if folder is None else folder.name)
+        assert link.is_symlink() and link.resolve() == (folder or variants.SOURCE).resolve(), name

@@ -1,0 +1,145 @@
+"""prometheus/tools/variants.py: each ruler gets rules it loads, with the same meaning.
+
+- drift: the committed prometheus/rules-vmalert/ is exactly what the tool makes of
+  prometheus/rules/ now;
+- the real rulers' own checks accept them (promtool, vmalert -dryRun);
+- the shipped promtool unit tests pass on the vmalert variant unchanged: it fires,
+  resolves and keeps firing at the same evaluations as the source with
+  keep_firing_for. Dropping the field without the construction fails them, so
+  those tests do see the difference.
+"""
+from __future__ import annotations
+
+import re
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, require_binary
+
+TOOL = ROOT / "prometheus" / "tools" / "variants.py"
+SOURCE = ROOT / "prometheus" / "rules"
+VMALERT_RULES = ROOT / "prometheus" / "rules-vmalert"
+UNIT_TESTS = sorted((ROOT / "prometheus" / "tests").glob("*.yml"))
+
+sys.path.insert(0, str(TOOL.parent))
+import variants  # noqa: E402
+
+
+def _words(expr: str) -> str:
+    return " ".join(expr.split())
+
+
+def _tool(*args, timeout=60):
+    return subprocess.run([sys.executable, str(TOOL), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_committed_vmalert_variant_is_what_the_source_gives(tmp_path):
+    r = _tool("--check")
+    assert r.returncode == 0, r.stderr
+    r = _tool("--variant", "vmalert", "--out", tmp_path, *sorted(SOURCE.glob("*.yml")))
+    assert r.returncode == 0, r.stderr
+    made = {p.name: p.read_text() for p in tmp_path.glob("*.yml")}
+    committed = {p.name: p.read_text() for p in VMALERT_RULES.glob("*.yml")}
+    assert made == committed
+
+
+def test_check_names_a_stale_file(tmp_path, monkeypatch):
+    folder = tmp_path / "rules-vmalert"
+    assert _tool("--variant", "vmalert", "--out", folder, *sorted(SOURCE.glob("*.yml"))).returncode == 0
+    stale = folder / "gpulse-training.rules.yml"
+    text = stale.read_text()
+    assert re.search(r"\bfor: \S+", text)
+    stale.write_text(re.sub(r"\bfor: \S+", "for: 99m", text, count=1))   # whatever the rules hold today
+    (folder / "gone.rules.yml").write_text("groups: []\n")
+    monkeypatch.setitem(variants.VARIANTS, "vmalert", folder)
+    problems = variants.check()
+    assert any("gpulse-training.rules.yml differs" in p for p in problems), problems
+    assert any("gone.rules.yml has no source" in p for p in problems), problems
+
+
+def test_vmalert_variant_has_no_keep_firing_for_and_keeps_every_rule():
+    for src in sorted(SOURCE.glob("*.yml")):
+        a = yaml.safe_load(src.read_text())
+        b = yaml.safe_load((VMALERT_RULES / src.name).read_text())
+        assert "keep_firing_for" not in (VMALERT_RULES / src.name).read_text()
+        for ga, gb in zip(a["groups"], b["groups"], strict=True):
+            assert {k: v for k, v in ga.items() if k != "rules"} == {k: v for k, v in gb.items() if k != "rules"}
+            for ra, rb in zip(ga["rules"], gb["rules"], strict=True):
+                # everything but the expression (and the dropped field) as in the source
+                assert {k: v for k, v in ra.items() if k not in ("expr", "keep_firing_for")} == \
+                       {k: v for k, v in rb.items() if k != "expr"}
+                if "keep_firing_for" in ra and variants.parse_duration(ra["keep_firing_for"]) > 0:
+                    assert _words(ra["expr"]) in _words(rb["expr"])
+                    assert f'ALERTS{{alertname="{ra["alert"]}", alertstate="firing"}}' in rb["expr"]
+                else:
+                    assert ra["expr"].strip() == rb["expr"].strip()
+
+
+def test_hold_expression_window_and_step():
+    rule = {"alert": "X", "expr": "up == 0\n", "keep_firing_for": "5m", "labels": {"team": "a", "severity": "x"}}
+    expr = variants.hold_expression(rule)
+    assert ")[5m:]" in expr          # stepped at the ruler's evaluation interval
+    assert "ignoring(alertname, alertstate, alertgroup, severity, team)" in expr
+    assert variants.hold_expression({**rule, "keep_firing_for": "5s"}).count("[5s:]") == 1
+    assert variants.hold_expression({**rule, "keep_firing_for": "0s"}).strip() == "up == 0"
+
+
+def test_bad_input_is_one_line(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text("just: text\n")
+    r = _tool("--variant", "vmalert", "--out", tmp_path / "out", bad)
+    assert r.returncode == 1
+    assert r.stderr.strip().count("\n") == 0 and "not a rule file" in r.stderr
+    assert _tool("--variant", "vmalert").returncode == 2
+
+
+def test_vmalert_dry_run_accepts_the_vmalert_variant():
+    vmalert = require_binary("vmalert")
+    r = subprocess.run([vmalert, "-dryRun", "-rule.validateTemplates", f"-rule={VMALERT_RULES}/*.yml"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+
+
+@pytest.mark.parametrize("folder", [SOURCE, VMALERT_RULES], ids=["prometheus", "vmalert"])
+def test_promtool_accepts_the_variant(folder):
+    promtool = require_binary("promtool")
+    r = subprocess.run([promtool, "check", "rules", *map(str, sorted(folder.glob("*.yml")))],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def _unit_tests_against(rules: Path, dest: Path) -> subprocess.CompletedProcess:
+    """The shipped promtool unit tests, reading their rule files from `rules`."""
+    promtool = require_binary("promtool")
+    dest.mkdir()
+    for t in UNIT_TESTS:
+        doc = yaml.safe_load(t.read_text())
+        doc["rule_files"] = [str(rules / Path(f).name) for f in doc["rule_files"]]
+        (dest / t.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    return subprocess.run([promtool, "test", "rules", *map(str, sorted(dest.glob("*.yml")))],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_shipped_unit_tests_pass_on_the_vmalert_variant(tmp_path):
+    r = _unit_tests_against(VMALERT_RULES, tmp_path / "tests")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_unit_tests_notice_a_variant_that_only_drops_keep_firing_for(tmp_path):
+    dropped = tmp_path / "dropped"
+    dropped.mkdir()
+    for src in sorted(SOURCE.glob("*.yml")):
+        doc = yaml.safe_load(src.read_text())
+        for g in doc["groups"]:
+            for rule in g["rules"]:
+                rule.pop("keep_firing_for", None)
+        (dropped / src.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+    r = _unit_tests_against(dropped, tmp_path / "tests")
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and "FAILED" in out, out[-2000:]
