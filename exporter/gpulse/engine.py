@@ -14,14 +14,21 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from statistics import median
+
 from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
-                       load_balance, peer_deviation, spin_gate_watts, stall_period)
+                       load_balance, peer_deviation, spin_gate_watts)
+from .analysis.period import dominant_rhythm, stopped
+from .analysis.thresholds import value
+from .analysis.verdict import straggler_signal
 from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
 # alone costs ~0.5 GiB; an idle GPU shows a few MiB, a display a few hundred).
-HOLD_MIN_BYTES = 256 * 2**20
-HOLD_MIN_FRACTION = 0.01
+HOLD_MIN_BYTES = value("hold_min_bytes")
+HOLD_MIN_FRACTION = value("hold_min_ratio")
+# weight of the newest sample spacing in its running mean (a smoothing constant)
+SPACING_WEIGHT = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +46,8 @@ class GpuView:
     gauges: dict[str, float]
     counters: dict[str, Any]
     last_sample_wall: float | None
+    # (signal, z) when the GPU is a straggler over the window (analysis.verdict), else None
+    straggler: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +82,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history")
+                 "history", "spacing")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -92,6 +101,7 @@ class _Gpu:
         self.src_attr: dict[str, str] | None = None
         self.holds_hint: bool | None = None
         self.runs: list[Run] = []
+        self.spacing: float | None = None      # running mean of the sample spacing
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
 
@@ -111,6 +121,7 @@ class Engine:
         self.max_gap = max(3.0, 10 * cfg.sample_interval, 3 * cfg.dcgm.interval)
         self.gpus: dict[str, _Gpu] = {}
         self.trackers: dict[str, StallTracker] = {}
+        self._rhythm: dict[str, tuple[tuple, tuple[float, float] | None]] = {}   # per group: (key, rhythm)
         self.call_errors: dict[str, int] = {}
         self.last_success_wall: float | None = None
         self.t: float | None = None
@@ -185,6 +196,7 @@ class Engine:
             if prev is None or s.t - prev > self.max_gap:
                 continue                          # first sample after start or a gap: anchor only
             dt = s.t - prev
+            g.spacing = dt if g.spacing is None else g.spacing + SPACING_WEIGHT * (dt - g.spacing)
             act = activity_of(s, self.activity_mode, spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor))
             util = s.util if s.util is not None else act
             if util is None:
@@ -243,6 +255,9 @@ class Engine:
             observed = [g for g in up if g.last_t is not None]
             if observed and not (unassigned_is_idle and workload == ""):
                 until = min(g.last_t for g in observed)
+                spacing = [g.spacing for g in observed if g.spacing is not None]
+                if spacing:
+                    tracker.grid = max(spacing)
                 tracker.advance([g.runs for g in observed], until)
                 for g in observed:
                     while g.runs and g.runs[0].end <= until:
@@ -261,8 +276,13 @@ class Engine:
             if not idle_group:
                 db = peer_deviation(busy)
                 da = peer_deviation(active)
+                small = len(active) < value("straggler_min_gpus")
+                mb = median(busy.values()) if busy else 0.0
+                ma = median(active.values()) if active else 0.0
                 for k in active:
-                    deviations[k] = (db.get(k, 0.0), da.get(k, 0.0))
+                    zb, za = db.get(k, 0.0), da.get(k, 0.0)
+                    flag = None if small else straggler_signal(za, zb, active[k] - ma, busy.get(k, mb) - mb)
+                    deviations[k] = (zb, za, flag)
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -273,10 +293,11 @@ class Engine:
                 in_stall=tracker.in_stall,
                 imbalance=imb,
                 load_balance=lb,
-                stall_period=_period(tracker),
+                stall_period=self._period(workload, tracker),
             ))
         for gone in set(self.trackers) - set(members):   # the job ended: its series go too
             del self.trackers[gone]
+            self._rhythm.pop(gone, None)
 
         views = []
         for k, g in self.gpus.items():
@@ -297,6 +318,7 @@ class Engine:
                 gauges=g.gauges,
                 counters=g.counters,
                 last_sample_wall=g.last_wall,
+                straggler=dev[2] if dev else None,
             ))
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),
@@ -308,10 +330,21 @@ class Engine:
         return {k: list(g.history) for k, g in self.gpus.items()}
 
 
-def _period(tracker: StallTracker) -> float | None:
-    eps = tracker.recent_episodes()
-    return stall_period([e.start for e in eps], now=tracker.processed_until,
-                        durations=[e.duration for e in eps])
+    def _period(self, workload: str, tracker: StallTracker) -> float | None:
+        """analysis.period over the group's recent episodes; the rhythm is only
+        recomputed when an episode came or changed, the staleness check every tick."""
+        eps = tracker.recent_episodes()
+        if not eps:
+            return None
+        key = (tracker.stalls_total, len(eps), eps[-1].start, eps[-1].duration)
+        cached = self._rhythm.get(workload)
+        if cached is None or cached[0] != key:
+            cached = self._rhythm[workload] = (key, dominant_rhythm([e.start for e in eps],
+                                                                    [e.duration for e in eps]))
+        if cached[1] is None:
+            return None
+        p, last = cached[1]
+        return None if stopped(last, p, tracker.processed_until) else p
 
 
 def _attr_label_names(a: dict[str, str]) -> list[str]:

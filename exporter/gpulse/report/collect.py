@@ -204,4 +204,4 @@ def _take_pending(engine: Engine, gr: GroupTrack) -> None:
         return
     counted = len(tracker.episodes)
     gr.episodes.extend(e for e in tracker.recent_episodes()[counted:]
-                       if e.duration >= tracker.min_stall * (1 - 1e-6))
+                       if tracker.counts(e.duration))

@@ -1,0 +1,96 @@
+"""The detection model's verdicts: what the live exporter, the live page and the
+report call a straggler, work, and a time span of either.
+
+Everything here is pure and clock-free (per-tick values in, verdicts out); the
+numbers come from analysis/thresholds.py only.
+
+Straggler, at one analysis window (live, and per tick in the report)
+    deviating(z, gap) = |z| ≥ straggler_z  ∧  |gap| ≥ straggler_gap_ratio
+    z: the robust peer deviation (analysis.balance, MAD floor z_mad_floor) of the GPU's
+    active or busy fraction over the window; gap: its distance from the group median.
+    Groups under straggler_min_gpus GPUs have none. With straggler_z · z_mad_floor ≥
+    straggler_gap_ratio (3.5 · 0.05 = 0.175 ≥ 0.1, pinned by a test) the gap condition
+    follows from z, so a stored z alone decides.
+
+Straggler, over a run (the report)
+    a GPU deviating the same way for ≥ straggler_persistence_ratio of the work time is
+    a straggler of the whole run; one deviating without a break for ≥
+    straggler_min_span_seconds is a straggler for that span (a transient straggler:
+    a slow node for a few minutes of an hour). Both carry their spans.
+
+Work (phases)
+    a tick is *working* when some GPU of the group was non-idle (utilisation ≥
+    --idle-threshold) for ≥ work_busy_ratio of it; work runs from the first to the last
+    stretch of ≥ work_sustain_seconds working ticks. Non-idle time, not mean
+    utilisation: 0.6 s stalls every 2.5 s leave every tick ~75 % non-idle even when
+    the steps between them run at partial utilisation, and start-up blips stay short.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+from .thresholds import value
+
+
+def deviating(z: float | None, gap: float | None = None) -> bool:
+    """The one straggler test at one window (see module doc)."""
+    if z is None or math.isnan(z) or abs(z) < value("straggler_z"):
+        return False
+    return gap is None or abs(gap) >= value("straggler_gap_ratio")
+
+
+def straggler_signal(dev_active: float | None, dev_busy: float | None,
+                     gap_active: float | None = None, gap_busy: float | None = None) -> tuple[str, float] | None:
+    """(signal, z) of the first signal (active, then busy) on which a GPU deviates."""
+    for signal, z, gap in (("active", dev_active, gap_active), ("busy", dev_busy, gap_busy)):
+        if deviating(z, gap):
+            return signal, z   # type: ignore[return-value]
+    return None
+
+
+def runs(flags: Sequence[bool]) -> list[tuple[int, int]]:
+    """Maximal (first, last) index ranges where flags hold."""
+    out: list[tuple[int, int]] = []
+    start = None
+    for i, f in enumerate(flags):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            out.append((start, i - 1))
+            start = None
+    if start is not None:
+        out.append((start, len(flags) - 1))
+    return out
+
+
+def work_runs(working: Sequence[bool], interval: float) -> list[tuple[int, int]]:
+    """Stretches of working ticks long enough to be work (see module doc)."""
+    need = max(1, math.ceil(value("work_sustain_seconds") / interval - 1e-9))
+    return [(a, b) for a, b in runs(working) if b - a + 1 >= need]
+
+
+def is_working(nonidle_share: float) -> bool:
+    return nonidle_share >= value("work_busy_ratio")
+
+
+def straggler_spans(flag_at: Callable[[int], bool], ticks: Sequence[int],
+                    interval: float) -> tuple[float, list[tuple[int, int]]]:
+    """(persistence, spans) of one GPU over its work ticks.
+
+    persistence is the share of work ticks deviating; spans are the runs of
+    consecutive work ticks (as tick index ranges) deviating. The run is a straggler
+    of the whole run when persistence ≥ straggler_persistence_ratio (then every
+    deviating run of ≥ straggler_min_span_seconds, or the whole work, is its span),
+    else of each run ≥ straggler_min_span_seconds."""
+    if not ticks:
+        return 0.0, []
+    flags = [flag_at(i) for i in ticks]
+    persistence = sum(flags) / len(flags)
+    need = value("straggler_min_span_seconds") / interval
+    long_runs = [(ticks[a], ticks[b]) for a, b in runs(flags) if b - a + 1 >= need - 1e-9]
+    if persistence >= value("straggler_persistence_ratio") and not long_runs:
+        long_runs = [(ticks[0], ticks[-1])]
+    elif persistence < value("straggler_persistence_ratio") and not long_runs:
+        return persistence, []
+    return persistence, long_runs
