@@ -20,7 +20,7 @@ from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, int
                        load_balance, peer_deviation, spin_gate_watts)
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
-from .analysis.verdict import straggler_signal
+from .analysis.verdict import Persistence, straggler_signal
 from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
@@ -46,7 +46,7 @@ class GpuView:
     gauges: dict[str, float]
     counters: dict[str, Any]
     last_sample_wall: float | None
-    # (signal, z) when the GPU is a straggler over the window (analysis.verdict), else None
+    # (signal, z) while the GPU is a confirmed straggler (analysis.verdict), else None
     straggler: tuple[str, float] | None = None
 
 
@@ -82,7 +82,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history", "spacing")
+                 "history", "spacing", "persistence")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -102,6 +102,7 @@ class _Gpu:
         self.holds_hint: bool | None = None
         self.runs: list[Run] = []
         self.spacing: float | None = None      # running mean of the sample spacing
+        self.persistence = Persistence()       # live straggler confirmation
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
 
@@ -282,7 +283,8 @@ class Engine:
                 for k in active:
                     zb, za = db.get(k, 0.0), da.get(k, 0.0)
                     flag = None if small else straggler_signal(za, zb, active[k] - ma, busy.get(k, mb) - mb)
-                    deviations[k] = (zb, za, flag)
+                    confirmed = self.gpus[k].persistence.update(self.t or 0.0, self.cfg.analysis_interval, flag)
+                    deviations[k] = (zb, za, confirmed)
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),

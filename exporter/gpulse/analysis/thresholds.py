@@ -99,6 +99,8 @@ _TABLE = (
               "a GPU deviating this long without a break is a straggler for that span"),
     Threshold("spin_wait_mention_ratio", 0.05, "ratio",
               "peers spin-waiting at least this share of the time is worth saying in a straggler finding"),
+    Threshold("straggler_break_seconds", 30.0, "seconds",
+              "a straggler that stops deviating for less than this (a few ordinary steps) is still the same straggler"),
     Threshold("straggler_high_gap_ratio", 0.3, "ratio",
               "a straggler this far from its peers is a high-severity finding"),
     Threshold("straggler_peers_busy_ratio", 0.8, "ratio",

@@ -14,9 +14,17 @@ Straggler, at one analysis window (live, and per tick in the report)
 
 Straggler, over a run (the report)
     a GPU deviating the same way for ≥ straggler_persistence_ratio of the work time is
-    a straggler of the whole run; one deviating without a break for ≥
-    straggler_min_span_seconds is a straggler for that span (a transient straggler:
-    a slow node for a few minutes of an hour). Both carry their spans.
+    a straggler of the whole run; one deviating for ≥ straggler_min_span_seconds, with
+    no break of straggler_break_seconds or more, is a straggler for that span (a
+    transient straggler: a slow node for a few minutes of an hour). Both carry their
+    spans.
+
+Straggler, live
+    Persistence follows one GPU window by window with the same rule the report
+    applies afterwards: it is a straggler once it has deviated the same way for
+    straggler_min_span_seconds with no break of straggler_break_seconds, and stays one
+    until such a break. So the page and the exporter name a GPU exactly when the
+    report will give it a span (the report's span starts when the deviation began).
 
 Work (phases)
     a tick is *working* when some GPU of the group was non-idle (utilisation ≥
@@ -28,6 +36,7 @@ Work (phases)
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .thresholds import value
@@ -79,7 +88,8 @@ def straggler_spans(flag_at: Callable[[int], bool], ticks: Sequence[int],
     """(persistence, spans) of one GPU over its work ticks.
 
     persistence is the share of work ticks deviating; spans are the runs of
-    consecutive work ticks (as tick index ranges) deviating. The run is a straggler
+    consecutive work ticks (as tick index ranges) deviating, breaks shorter than
+    straggler_break_seconds bridged. The run is a straggler
     of the whole run when persistence ≥ straggler_persistence_ratio (then every
     deviating run of ≥ straggler_min_span_seconds, or the whole work, is its span),
     else of each run ≥ straggler_min_span_seconds."""
@@ -88,9 +98,41 @@ def straggler_spans(flag_at: Callable[[int], bool], ticks: Sequence[int],
     flags = [flag_at(i) for i in ticks]
     persistence = sum(flags) / len(flags)
     need = value("straggler_min_span_seconds") / interval
-    long_runs = [(ticks[a], ticks[b]) for a, b in runs(flags) if b - a + 1 >= need - 1e-9]
+    brk = value("straggler_break_seconds") / interval
+    merged: list[tuple[int, int]] = []
+    for a, b in runs(flags):
+        if merged and a - merged[-1][1] - 1 <= brk:
+            merged[-1] = (merged[-1][0], b)
+        else:
+            merged.append((a, b))
+    long_runs = [(ticks[a], ticks[b]) for a, b in merged if b - a + 1 >= need - 1e-9]
     if persistence >= value("straggler_persistence_ratio") and not long_runs:
         long_runs = [(ticks[0], ticks[-1])]
     elif persistence < value("straggler_persistence_ratio") and not long_runs:
         return persistence, []
     return persistence, long_runs
+
+
+@dataclass(slots=True)
+class Persistence:
+    """Live straggler confirmation of one GPU (see module doc). Feed every window."""
+    since: float | None = None      # start of the current deviating run (breaks bridged)
+    last: float | None = None       # last window that deviated
+    sign: float = 0.0
+    latest: tuple[str, float] | None = None
+
+    def update(self, t: float, interval: float, signal: tuple[str, float] | None) -> tuple[str, float] | None:
+        """The confirmed (signal, z) at window end t, or None."""
+        brk = value("straggler_break_seconds")
+        if signal is not None:
+            sign = math.copysign(1.0, signal[1])
+            if self.since is None or self.last is None or sign != self.sign or t - self.last > brk:
+                self.since, self.sign = t, sign
+            self.last, self.latest = t, signal
+        if self.since is None or self.last is None:
+            return None
+        if t - self.last > brk:
+            self.since = self.last = self.latest = None
+            return None
+        confirmed = self.last - self.since + interval >= value("straggler_min_span_seconds") - 1e-9
+        return self.latest if confirmed else None
