@@ -134,6 +134,34 @@ def test_transient_straggler_alibaba_job1_worker6(tmp):
     assert span["end"] - 2 <= max(hits) <= span["end"] + brk + 2
 
 
+@pytest.mark.parametrize("instant", [False, True])
+def test_averaged_power_says_what_it_cannot_see(tmp, instant):
+    # rank 0 leaves the GPU for 0.4 s every 2.5 s (host-side work) while GPUs 1–7
+    # spin-wait at 100 % utilisation and idle-level power: a sync stall that only
+    # instantaneous power shows; 1 s-averaged power reads the spin-waits as work
+    work_end = STARTUP + 300.0
+    stalls = stall_schedule(2.5, 0.4, STARTUP + 10.0, work_end)
+    base = training(stalls, STARTUP, work_end)
+
+    def state(g, t):
+        s = base(g, t)
+        return "spin" if s == "idle" and g > 0 and STARTUP + 10.0 <= t < work_end else s
+    path = write_smi_log(tmp / f"spin-{instant}.csv", 8, work_end + 15.0, state, instant=instant)
+    doc = report(path)
+    limits = kinds(doc, "input_limit")
+    if instant:
+        assert limits == []
+        assert doc["stall_period_seconds"] == pytest.approx(2.5, abs=0.05)
+        assert doc["stall_fraction"] == pytest.approx(0.4 / 2.5, abs=0.05)
+    else:
+        # it cannot see them, and says so instead of calling the run healthy
+        assert doc["stall_fraction"] < 0.05
+        [f] = limits
+        assert "1 s" in f["text"] and "power.draw.instant" in f["remedy"] and f["spans"]
+        for h in kinds(doc, "healthy"):
+            assert "cannot be seen" in h["text"]
+
+
 # ------------------------------------------------------------------ the recorded runs
 
 def recorded(name):

@@ -82,7 +82,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history", "spacing", "persistence")
+                 "history", "spacing", "persistence", "prev_util", "prev_power", "edges", "sharp")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -103,6 +103,11 @@ class _Gpu:
         self.runs: list[Run] = []
         self.spacing: float | None = None      # running mean of the sample spacing
         self.persistence = Persistence()       # live straggler confirmation
+        # does power follow utilisation steps within a sample, or is it an average?
+        self.prev_util: float | None = None
+        self.prev_power: float | None = None
+        self.edges = 0
+        self.sharp = 0
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
 
@@ -198,6 +203,8 @@ class Engine:
                 continue                          # first sample after start or a gap: anchor only
             dt = s.t - prev
             g.spacing = dt if g.spacing is None else g.spacing + SPACING_WEIGHT * (dt - g.spacing)
+            if s.util is not None and s.power_w is not None:
+                self._power_edge(g, s.util, s.power_w)
             act = activity_of(s, self.activity_mode, spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor))
             util = s.util if s.util is not None else act
             if util is None:
@@ -216,6 +223,24 @@ class Engine:
                 last.end = s.t
             else:
                 g.runs.append(Run(prev, s.t, inactive, holds))
+
+    @staticmethod
+    def _power_edge(g: "_Gpu", util: float, power: float) -> None:
+        edge = value("power_edge_ratio")
+        if g.prev_util is not None and g.prev_power is not None and abs(util - g.prev_util) >= edge:
+            swing = (g.max_power or 0.0) - (g.idle_floor or 0.0)
+            if swing > 0:
+                g.edges += 1
+                g.sharp += abs(power - g.prev_power) >= edge * swing
+        g.prev_util, g.prev_power = util, power
+
+    def power_averaged(self) -> bool:
+        """Whether the source's power lags utilisation steps by more than a sample —
+        an average such as nvidia-smi's 1 s power.draw — so that spin-waits shorter
+        than that average cannot be told from work by the power gate."""
+        edges = sum(g.edges for g in self.gpus.values())
+        sharp = sum(g.sharp for g in self.gpus.values())
+        return edges >= value("power_edges_min_count") and sharp < value("power_sharp_share_ratio") * edges
 
     # ------------------------------------------------------------------ analyze
 

@@ -82,6 +82,12 @@ _TABLE = (
               "spin-waiting is only plausible at or above this utilisation"),
     Threshold("idle_power_factor", 3.0, "factor",
               "without a power limit the gate is at least this multiple of the idle power floor"),
+    Threshold("power_edge_ratio", 0.5, "ratio",
+              "a utilisation step this large between two samples is an edge; power that moves this share of its range in the same sample follows it sharply"),
+    Threshold("power_sharp_share_ratio", 0.3, "ratio",
+              "power that follows fewer than this share of the edges sharply is an average (nvidia-smi power.draw: 1 s)"),
+    Threshold("power_edges_min_count", 20, "count",
+              "edges needed before judging whether power is averaged"),
     Threshold("spin_wait_share_ratio", 0.5, "ratio",
               "peers that spend this share of their busy time spin-waiting wait at idle-level power"),
     # -- stragglers and imbalance ----------------------------------------------

@@ -406,13 +406,18 @@ class Analysis:
                 F.append(f)
         F.extend(self._missing_words())
         F.extend(self._phase_words())
+        limit = self._input_limit()
+        if limit is not None:
+            F.append(limit)
         if not any(f.severity in ("high", "medium") for f in F):
             w = self.work_seconds()
             if w > 0:
                 busy = [s["busy_fraction"] for s in self.gpu_stats.values() if s["busy_fraction"] is not None]
+                caveat = ("; spin-waits shorter than about a second cannot be seen in this input (see the note "
+                          "on power), so this holds for longer stalls only") if limit is not None else ""
                 F.insert(0, Finding("healthy", "info",
                                     f"No sync-stall or imbalance problem found: over {_secs(w)} of work the GPUs were "
-                                    f"busy {_pct(median(busy))} (median) and evenly loaded.", "",
+                                    f"busy {_pct(median(busy))} (median) and evenly loaded{caveat}.", "",
                                     self._work_spans()))
             elif not any(f.kind == "no_work" for f in F):
                 F.insert(0, Finding("no_work", "info", "The GPUs never worked: no GPU was busy for a sustained "
@@ -552,6 +557,20 @@ class Analysis:
                                    "GPU's health; drain the node if it repeats",
                                    [(self.tick_start(a), self.tick_end(b))]))
         return out
+
+    def _input_limit(self) -> Finding | None:
+        """Say what the input cannot show instead of guessing: with power averaged over
+        about a second, power-gated activity reads a shorter spin-wait as work."""
+        if not self.rec.power_averaged or self.rec.activity != "power-gated" or self.work_seconds() <= 0:
+            return None
+        return Finding("input_limit", "info",
+                       "Power in this input lags utilisation by about a second (nvidia-smi's power.draw is a 1 s "
+                       "average): a rank spin-waiting for less than that reads as working, so sub-second sync "
+                       "stalls in which some ranks spin-wait, and step-level stragglers, cannot be judged from it. "
+                       "Stalls in which every GPU goes idle, and longer spin-waits, are measured as usual.",
+                       "log power.draw.instant instead of power.draw, or use SM activity (dcgm-exporter with "
+                       "profiling, --source dcgm) to judge short spin-waits",
+                       self._work_spans())
 
     def _phase_words(self) -> list[Finding]:
         out = []
