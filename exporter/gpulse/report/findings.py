@@ -38,6 +38,11 @@ Stragglers
     that span. "busier": it computes while peers wait; "idler": its rank is busy
     elsewhere while peers spin-wait for it. Its figures are over its spans.
 
+One cause, one finding
+    An idle straggler and the stall patterns in which it is the rank off the GPU are
+    the same cause seen twice (rank 0 checkpointing while the others spin-wait):
+    they make one finding, the straggler's, naming the patterns, with one remedy.
+
 Spans
     Every finding says when: `spans`, a list of {start, end} in the input's own time
     (Unix seconds when it recorded a clock).
@@ -395,15 +400,13 @@ class Analysis:
 
     def _words(self) -> None:
         F = self.findings
+        pattern_findings = [(p, f) for p in self.patterns if (f := self._pattern_words(p)) is not None]
         for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
-            F.append(self._straggler_words(st))
+            F.append(self._one_cause(st, self._straggler_words(st), pattern_findings))
         imb = self._imbalance_words()
         if imb:
             F.append(imb)
-        for p in self.patterns:
-            f = self._pattern_words(p)
-            if f:
-                F.append(f)
+        F.extend(f for _, f in pattern_findings)
         F.extend(self._missing_words())
         F.extend(self._phase_words())
         limit = self._input_limit()
@@ -426,6 +429,27 @@ class Analysis:
                                     [(self.tick_start(0), self.tick_end(self.rec.ticks - 1))] if self.rec.ticks else []))
         order = {"high": 0, "medium": 1, "info": 2}
         F.sort(key=lambda f: order[f.severity])
+
+    def _one_cause(self, st: dict[str, Any], f: Finding,
+                   pattern_findings: list[tuple[dict[str, Any], Finding]]) -> Finding:
+        """An idle straggler and the stall patterns in which it is the one off the GPU
+        are one cause (its rank's work off the GPU): one finding, not one per view.
+        The patterns' findings are taken out of pattern_findings."""
+        if st["direction"] != "idler":
+            return f
+        same = [(p, pf) for p, pf in pattern_findings
+                if p["off_gpu"] == [st["key"]] and st["workload"] in p["workloads"]]
+        if not same:
+            return f
+        for item in same:
+            pattern_findings.remove(item)
+        same.sort(key=lambda x: -x[0]["count"])
+        f.text += (" The same cause shows as every GPU stalling together: "
+                   + "; ".join(p["summary"] for p, _ in same) + ".")
+        order = {"high": 0, "medium": 1, "info": 2}
+        f.severity = min([f.severity] + [pf.severity for _, pf in same], key=order.__getitem__)
+        f.spans = _union(f.spans + [s for _, pf in same for s in pf.spans])
+        return f
 
     def _straggler_words(self, st: dict[str, Any]) -> Finding:
         k = st["key"]
@@ -512,6 +536,7 @@ class Analysis:
             cause = "the whole job waits together without a steady rhythm (input pipeline, I/O, host-side work)"
         rhythm = f" every ~{_secs(period)}" if period else ""
         times = f"{p['count']} time{'s' if p['count'] != 1 else ''}"
+        p["summary"] = f"~{_secs(d)}{rhythm} ({times}, {_pct(share)} of the work time)"
         text = (f"All GPUs stall together for ~{_secs(d)}{rhythm} ({times}, {_pct(share)} of the work time)"
                 f"{who}: {cause}.")
         if p["off_gpu"] or (period is not None and period >= value("period_checkpoint_seconds")):
@@ -692,6 +717,16 @@ class Analysis:
                 seen.add(f.remedy)
                 doc["recommendations"].append(f.remedy)
         return doc
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def _spans(spans: list[tuple[float, float]]) -> list[dict[str, float]]:
