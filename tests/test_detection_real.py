@@ -6,14 +6,19 @@ the live page show) must be right, and the same.
 """
 from __future__ import annotations
 
+import calendar
 import functools
+import time
 
 import pytest
 
 from conftest import require_data
-from realtrace import alibaba_job, real_levels, stall_schedule, training, write_smi_log
+from realtrace import START, alibaba_job, real_levels, stall_schedule, training, write_smi_log
 
 from gpulse.analysis.thresholds import value
+from prometheus_client import generate_latest
+
+from gpulse.collector import snapshot_families
 from gpulse.config import test_config
 from gpulse.engine import run_offline
 from gpulse.report.findings import analyse
@@ -70,7 +75,7 @@ def test_rhythm_survives_the_job_exit(tmp):
     [f] = kinds(doc, "sync_stall")
     assert "every ~2.5 s" in f["text"] and "input pipeline" in f["text"]
     last = max(e for _, e in stalls)
-    assert f["spans"][0]["end"] >= last - 1.0 + 1767225600.0 - 1.0
+    assert f["spans"][-1]["end"] >= START + last - 1.0     # the last stalls before the exit count
 
 
 def test_off_grid_stall_with_skewed_rows_counts_in_report_and_live_alike(tmp):
@@ -105,20 +110,31 @@ def test_sub_second_stalls_at_partial_utilisation_are_work(tmp):
     assert all(0.3 < b < 0.45 for b in busy), busy
 
 
+ROW = 12.0        # seconds of training per recorded Alibaba iteration: job 1 is an hour
+
+
+@functools.lru_cache(maxsize=None)
+def alibaba1(tmp):
+    state, workers, work_end = alibaba_job(1, ROW, step_scale=0.001, startup=STARTUP)
+    return write_smi_log(tmp / "alibaba-job1.csv", workers, work_end + 10.0, state, instant=True), workers
+
+
+def _unix(line):
+    return calendar.timegm(time.strptime(line[:19], "%Y/%m/%d %H:%M:%S")) + float(line[19:23])
+
+
 def test_transient_straggler_alibaba_job1_worker6(tmp):
     # job 1 of the Alibaba PAI trace, one GPU per worker, 12 s of training per
     # recorded iteration (an hour); worker 6 slows down for ~14 iterations mid-run
-    seconds_per_row = 12.0
-    state, workers, work_end = alibaba_job(1, seconds_per_row, step_scale=0.001, startup=STARTUP)
-    path = write_smi_log(tmp / "alibaba-job1.csv", workers, work_end + 10.0, state, instant=True)
+    path, workers = alibaba1(tmp)
     doc = report(path)
     [st] = doc["stragglers"]
     assert st["gpu"] == "6" and st["direction"] == "busier" and not st["whole_run"]
     [span] = st["spans"]
-    t0 = 1767225600.0 + STARTUP
+    t0 = START + STARTUP
     # the slow iterations are rows 181–194 (iterations 1811–1941): 36–39 min in
-    assert t0 + 181 * seconds_per_row - 60 <= span["start"] <= t0 + 183 * seconds_per_row
-    assert t0 + 193 * seconds_per_row <= span["end"] <= t0 + 195 * seconds_per_row + 60
+    assert t0 + 181 * ROW - 60 <= span["start"] <= t0 + 183 * ROW
+    assert t0 + 193 * ROW <= span["end"] <= t0 + 195 * ROW + 60
     assert span["end"] - span["start"] >= 120
     [f] = kinds(doc, "straggler")
     assert f["spans"] == st["spans"] and "GPU 6" in f["text"] and "from " in f["text"]
@@ -198,3 +214,38 @@ def test_live_and_report_name_the_same_stragglers(name, stragglers):
             assert any(c["start"] <= sp["start"] and sp["end"] <= c["end"] for c in f["spans"])
     _, flagged = live(recorded(name))
     assert {g for _, gpus in flagged for g in gpus} == stragglers
+
+
+def _gauges(text, name):
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            labels, val = line.rsplit(" ", 1)
+            gpu = labels.split('gpu="', 1)[1].split('"', 1)[0]
+            out[gpu] = float(val)
+    return out
+
+
+def test_metrics_and_report_name_the_same_straggler(tmp):
+    # the Alibaba job cut while worker 6 still straggles: the exporter's
+    # gpulse_gpu_straggler (the collector over the engine's last snapshot) and the
+    # report of the same log say the same
+    full, workers = alibaba1(tmp)
+    cut = START + STARTUP + 194.5 * ROW
+    lines = full.read_text().splitlines()
+    path = tmp / "alibaba-job1-cut.csv"
+    path.write_text("\n".join([lines[0]] + [ln for ln in lines[1:] if _unix(ln) <= cut]) + "\n")
+    doc = report(path)
+    assert [s["gpu"] for s in doc["stragglers"]] == ["6"]
+    snap, _ = live(path)
+    text = generate_latest(_Registry(snapshot_families(snap))).decode()
+    flags = _gauges(text, "gpulse_gpu_straggler")
+    assert flags == {str(i): (1.0 if i == 6 else 0.0) for i in range(workers)}
+
+
+class _Registry:
+    def __init__(self, families):
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
