@@ -29,6 +29,7 @@ HOLD_MIN_BYTES = value("hold_min_bytes")
 HOLD_MIN_FRACTION = value("hold_min_ratio")
 # weight of the newest sample spacing in its running mean (a smoothing constant)
 SPACING_WEIGHT = 0.1
+POWER_EDGE = value("power_edge_ratio")   # read once: it is used at every sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +205,9 @@ class Engine:
             dt = s.t - prev
             g.spacing = dt if g.spacing is None else g.spacing + SPACING_WEIGHT * (dt - g.spacing)
             if s.util is not None and s.power_w is not None:
-                self._power_edge(g, s.util, s.power_w)
+                if g.prev_util is not None and abs(s.util - g.prev_util) >= POWER_EDGE:
+                    self._power_edge(g, s.power_w)
+                g.prev_util, g.prev_power = s.util, s.power_w
             act = activity_of(s, self.activity_mode, spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor))
             util = s.util if s.util is not None else act
             if util is None:
@@ -225,14 +228,12 @@ class Engine:
                 g.runs.append(Run(prev, s.t, inactive, holds))
 
     @staticmethod
-    def _power_edge(g: "_Gpu", util: float, power: float) -> None:
-        edge = value("power_edge_ratio")
-        if g.prev_util is not None and g.prev_power is not None and abs(util - g.prev_util) >= edge:
-            swing = (g.max_power or 0.0) - (g.idle_floor or 0.0)
-            if swing > 0:
-                g.edges += 1
-                g.sharp += abs(power - g.prev_power) >= edge * swing
-        g.prev_util, g.prev_power = util, power
+    def _power_edge(g: "_Gpu", power: float) -> None:
+        """A utilisation step: did power follow it within the same sample?"""
+        swing = (g.max_power or 0.0) - (g.idle_floor or 0.0)
+        if swing > 0 and g.prev_power is not None:
+            g.edges += 1
+            g.sharp += abs(power - g.prev_power) >= POWER_EDGE * swing
 
     def power_averaged(self) -> bool:
         """Whether the source's power lags utilisation steps by more than a sample —

@@ -23,8 +23,10 @@ Straggler, live
     Persistence follows one GPU window by window with the same rule the report
     applies afterwards: it is a straggler once it has deviated the same way for
     straggler_min_span_seconds with no break of straggler_break_seconds, and stays one
-    until such a break. So the page and the exporter name a GPU exactly when the
-    report will give it a span (the report's span starts when the deviation began).
+    until such a break. So the page and the exporter name a GPU when the report will
+    give it a span of at least that length (the report's span starts when the
+    deviation began; a whole-run straggler that only ever deviates in short bursts is
+    the report's alone, as it takes the whole run to see).
 
 Work (phases)
     a tick is *working* when some GPU of the group was non-idle (utilisation ≥
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from .thresholds import value
 
@@ -83,9 +85,10 @@ def is_working(nonidle_share: float) -> bool:
     return nonidle_share >= value("work_busy_ratio")
 
 
-def straggler_spans(flag_at: Callable[[int], bool], ticks: Sequence[int],
+def straggler_spans(flags: Sequence[bool], ticks: Sequence[int],
                     interval: float) -> tuple[float, list[tuple[int, int]]]:
-    """(persistence, spans) of one GPU over its work ticks.
+    """(persistence, spans) of one GPU over its work ticks; flags[j] says whether it
+    deviated (the same way) at tick ticks[j].
 
     persistence is the share of work ticks deviating; spans are the runs of
     consecutive work ticks (as tick index ranges) deviating, breaks shorter than
@@ -95,7 +98,6 @@ def straggler_spans(flag_at: Callable[[int], bool], ticks: Sequence[int],
     else of each run ≥ straggler_min_span_seconds."""
     if not ticks:
         return 0.0, []
-    flags = [flag_at(i) for i in ticks]
     persistence = sum(flags) / len(flags)
     need = value("straggler_min_span_seconds") / interval
     brk = value("straggler_break_seconds") / interval

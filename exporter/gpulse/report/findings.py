@@ -347,14 +347,18 @@ class Analysis:
             if len(keys) < value("straggler_min_gpus"):
                 continue          # two GPUs: who deviates from whom is undefined
             best: dict[str, dict[str, Any]] = {}
+            zmin = value("straggler_z")
             for signal in ("active", "busy"):
                 for k in keys:
                     g = self.rec.gpus[k]
                     dev = g.dev_busy if signal == "busy" else g.dev_active
                     ticks = work.get(k, [])
+                    devs = [dev[i] for i in ticks]
+                    if not any(abs(d) >= zmin for d in devs):   # NaN compares false
+                        continue          # the common case, cheaply: never deviated
                     for sign in (1.0, -1.0):
                         persistence, spans = straggler_spans(
-                            lambda i: dev[i] * sign > 0 and deviating(dev[i]), ticks, self.iv)
+                            [d * sign > 0 and deviating(d) for d in devs], ticks, self.iv)
                         if not spans:
                             continue
                         span_ticks = [i for a, b in spans for i in range(a, b + 1)]
