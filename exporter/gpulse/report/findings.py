@@ -320,12 +320,11 @@ class Analysis:
     def _stats(self, k: str, ticks: list[int]) -> dict[str, float | None]:
         """Busy, active, spin-wait and idle fractions of GPU k over `ticks`."""
         g = self.rec.gpus[k]
-        sums = {f: 0.0 for f in ("busy", "active", "spin_wait", "idle", "sampled")}
-        for i in ticks:
-            if g.sampled[i] > 0:
-                for f in sums:
-                    sums[f] += getattr(g, f)[i]
-        s = sums["sampled"]
+        sampled = g.sampled
+        idx = [i for i in ticks if sampled[i] > 0]
+        sums = {f: sum(arr[i] for i in idx) for f, arr in (("busy", g.busy), ("active", g.active),
+                                                           ("spin_wait", g.spin_wait), ("idle", g.idle))}
+        s = sum(sampled[i] for i in idx)
         return {
             "busy_fraction": sums["busy"] / s if s else None,
             "active_fraction": sums["active"] / s if s else None,
@@ -348,6 +347,7 @@ class Analysis:
                 continue          # two GPUs: who deviates from whom is undefined
             best: dict[str, dict[str, Any]] = {}
             zmin = value("straggler_z")
+            cache: dict[tuple, dict[str, dict[str, float | None]]] = {}
             for signal in ("active", "busy"):
                 for k in keys:
                     g = self.rec.gpus[k]
@@ -362,7 +362,11 @@ class Analysis:
                         if not spans:
                             continue
                         span_ticks = [i for a, b in spans for i in range(a, b + 1)]
-                        stats = {kk: self._stats(kk, span_ticks) for kk in keys}
+                        key = tuple(spans)
+                        if key not in cache:     # a straggler's signals often share spans
+                            cache[key] = ({kk: self.gpu_stats[kk] for kk in keys} if span_ticks == ticks
+                                          else {kk: self._stats(kk, span_ticks) for kk in keys})
+                        stats = cache[key]
                         xs = {kk: st[f"{signal}_fraction"] for kk, st in stats.items()
                               if st[f"{signal}_fraction"] is not None}
                         if k not in xs or len(xs) < value("straggler_min_gpus"):
