@@ -43,12 +43,18 @@ from typing import Sequence
 
 from .thresholds import value
 
+# read once: the live engine asks for every GPU at every tick
+STRAGGLER_Z = value("straggler_z")
+STRAGGLER_GAP = value("straggler_gap_ratio")
+MIN_SPAN = value("straggler_min_span_seconds")
+BREAK = value("straggler_break_seconds")
+
 
 def deviating(z: float | None, gap: float | None = None) -> bool:
     """The one straggler test at one window (see module doc)."""
-    if z is None or math.isnan(z) or abs(z) < value("straggler_z"):
+    if z is None or not abs(z) >= STRAGGLER_Z:     # NaN is never deviating
         return False
-    return gap is None or abs(gap) >= value("straggler_gap_ratio")
+    return gap is None or abs(gap) >= STRAGGLER_GAP
 
 
 def straggler_signal(dev_active: float | None, dev_busy: float | None,
@@ -99,8 +105,8 @@ def straggler_spans(flags: Sequence[bool], ticks: Sequence[int],
     if not ticks:
         return 0.0, []
     persistence = sum(flags) / len(flags)
-    need = value("straggler_min_span_seconds") / interval
-    brk = value("straggler_break_seconds") / interval
+    need = MIN_SPAN / interval
+    brk = BREAK / interval
     merged: list[tuple[int, int]] = []
     for a, b in runs(flags):
         if merged and a - merged[-1][1] - 1 <= brk:
@@ -125,7 +131,7 @@ class Persistence:
 
     def update(self, t: float, interval: float, signal: tuple[str, float] | None) -> tuple[str, float] | None:
         """The confirmed (signal, z) at window end t, or None."""
-        brk = value("straggler_break_seconds")
+        brk = BREAK
         if signal is not None:
             sign = math.copysign(1.0, signal[1])
             if self.since is None or self.last is None or sign != self.sign or t - self.last > brk:
@@ -136,5 +142,5 @@ class Persistence:
         if t - self.last > brk:
             self.since = self.last = self.latest = None
             return None
-        confirmed = self.last - self.since + interval >= value("straggler_min_span_seconds") - 1e-9
+        confirmed = self.last - self.since + interval >= MIN_SPAN - 1e-9
         return self.latest if confirmed else None
