@@ -21,8 +21,12 @@ one seeded random generator, so a trace is the same on every run.
 """
 from __future__ import annotations
 
+import bisect
+import calendar
+import csv
 import functools
 import random
+import time
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +35,7 @@ from typing import Callable
 from conftest import require_data
 
 GRID = 0.01          # the scenario is evaluated every 10 ms
-START = 1767225600.0  # 2026-01-01T00:00:00Z: logs carry a real clock
+START = float(calendar.timegm((2026, 1, 1, 0, 0, 0)))   # logs carry a real clock
 
 
 @dataclass(frozen=True)
@@ -141,7 +145,6 @@ def write_smi_log(path: Path, gpus: int, seconds: float, state: State, seed: int
 
 
 def _stamp(t: float) -> str:
-    import time
     ms = int(round((t % 1) * 1000))
     if ms == 1000:
         t, ms = t + 0.001, 0
@@ -163,9 +166,7 @@ def stall_schedule(period: float, length: float, first: float, last: float, seed
 
 
 def in_any(spans: list[tuple[float, float]], t: float) -> bool:
-    # spans are sorted and short: a linear scan from a bisect would be faster, but
-    # scenarios are evaluated once per 10 ms step only while writing the trace
-    import bisect
+    """Whether t falls in one of the sorted, disjoint [start, end) spans."""
     k = bisect.bisect_right(spans, (t, float("inf"))) - 1
     return k >= 0 and spans[k][0] <= t < spans[k][1]
 
@@ -189,7 +190,6 @@ def training(stalls: list[tuple[float, float]], startup: float, work_end: float,
 @functools.lru_cache(maxsize=None)
 def alibaba_batches(job: int) -> dict[int, dict[int, float]]:
     """iteration -> worker -> normalised mini-batch time (0..1000), as recorded."""
-    import csv
     path = require_data(f"traces/alibaba-minibatch/job_{job}_norm.csv")
     out: dict[int, dict[int, float]] = {}
     with open(path) as f:
