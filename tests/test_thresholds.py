@@ -22,7 +22,6 @@ TABLE = PKG / "analysis" / "thresholds.py"
 # numbers that are not thresholds: constants of nature, of formatting, of smoothing
 ALLOWED = {
     ("balance.py", "MAD_TO_SIGMA"),          # 1.4826: MAD → standard deviation for normal data
-    ("engine.py", "SPACING_WEIGHT"),         # running-mean weight of the sample spacing
     ("livepage.py", "DEFAULT_MINUTES"),      # how much history the page shows first
 }
 # comparisons with small whole numbers are about counts (len(xs) < 2), not thresholds

@@ -20,15 +20,13 @@ from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, int
                        load_balance, peer_deviation, spin_gate_watts)
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
-from .analysis.verdict import Persistence, straggler_signal
-from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading
+from .analysis.verdict import STRAGGLER_Z, Persistence, straggler_signal
+from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
 # alone costs ~0.5 GiB; an idle GPU shows a few MiB, a display a few hundred).
 HOLD_MIN_BYTES = value("hold_min_bytes")
 HOLD_MIN_FRACTION = value("hold_min_ratio")
-# weight of the newest sample spacing in its running mean (a smoothing constant)
-SPACING_WEIGHT = 0.1
 POWER_EDGE = value("power_edge_ratio")   # read once: it is used at every sample
 
 
@@ -83,7 +81,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history", "spacing", "persistence", "prev_util", "prev_power", "edges", "sharp")
+                 "history", "spacing", "persistence", "prev_sample", "edges", "sharp")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -102,11 +100,10 @@ class _Gpu:
         self.src_attr: dict[str, str] | None = None
         self.holds_hint: bool | None = None
         self.runs: list[Run] = []
-        self.spacing: float | None = None      # running mean of the sample spacing
+        self.spacing: float | None = None      # the latest sample spacing
         self.persistence = Persistence()       # live straggler confirmation
         # does power follow utilisation steps within a sample, or is it an average?
-        self.prev_util: float | None = None
-        self.prev_power: float | None = None
+        self.prev_sample: Sample | None = None
         self.edges = 0
         self.sharp = 0
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
@@ -128,7 +125,7 @@ class Engine:
         self.max_gap = max(3.0, 10 * cfg.sample_interval, 3 * cfg.dcgm.interval)
         self.gpus: dict[str, _Gpu] = {}
         self.trackers: dict[str, StallTracker] = {}
-        self._rhythm: dict[str, tuple[tuple, tuple[float, float] | None]] = {}   # per group: (key, rhythm)
+        self._rhythm: dict[str, tuple[int, tuple[float, float] | None]] = {}   # per group: (changes, rhythm)
         self.call_errors: dict[str, int] = {}
         self.last_success_wall: float | None = None
         self.t: float | None = None
@@ -203,11 +200,11 @@ class Engine:
             if prev is None or s.t - prev > self.max_gap:
                 continue                          # first sample after start or a gap: anchor only
             dt = s.t - prev
-            g.spacing = dt if g.spacing is None else g.spacing + SPACING_WEIGHT * (dt - g.spacing)
-            if s.util is not None and s.power_w is not None:
-                if g.prev_util is not None and abs(s.util - g.prev_util) >= POWER_EDGE:
-                    self._power_edge(g, s.power_w)
-                g.prev_util, g.prev_power = s.util, s.power_w
+            g.spacing = dt
+            ps, g.prev_sample = g.prev_sample, s
+            if (ps is not None and s.util is not None and ps.util is not None
+                    and abs(s.util - ps.util) >= POWER_EDGE):
+                self._power_edge(g, s, ps)
             act = activity_of(s, self.activity_mode, spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor))
             util = s.util if s.util is not None else act
             if util is None:
@@ -228,12 +225,12 @@ class Engine:
                 g.runs.append(Run(prev, s.t, inactive, holds))
 
     @staticmethod
-    def _power_edge(g: "_Gpu", power: float) -> None:
+    def _power_edge(g: "_Gpu", s: Sample, ps: Sample) -> None:
         """A utilisation step: did power follow it within the same sample?"""
         swing = (g.max_power or 0.0) - (g.idle_floor or 0.0)
-        if swing > 0 and g.prev_power is not None:
+        if swing > 0 and s.power_w is not None and ps.power_w is not None:
             g.edges += 1
-            g.sharp += abs(power - g.prev_power) >= POWER_EDGE * swing
+            g.sharp += abs(s.power_w - ps.power_w) >= POWER_EDGE * swing
 
     def power_averaged(self) -> bool:
         """Whether the source's power lags utilisation steps by more than a sample —
@@ -282,9 +279,10 @@ class Engine:
             observed = [g for g in up if g.last_t is not None]
             if observed and not (unassigned_is_idle and workload == ""):
                 until = min(g.last_t for g in observed)
-                spacing = [g.spacing for g in observed if g.spacing is not None]
-                if spacing:
-                    tracker.grid = max(spacing)
+                if tracker.in_stall or tracker.pending:   # the grid only matters for counting them
+                    spacing = [g.spacing for g in observed if g.spacing is not None]
+                    if spacing:
+                        tracker.grid = max(spacing)
                 tracker.advance([g.runs for g in observed], until)
                 for g in observed:
                     while g.runs and g.runs[0].end <= until:
@@ -304,13 +302,18 @@ class Engine:
                 db = peer_deviation(busy)
                 da = peer_deviation(active)
                 small = len(active) < value("straggler_min_gpus")
-                mb = median(busy.values()) if busy else 0.0
-                ma = median(active.values()) if active else 0.0
+                mb = ma = None
                 for k in active:
                     zb, za = db.get(k, 0.0), da.get(k, 0.0)
-                    flag = None if small else straggler_signal(za, zb, active[k] - ma, busy.get(k, mb) - mb)
-                    confirmed = self.gpus[k].persistence.update(self.t or 0.0, self.cfg.analysis_interval, flag)
-                    deviations[k] = (zb, za, confirmed)
+                    pers = self.gpus[k].persistence
+                    # the common case, cheaply: nothing near straggler_z and nothing to confirm
+                    if small or (abs(za) < STRAGGLER_Z and abs(zb) < STRAGGLER_Z and pers.since is None):
+                        deviations[k] = (zb, za, None)
+                        continue
+                    if ma is None:
+                        mb, ma = median(busy.values()), median(active.values())
+                    flag = straggler_signal(za, zb, active[k] - ma, busy.get(k, mb) - mb)
+                    deviations[k] = (zb, za, pers.update(self.t or 0.0, self.cfg.analysis_interval, flag))
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -361,14 +364,12 @@ class Engine:
     def _period(self, workload: str, tracker: StallTracker) -> float | None:
         """analysis.period over the group's recent episodes; the rhythm is only
         recomputed when an episode came or changed, the staleness check every tick."""
-        eps = tracker.recent_episodes()
-        if not eps:
-            return None
-        key = (tracker.stalls_total, len(eps), eps[-1].start, eps[-1].duration)
         cached = self._rhythm.get(workload)
-        if cached is None or cached[0] != key:
-            cached = self._rhythm[workload] = (key, dominant_rhythm([e.start for e in eps],
-                                                                    [e.duration for e in eps]))
+        if cached is None or cached[0] != tracker.changes:
+            eps = tracker.recent_episodes()
+            cached = self._rhythm[workload] = (tracker.changes, dominant_rhythm([e.start for e in eps],
+                                                                                [e.duration for e in eps])
+                                               if eps else None)
         if cached[1] is None:
             return None
         p, last = cached[1]

@@ -91,6 +91,7 @@ class StallTracker:
         self._open_start: float | None = None   # the stalled stretch in progress
         self._open_len = 0.0
         self._pending: list[Episode] = []         # closed, may still merge with what follows
+        self.changes = 0          # bumped whenever recent_episodes() may have changed
 
     @property
     def warmed(self) -> bool:
@@ -99,6 +100,11 @@ class StallTracker:
     @property
     def in_stall(self) -> bool:
         return self._open_start is not None
+
+    @property
+    def pending(self) -> bool:
+        """Whether closed episodes wait to be final (counted)."""
+        return bool(self._pending)
 
     @property
     def open_since(self) -> float | None:
@@ -184,6 +190,7 @@ class StallTracker:
         """Add the stretch that just ended, then merge backwards while the activity
         between neighbours is short against them (a merge can enable another)."""
         p = self._pending
+        self.changes += 1
         p.append(Episode(self._open_start, end - self._open_start, self._open_len))
         self._open_start = None
         self._open_len = 0.0
@@ -199,6 +206,7 @@ class StallTracker:
     def _finalize(self, before: float) -> None:
         """Count the pending episodes that ended before `before`."""
         while self._pending and self._pending[0].start + self._pending[0].duration < before:
+            self.changes += 1
             e = self._pending.pop(0)
             if self.counts(e.duration):
                 self.stalls_total += 1
