@@ -182,12 +182,16 @@ class Engine:
         limit = g.gauges.get("power_limit_watts")
         mem_total = g.gauges.get("memory_total_bytes")
         hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
+        # G changes only with the power reference: computed again only when that moves
+        gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
         for s in r.samples:
             if s.power_w is not None and s.power_w > 1.0:
                 if g.max_power is None or s.power_w > g.max_power:
                     g.max_power = s.power_w
+                    gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
                 if s.util is not None and s.util < self.idle_thr and (g.idle_floor is None or s.power_w < g.idle_floor):
                     g.idle_floor = s.power_w
+                    gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
             prev = g.last_t
             if prev is not None and s.t <= prev:
                 if s.t < prev - self.max_gap:   # the clock jumped back: start over from here
@@ -205,7 +209,7 @@ class Engine:
             if (ps is not None and s.util is not None and ps.util is not None
                     and abs(s.util - ps.util) >= POWER_EDGE):
                 self._power_edge(g, s, ps)
-            act = activity_of(s, self.activity_mode, spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor))
+            act = activity_of(s, self.activity_mode, gate_w)
             util = s.util if s.util is not None else act
             if util is None:
                 continue
