@@ -86,6 +86,9 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
             doc = "Robust z-score of this GPU's fraction against its peer group's median (MAD with a floor)."
             f.gauge("gpulse_gpu_peer_deviation", doc, {**lab, "signal": "busy"}, v.deviation_busy or 0.0)
             f.gauge("gpulse_gpu_peer_deviation", doc, {**lab, "signal": "active"}, v.deviation_active)
+            f.gauge("gpulse_gpu_straggler", "1 while the detection model confirms this GPU as a straggler "
+                    "(deviating beyond straggler_z for straggler_min_span_seconds), else 0.", lab,
+                    1.0 if v.straggler is not None else 0.0)
         if v.last_sample_wall is not None:
             f.gauge("gpulse_gpu_last_sample_timestamp_seconds", "Unix time of this GPU's latest sample.", lab, v.last_sample_wall)
         for kind, values, catalog in (("gauge", v.gauges, GAUGES), ("counter", v.counters, COUNTERS)):

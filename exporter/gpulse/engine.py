@@ -14,14 +14,20 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from statistics import median
+
 from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
-                       load_balance, peer_deviation, spin_gate_watts, stall_period)
-from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading
+                       load_balance, peer_deviation, spin_gate_watts)
+from .analysis.period import dominant_rhythm, stopped
+from .analysis.thresholds import value
+from .analysis.verdict import STRAGGLER_Z, Persistence, straggler_signal
+from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
 # alone costs ~0.5 GiB; an idle GPU shows a few MiB, a display a few hundred).
-HOLD_MIN_BYTES = 256 * 2**20
-HOLD_MIN_FRACTION = 0.01
+HOLD_MIN_BYTES = value("hold_min_bytes")
+HOLD_MIN_FRACTION = value("hold_min_ratio")
+POWER_EDGE = value("power_edge_ratio")   # read once: it is used at every sample
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +45,8 @@ class GpuView:
     gauges: dict[str, float]
     counters: dict[str, Any]
     last_sample_wall: float | None
+    # (signal, z) while the GPU is a confirmed straggler (analysis.verdict), else None
+    straggler: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history")
+                 "history", "spacing", "persistence", "prev_sample", "edges", "sharp")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -93,6 +101,12 @@ class _Gpu:
         self.src_attr: dict[str, str] | None = None
         self.holds_hint: bool | None = None
         self.runs: list[Run] = []
+        self.spacing: float | None = None      # the latest sample spacing
+        self.persistence = Persistence()       # live straggler confirmation
+        # does power follow utilisation steps within a sample, or is it an average?
+        self.prev_sample: Sample | None = None
+        self.edges = 0
+        self.sharp = 0
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
 
@@ -112,6 +126,7 @@ class Engine:
         self.max_gap = max(3.0, 10 * cfg.sample_interval, 3 * cfg.dcgm.interval)
         self.gpus: dict[str, _Gpu] = {}
         self.trackers: dict[str, StallTracker] = {}
+        self._rhythm: dict[str, tuple[int, tuple[float, float] | None]] = {}   # per group: (changes, rhythm)
         self.call_errors: dict[str, int] = {}
         self.source_events: dict[tuple[str, str], int] = {}
         self.last_success_wall: float | None = None
@@ -171,12 +186,16 @@ class Engine:
         limit = g.gauges.get("power_limit_watts")
         mem_total = g.gauges.get("memory_total_bytes")
         hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
+        # G changes only with the power reference: computed again only when that moves
+        gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
         for s in r.samples:
             if s.power_w is not None and s.power_w > 1.0:
                 if g.max_power is None or s.power_w > g.max_power:
                     g.max_power = s.power_w
+                    gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
                 if s.util is not None and s.util < self.idle_thr and (g.idle_floor is None or s.power_w < g.idle_floor):
                     g.idle_floor = s.power_w
+                    gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
             prev = g.last_t
             if prev is not None and s.t <= prev:
                 if s.t < prev - self.max_gap:   # the clock jumped back: start over from here
@@ -189,7 +208,12 @@ class Engine:
             if prev is None or s.t - prev > self.max_gap:
                 continue                          # first sample after start or a gap: anchor only
             dt = s.t - prev
-            act = activity_of(s, self.activity_mode, spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor))
+            g.spacing = dt
+            ps, g.prev_sample = g.prev_sample, s
+            if (ps is not None and s.util is not None and ps.util is not None
+                    and abs(s.util - ps.util) >= POWER_EDGE):
+                self._power_edge(g, s, ps)
+            act = activity_of(s, self.activity_mode, gate_w)
             util = s.util if s.util is not None else act
             if util is None:
                 continue
@@ -207,6 +231,22 @@ class Engine:
                 last.end = s.t
             else:
                 g.runs.append(Run(prev, s.t, inactive, holds))
+
+    @staticmethod
+    def _power_edge(g: "_Gpu", s: Sample, ps: Sample) -> None:
+        """A utilisation step: did power follow it within the same sample?"""
+        swing = (g.max_power or 0.0) - (g.idle_floor or 0.0)
+        if swing > 0 and s.power_w is not None and ps.power_w is not None:
+            g.edges += 1
+            g.sharp += abs(s.power_w - ps.power_w) >= POWER_EDGE * swing
+
+    def power_averaged(self) -> bool:
+        """Whether the source's power lags utilisation steps by more than a sample —
+        an average such as nvidia-smi's 1 s power.draw — so that spin-waits shorter
+        than that average cannot be told from work by the power gate."""
+        edges = sum(g.edges for g in self.gpus.values())
+        sharp = sum(g.sharp for g in self.gpus.values())
+        return edges >= value("power_edges_min_count") and sharp < value("power_sharp_share_ratio") * edges
 
     # ------------------------------------------------------------------ analyze
 
@@ -247,6 +287,10 @@ class Engine:
             observed = [g for g in up if g.last_t is not None]
             if observed and not (unassigned_is_idle and workload == ""):
                 until = min(g.last_t for g in observed)
+                if tracker.in_stall or tracker.pending:   # the grid only matters for counting them
+                    spacing = [g.spacing for g in observed if g.spacing is not None]
+                    if spacing:
+                        tracker.grid = max(spacing)
                 tracker.advance([g.runs for g in observed], until)
                 for g in observed:
                     while g.runs and g.runs[0].end <= until:
@@ -265,8 +309,19 @@ class Engine:
             if not idle_group:
                 db = peer_deviation(busy)
                 da = peer_deviation(active)
+                small = len(active) < value("straggler_min_gpus")
+                mb = ma = None
                 for k in active:
-                    deviations[k] = (db.get(k, 0.0), da.get(k, 0.0))
+                    zb, za = db.get(k, 0.0), da.get(k, 0.0)
+                    pers = self.gpus[k].persistence
+                    # the common case, cheaply: nothing near straggler_z and nothing to confirm
+                    if small or (abs(za) < STRAGGLER_Z and abs(zb) < STRAGGLER_Z and pers.since is None):
+                        deviations[k] = (zb, za, None)
+                        continue
+                    if ma is None:
+                        mb, ma = median(busy.values()), median(active.values())
+                    flag = straggler_signal(za, zb, active[k] - ma, busy.get(k, mb) - mb)
+                    deviations[k] = (zb, za, pers.update(self.t or 0.0, self.cfg.analysis_interval, flag))
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -277,10 +332,11 @@ class Engine:
                 in_stall=tracker.in_stall,
                 imbalance=imb,
                 load_balance=lb,
-                stall_period=_period(tracker),
+                stall_period=self._period(workload, tracker),
             ))
         for gone in set(self.trackers) - set(members):   # the job ended: its series go too
             del self.trackers[gone]
+            self._rhythm.pop(gone, None)
 
         views = []
         for k, g in self.gpus.items():
@@ -301,6 +357,7 @@ class Engine:
                 gauges=g.gauges,
                 counters=g.counters,
                 last_sample_wall=g.last_wall,
+                straggler=dev[2] if dev else None,
             ))
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),
@@ -312,10 +369,19 @@ class Engine:
         return {k: list(g.history) for k, g in self.gpus.items()}
 
 
-def _period(tracker: StallTracker) -> float | None:
-    eps = tracker.recent_episodes()
-    return stall_period([e.start for e in eps], now=tracker.processed_until,
-                        durations=[e.duration for e in eps])
+    def _period(self, workload: str, tracker: StallTracker) -> float | None:
+        """analysis.period over the group's recent episodes; the rhythm is only
+        recomputed when an episode came or changed, the staleness check every tick."""
+        cached = self._rhythm.get(workload)
+        if cached is None or cached[0] != tracker.changes:
+            eps = tracker.recent_episodes()
+            cached = self._rhythm[workload] = (tracker.changes, dominant_rhythm([e.start for e in eps],
+                                                                                [e.duration for e in eps])
+                                               if eps else None)
+        if cached[1] is None:
+            return None
+        p, last = cached[1]
+        return None if stopped(last, p, tracker.processed_until) else p
 
 
 def _attr_label_names(a: dict[str, str]) -> list[str]:

@@ -29,11 +29,12 @@ utilisation, so a source that lacks a field degrades instead of going blank.
 from __future__ import annotations
 
 from ..model import Sample
+from .thresholds import value
 
 # Spin-waiting is only plausible at high reported utilisation.
-SPIN_UTIL = 0.5
+SPIN_UTIL = value("spin_util_ratio")
 # Spin-waiting draws about twice idle power on the H100 traces, work six to eight times.
-IDLE_MULT = 3.0
+IDLE_MULT = value("idle_power_factor")
 
 
 def spin_gate_watts(gate: float, power_limit_w: float | None, max_power_seen_w: float | None,

@@ -10,9 +10,9 @@ Inputs are per-GPU fractions over the analysis window, x_i = active_i / sampled_
 
 MAD is the median absolute deviation from the median; 1.4826·MAD estimates the
 standard deviation for normal data and ignores the straggler itself. The floor
-(default 0.05, i.e. five percentage points) keeps a perfectly even group from
-turning a 1 % wobble into a huge z-score: a GPU must be ≥ 0.15 away from its peers'
-median to reach |z| = 3.
+(z_mad_floor in analysis/thresholds.py, 0.05, i.e. five percentage points) keeps a
+perfectly even group from turning a 1 % wobble into a huge z-score: a GPU must be
+≥ 0.175 away from its peers' median to reach |z| = straggler_z = 3.5.
 
 A group whose busiest GPU is below `idle_max` (nothing running) is balanced by
 definition: imbalance 0, load balance 1.
@@ -25,8 +25,10 @@ from __future__ import annotations
 from statistics import median
 from typing import Sequence
 
-MAD_TO_SIGMA = 1.4826
-DEFAULT_Z_FLOOR = 0.05
+from .thresholds import value
+
+MAD_TO_SIGMA = 1.4826   # a constant of the normal distribution, not a threshold
+DEFAULT_Z_FLOOR = value("z_mad_floor")
 
 
 def imbalance(xs: Sequence[float], idle_max: float = 0.0) -> float:

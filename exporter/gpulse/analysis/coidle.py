@@ -20,19 +20,36 @@ is one 17 s stall, not three, while 0.3 s stalls 1.7 s apart stay separate. An e
 is therefore counted once nothing can merge with it any more: MAX_MERGE_GAP after the
 last stall, or MAX_PENDING after it ended while short stalls keep coming.
 
+Sampling grid: a GPU's samples cover (t_prev, t] and a sample only partly inside a
+stall reads active, so a stall of length L off the sample grid is seen as a co-inactive
+stretch of about L − one sample spacing, shorter still when the rows of one poll are
+written milliseconds apart (row skew). An episode is therefore counted when its
+observed length plus half the sample spacing (`grid`, the caller's measured spacing)
+reaches min_stall: a 0.3 s stall seen as 0.19 s counts under --min-stall 0.2s, a
+single 0.1 s co-idle sample does not.
+
 Why `warmed`: a job that has allocated memory but not started computing (loading data,
 compiling, the first minutes of a run, with the odd blip of activity) is not stalling;
 nor is anything after all memory was released ("no job": start-up, crash, restart).
-An episode that ends with the job releasing its memory is the job ending: its seconds
-were already counted live, but it is not counted as an episode.
+When the job releases its memory, the stall in progress (the job winding down) is the
+job ending: its seconds were already counted live, but it is not an episode. Every
+episode that had already ended is final at that moment and counted, so a rhythm keeps
+its last cycles instead of losing everything that was still waiting to merge.
+
+The merge, pending and warm-up lengths are stall_merge_ratio, stall_merge_gap_seconds,
+stall_merged_max_seconds, stall_pending_seconds and warmup_active_seconds in
+analysis/thresholds.py.
 
 A member with no samples in a stretch (a gap) counts as active and not holding, so
 missing data can never fabricate a stall.
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
+
+from .thresholds import value
 
 
 @dataclass(slots=True)
@@ -50,19 +67,20 @@ class Episode:
     stalled: float       # stalled seconds within it
 
 
-WARMUP_ACTIVE = 5.0
-MERGE_RATIO = 0.25
-MAX_MERGE_GAP = 5.0
-MAX_PENDING = 20.0   # an episode is counted at the latest this long after it ended
-MAX_MERGED = 120.0   # merging stops here, so a group stalled most of the time still
-                     # produces episodes (and a period) instead of one endless stall
+WARMUP_ACTIVE = value("warmup_active_seconds")
+MERGE_RATIO = value("stall_merge_ratio")
+MAX_MERGE_GAP = value("stall_merge_gap_seconds")
+MAX_PENDING = value("stall_pending_seconds")   # an episode is counted at the latest this long after it ended
+MAX_MERGED = value("stall_merged_max_seconds")   # merging stops here, so a group stalled most of the time
+                                                 # still produces episodes (and a period)
 
 
 class StallTracker:
     """Co-inactivity state of one peer group; feed it with advance()."""
 
-    def __init__(self, min_stall: float, keep_episodes: int = 256):
+    def __init__(self, min_stall: float, keep_episodes: int = 256, grid: float = 0.0):
         self.min_stall = min_stall
+        self.grid = grid          # sample spacing; the caller may update it as it measures it
         self.stall_seconds = 0.0
         self.stalls_total = 0
         self.holding_seconds = 0.0
@@ -73,6 +91,7 @@ class StallTracker:
         self._open_start: float | None = None   # the stalled stretch in progress
         self._open_len = 0.0
         self._pending: list[Episode] = []         # closed, may still merge with what follows
+        self.changes = 0          # bumped whenever recent_episodes() may have changed
 
     @property
     def warmed(self) -> bool:
@@ -81,6 +100,11 @@ class StallTracker:
     @property
     def in_stall(self) -> bool:
         return self._open_start is not None
+
+    @property
+    def pending(self) -> bool:
+        """Whether closed episodes wait to be final (counted)."""
+        return bool(self._pending)
 
     @property
     def open_since(self) -> float | None:
@@ -135,12 +159,9 @@ class StallTracker:
     def _segment(self, a: float, b: float, all_inactive: bool, holding: bool, someone_active: bool) -> None:
         dt = b - a
         if not holding:
-            # the job released its memory: a stall in progress, or one that ended just
-            # before, is the job ending, not a sync stall episode
-            last = self._pending[-1] if self._pending else None
-            if last is not None and a - (last.start + last.duration) > MAX_MERGE_GAP:
-                self._finalize(before=a)
-            self._pending.clear()
+            # the job released its memory: a stall in progress is the job ending, not a
+            # sync stall episode; those that ended before are final
+            self._finalize(before=math.inf)
             self._open_start = None
             self._open_len = 0.0
             self._active_since_hold = 0.0
@@ -169,6 +190,7 @@ class StallTracker:
         """Add the stretch that just ended, then merge backwards while the activity
         between neighbours is short against them (a merge can enable another)."""
         p = self._pending
+        self.changes += 1
         p.append(Episode(self._open_start, end - self._open_start, self._open_len))
         self._open_start = None
         self._open_len = 0.0
@@ -184,11 +206,16 @@ class StallTracker:
     def _finalize(self, before: float) -> None:
         """Count the pending episodes that ended before `before`."""
         while self._pending and self._pending[0].start + self._pending[0].duration < before:
+            self.changes += 1
             e = self._pending.pop(0)
-            # durations are multiples of the sample spacing: compare with a little slack
-            if e.duration >= self.min_stall * (1 - 1e-6):
+            if self.counts(e.duration):
                 self.stalls_total += 1
                 self.episodes.append(e)
+
+    def counts(self, duration: float) -> bool:
+        """Whether a co-inactive stretch observed this long is an episode (see the
+        module doc: half a sample spacing is lost on average to the grid)."""
+        return duration + 0.5 * self.grid >= self.min_stall * (1 - 1e-6)
 
     def recent_episodes(self) -> list[Episode]:
         """Counted episodes plus those still waiting to be final (for the period)."""

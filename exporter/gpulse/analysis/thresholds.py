@@ -4,7 +4,8 @@ The live exporter, the live page, the report, the Prometheus rules and the
 Grafana dashboards all judge stalls, stragglers and imbalance by these numbers.
 Nothing else may spell one of them out: Python code imports it from here, the
 rule files and dashboards are generated from this table (a drift test fails
-when a copy differs). docs/activity.md explains how each value was chosen.
+when a copy differs, and tests/test_thresholds.py fails when a Python module
+carries its own copy). docs/activity.md explains how each value was chosen.
 
 A `Threshold` carries its value, its unit and one line saying what it means,
 so generated files and docs can cite it.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 class Threshold:
     name: str
     value: float
-    unit: str   # "ratio" (0..1), "seconds", "z" (robust z-score), "count", "watts_ratio"
+    unit: str   # "ratio" (0..1), "seconds", "z" (robust z-score), "count", "watts_ratio", "bytes", "factor"
     doc: str
 
 
@@ -32,11 +33,63 @@ _TABLE = (
               "share of time a group spends in sync stalls before GpulseSyncStalls pages"),
     Threshold("stall_notable_ratio", 0.02, "ratio",
               "stall share of work time worth a report finding without a rhythm"),
+    Threshold("stall_high_ratio", 0.05, "ratio",
+              "stall share of work time that makes a stall finding high severity"),
+    Threshold("stall_merge_ratio", 0.25, "ratio",
+              "two stalled stretches are one episode when the work between them is shorter than this share of the longer"),
+    Threshold("stall_merge_gap_seconds", 5.0, "seconds",
+              "and that work is shorter than this"),
+    Threshold("stall_merged_max_seconds", 120.0, "seconds",
+              "merging stops at this episode length, so a mostly stalled group still has episodes"),
+    Threshold("stall_pending_seconds", 20.0, "seconds",
+              "an episode is final (counted) at the latest this long after it ended"),
+    Threshold("stall_family_factor", 3.0, "factor",
+              "episodes within this factor of each other's length form one stall pattern"),
+    Threshold("warmup_active_seconds", 5.0, "seconds",
+              "a group that holds a workload must have worked this long before co-idle time is a stall"),
+    # -- stall rhythm ---------------------------------------------------------
+    Threshold("period_tolerance_ratio", 0.2, "ratio",
+              "an interval between stall starts fits a period when within this share of a whole number of periods"),
+    Threshold("period_fit_ratio", 0.7, "ratio",
+              "share of the intervals a period must explain (the rest: stalls that swallowed or shifted cycles)"),
+    Threshold("period_max_cycles", 3, "count",
+              "an interval of up to this many periods is cycles merged or swallowed by a longer stall"),
+    Threshold("period_pair_min_seconds", 1.0, "seconds",
+              "two stalls alone make a rhythm only when both last at least this long"),
+    Threshold("period_pair_factor", 2.0, "factor",
+              "and neither is longer than this multiple of the other"),
+    Threshold("period_checkpoint_seconds", 30.0, "seconds",
+              "a rhythm this slow reads as checkpointing, evaluation or logging (faster: a step-level wait)"),
+    Threshold("period_stale_periods", 3.0, "count",
+              "a rhythm whose last stall is more than this many periods old has stopped"),
+    # -- phases -----------------------------------------------------------------
+    Threshold("work_busy_ratio", 0.5, "ratio",
+              "some GPU of the group must be non-idle this share of a tick for the tick to be work"),
+    Threshold("work_sustain_seconds", 5.0, "seconds",
+              "for this long in a row before the group is working (shorter: start-up blips)"),
+    Threshold("hold_min_bytes", 256 * 2**20, "bytes",
+              "memory in use at or above this marks a GPU as holding a workload (a CUDA context is ~0.5 GiB)"),
+    Threshold("hold_min_ratio", 0.01, "ratio",
+              "or at or above this share of its memory, whichever is larger"),
+    Threshold("missing_min_seconds", 10.0, "seconds",
+              "a GPU silent this long during work while its peers report is a finding"),
+    Threshold("phase_notable_seconds", 10.0, "seconds",
+              "a start-up or held-idle stretch this long is worth a report line"),
     # -- activity (busy is not working) ---------------------------------------
     Threshold("power_gate_ratio", 0.3, "watts_ratio",
               "a highly utilised sample is work only above this fraction of the power reference (default of --power-gate)"),
     Threshold("spin_util_ratio", 0.5, "ratio",
               "spin-waiting is only plausible at or above this utilisation"),
+    Threshold("idle_power_factor", 3.0, "factor",
+              "without a power limit the gate is at least this multiple of the idle power floor"),
+    Threshold("power_edge_ratio", 0.5, "ratio",
+              "a utilisation step this large between two samples is an edge; power that moves this share of its range in the same sample follows it sharply"),
+    Threshold("power_sharp_share_ratio", 0.3, "ratio",
+              "power that follows fewer than this share of the edges sharply is an average (nvidia-smi power.draw: 1 s)"),
+    Threshold("power_edges_min_count", 20, "count",
+              "edges needed before judging whether power is averaged"),
+    Threshold("spin_wait_share_ratio", 0.5, "ratio",
+              "peers that spend this share of their busy time spin-waiting wait at idle-level power"),
     # -- stragglers and imbalance ----------------------------------------------
     Threshold("straggler_z", 3.5, "z",
               "robust z-score against the peer median beyond which a GPU is a straggler"),
@@ -44,10 +97,28 @@ _TABLE = (
               "and at least this far (share of time) from the peer median"),
     Threshold("z_mad_floor", 0.05, "ratio",
               "floor of the MAD in the robust z-score, so a very tight group does not flag noise"),
+    Threshold("straggler_min_gpus", 3, "count",
+              "peer groups smaller than this have no straggler (who deviates from whom is undefined)"),
+    Threshold("straggler_persistence_ratio", 0.5, "ratio",
+              "a GPU deviating this share of the work time is a straggler of the whole run"),
+    Threshold("straggler_min_span_seconds", 120.0, "seconds",
+              "a GPU deviating this long without a break is a straggler for that span"),
+    Threshold("spin_wait_mention_ratio", 0.05, "ratio",
+              "peers spin-waiting at least this share of the time is worth saying in a straggler finding"),
+    Threshold("straggler_break_seconds", 30.0, "seconds",
+              "a straggler that stops deviating for less than this (a few ordinary steps) is still the same straggler"),
+    Threshold("straggler_high_gap_ratio", 0.3, "ratio",
+              "a straggler this far from its peers is a high-severity finding"),
+    Threshold("straggler_peers_busy_ratio", 0.8, "ratio",
+              "peers this busy around an idle straggler are waiting for it (else it just gets too little work)"),
     Threshold("imbalance_alert_ratio", 0.3, "ratio",
               "(max - min) / max of active fractions beyond which a group is imbalanced"),
     Threshold("imbalance_min_active_ratio", 0.2, "ratio",
               "the busiest GPU must be at least this active for imbalance to count"),
+    Threshold("imbalance_notable_ratio", 0.5, "ratio",
+              "whole-run imbalance of real work worth a report finding"),
+    Threshold("imbalance_high_ratio", 0.7, "ratio",
+              "whole-run imbalance that makes the finding high severity"),
     # -- paging (read by the generated Prometheus rules) -----------------------
     Threshold("stall_page_ratio", 0.10, "ratio",
               "share of the last 2 minutes a group spends in sync stalls before GpulseSyncStalls pages"),

@@ -26,7 +26,6 @@ from ..report.render import page_style, web_asset
 
 JSON_TYPE = "application/json"
 HTML_TYPE = "text/html; charset=utf-8"
-STRAGGLER_Z = 3.0
 DEFAULT_MINUTES = 15
 
 
@@ -109,11 +108,10 @@ class LivePage:
         for v in snap.gpus:
             doc["gpus"].append({"gpu": v.info.gpu, "up": v.up, "error": v.error, "busy": v.util_ratio,
                                 "active": v.active_ratio})
-            for signal, z in (("active", v.deviation_active), ("busy", v.deviation_busy)):
-                if z is not None and abs(z) >= STRAGGLER_Z:
-                    doc["stragglers"].append({"gpu": v.info.gpu, "signal": signal, "z": round(z, 2),
-                                              "direction": "busier" if z > 0 else "idler"})
-                    break
+            if v.straggler is not None:    # the engine's verdict (analysis.verdict), as in the report
+                signal, z = v.straggler
+                doc["stragglers"].append({"gpu": v.info.gpu, "signal": signal, "z": round(z, 2),
+                                          "direction": "busier" if z > 0 else "idler"})
         return doc
 
     @staticmethod

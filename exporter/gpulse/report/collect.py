@@ -86,6 +86,7 @@ class Recording:
     groups: dict[str, GroupTrack] = field(default_factory=dict)
     times: array = field(default_factory=lambda: array("d"))
     epoch: bool = True            # times are Unix seconds (a clock was recorded)
+    power_averaged: bool = False  # the engine found power lagging utilisation (a ~1 s average)
     notes: list[str] = field(default_factory=list)
     clock: Any = None             # report.clock.Clock the times are shown on (None: UTC)
 
@@ -192,6 +193,7 @@ def collect(pairs: Iterable[tuple[Engine, Snapshot]], rec: Recording,
     if engine is not None:
         for gr in rec.groups.values():
             _take_pending(engine, gr)
+        rec.power_averaged = engine.power_averaged()
     if rec.ticks and not any(g.sampled[i] > 0 for g in rec.gpus.values() for i in range(rec.ticks)):
         rec.notes.append("no GPU delivered two samples in a row: nothing to integrate")
     return rec
@@ -205,4 +207,4 @@ def _take_pending(engine: Engine, gr: GroupTrack) -> None:
         return
     counted = len(tracker.episodes)
     gr.episodes.extend(e for e in tracker.recent_episodes()[counted:]
-                       if e.duration >= tracker.min_stall * (1 - 1e-6))
+                       if tracker.counts(e.duration))

@@ -3,10 +3,15 @@
 Everything measured comes from the engine (stall episodes, per-tick integrals, peer
 deviations, imbalance); this module decides what a whole run *means*:
 
+The verdicts themselves (what is work, a straggler, a rhythm) are the detection
+model's — analysis.verdict, analysis.period, analysis.coidle — with the numbers of
+analysis/thresholds.py, the same the live exporter and its page use.
+
 Phases of a peer group
     A *segment* is a stretch in which the group held a workload (memory allocated or
     a process attached). Inside it, *work* runs from the first to the last stretch of
-    at least WORK_SUSTAIN seconds in which some GPU was busy ≥ WORK_BUSY. Before that
+    at least work_sustain_seconds working ticks (analysis.verdict: some GPU non-idle
+    for ≥ work_busy_ratio of the tick). Before that
     is *start-up* (loading, compiling, NCCL set-up), after it the *exit*. Between
     segments the GPUs held nothing: a *no-job gap* (crash and restart, requeue), or a
     *no-data gap* when nothing was recorded. Only work time can hold sync stalls, so
@@ -15,20 +20,32 @@ Phases of a peer group
 Stall episodes
     The engine's episodes (every GPU of the group inactive at once, ≥ --min-stall,
     nearby stretches already merged by the StallTracker) that start inside work. For
-    each episode spanning a whole tick, members busy ≥ WORK_BUSY during it were
+    each episode spanning a whole tick, members busy ≥ work_busy_ratio during it were
     spin-waiting and the others were off the GPU: the rank(s) everybody waited for.
 
 Recurrence
-    Episodes of similar length (within a factor DURATION_RATIO) form a pattern, so
+    Episodes of similar length (within stall_family_factor) form a pattern, so
     frequent short stalls and rare long checkpoints each get their own rhythm. Its
-    period is analysis.stall_period over the pattern's episodes in each segment.
+    period is analysis.stall_period over the pattern's episodes in each segment
+    (harmonic-aware interval clustering: cycles swallowed by a long stall do not hide
+    the rhythm). The headline period is the recurring pattern with the most episodes.
 
 Stragglers
-    Per-GPU fractions over work time go through analysis.peer_deviation (robust z).
-    A GPU with |z| ≥ Z_STRAGGLER that the engine also saw deviating the same way
-    (|z| ≥ Z_STRAGGLER in its analysis window) for at least PERSISTENCE of the work
-    ticks is a straggler: "busier" (it computes while peers wait) or "idler" (its
-    rank is busy elsewhere while peers spin-wait for it).
+    The engine's per-tick peer deviation, judged by analysis.verdict.deviating, the
+    same test the live page and the exporter's verdict use. A GPU deviating the same
+    way for ≥ straggler_persistence_ratio of the work ticks is a straggler of the whole
+    run; one deviating for ≥ straggler_min_span_seconds in a row is a straggler for
+    that span. "busier": it computes while peers wait; "idler": its rank is busy
+    elsewhere while peers spin-wait for it. Its figures are over its spans.
+
+One cause, one finding
+    An idle straggler and the stall patterns in which it is the rank off the GPU are
+    the same cause seen twice (rank 0 checkpointing while the others spin-wait):
+    they make one finding, the straggler's, naming the patterns, with one remedy.
+
+Spans
+    Every finding says when: `spans`, a list of {start, end} in the input's own time
+    (Unix seconds when it recorded a clock).
 """
 from __future__ import annotations
 
@@ -39,19 +56,19 @@ from statistics import median
 from typing import Any
 
 from ..analysis import imbalance as imbalance_of, load_balance, peer_deviation, stall_period
+from ..analysis.period import families
+from ..analysis.thresholds import value
+from ..analysis.verdict import deviating, is_working, straggler_spans, work_runs
 from .clock import clock_of
 from .collect import GpuTrack, GroupTrack, Recording
 
-WORK_BUSY = 0.5
-WORK_SUSTAIN = 5.0
-DURATION_RATIO = 3.0
-Z_STRAGGLER = 3.0
-PERSISTENCE = 0.5
-SPIN_WAITING = 0.5          # share of busy time spent spin-waiting that reads "at idle-level power"
-STALL_NOTABLE = 0.02        # stall share of work time worth a finding without a rhythm
-IMBALANCE_NOTABLE = 0.5     # whole-run (max - min) / max of active fractions
-MISSING_MIN = 10.0          # seconds a GPU may be silent during work before it is a finding
-SCHEMA_ID = "gpulse-findings/1"
+WORK_BUSY = value("work_busy_ratio")
+WORK_SUSTAIN = value("work_sustain_seconds")
+SPIN_WAITING = value("spin_wait_share_ratio")
+STALL_NOTABLE = value("stall_notable_ratio")
+IMBALANCE_NOTABLE = value("imbalance_notable_ratio")
+MISSING_MIN = value("missing_min_seconds")
+SCHEMA_ID = "gpulse-findings/2"
 
 
 @dataclass
@@ -84,6 +101,7 @@ class Finding:
     severity: str           # high, medium, info
     text: str
     remedy: str = ""
+    spans: list[tuple[float, float]] = field(default_factory=list)   # (start, end) in input time
 
 
 def _nanmean(xs: list[float]) -> float:
@@ -170,8 +188,8 @@ class Analysis:
         members = [rec.gpus[k] for k in gr.gpus if k in rec.gpus]
         n = rec.ticks
         covered = [any(g.sampled[i] > 0 for g in members) for i in range(n)]
-        maxbusy = [max((g.busy[i] / g.sampled[i] for g in members if g.sampled[i] > 0), default=0.0) for i in range(n)]
-        need = max(1, math.ceil(WORK_SUSTAIN / self.iv))
+        working = [is_working(max((1.0 - g.idle[i] / g.sampled[i] for g in members if g.sampled[i] > 0),
+                                  default=0.0)) for i in range(n)]
         segments: list[tuple[int, int]] = []
         i = 0
         while i < n:
@@ -190,18 +208,7 @@ class Analysis:
             if a > prev_end + 1 and prev_end >= 0:
                 self._gap(prev_end + 1, a - 1, covered, gr.workload, restart=True)
             prev_end = b
-            runs = []
-            k = a
-            while k <= b:
-                if maxbusy[k] >= WORK_BUSY:
-                    m = k
-                    while m + 1 <= b and maxbusy[m + 1] >= WORK_BUSY:
-                        m += 1
-                    if m - k + 1 >= need:
-                        runs.append((k, m))
-                    k = m + 1
-                else:
-                    k += 1
+            runs = [(a + x, a + y) for x, y in work_runs(working[a:b + 1], self.iv)]
             if not runs:
                 self.spans.append(Span("held_idle", a, b, gr.workload))
                 seg_work.append(None)
@@ -267,18 +274,14 @@ class Analysis:
         return range(first, last + 1)
 
     def _patterns(self) -> None:
-        eps = sorted(self.episodes, key=lambda e: e.duration)
-        families: list[list[StallEp]] = []
-        for e in eps:
-            if families and e.duration <= DURATION_RATIO * max(families[-1][0].duration, 1e-9):
-                families[-1].append(e)
-            else:
-                families.append([e])
-        for fam in families:
+        eps = self.episodes
+        for fam in ([eps[i] for i in f] for f in families([e.duration for e in eps])):
             fam.sort(key=lambda e: e.start)
             periods = []
+            spans = []
             for si in sorted({e.segment for e in fam}):
                 starts = [e.start for e in fam if e.segment == si]
+                spans.append((starts[0], max(e.end for e in fam if e.segment == si)))
                 span = next((s for s in self.spans if s.kind == "work" and self.tick_start(s.a) <= starts[0] < self.tick_end(s.b)), None)
                 if span is None:
                     continue
@@ -297,8 +300,13 @@ class Analysis:
                 "off_gpu": list(common_off) if offs and offs.count(common_off) * 2 >= len(fam) else [],
                 "spin_waiting": bool(spinners) and len(spinners) * 2 >= len(fam),
                 "workloads": sorted({e.workload for e in fam}),
+                "spans": spans,
             })
         self.patterns.sort(key=lambda p: -p["stalled_seconds"])
+
+    def _work_spans(self) -> list[tuple[float, float]]:
+        return [(self.tick_start(s.a), self.tick_end(s.b)) for s in sorted(self.spans, key=lambda s: s.a)
+                if s.kind == "work"]
 
     # ------------------------------------------------------------ per GPU
 
@@ -310,52 +318,71 @@ class Analysis:
                 out[k] = self.work_ticks.get(gr.workload, [])
         return out
 
+    def _stats(self, k: str, ticks: list[int]) -> dict[str, float | None]:
+        """Busy, active, spin-wait and idle fractions of GPU k over `ticks`."""
+        g = self.rec.gpus[k]
+        sampled = g.sampled
+        idx = [i for i in ticks if sampled[i] > 0]
+        sums = {f: sum(arr[i] for i in idx) for f, arr in (("busy", g.busy), ("active", g.active),
+                                                           ("spin_wait", g.spin_wait), ("idle", g.idle))}
+        s = sum(sampled[i] for i in idx)
+        return {
+            "busy_fraction": sums["busy"] / s if s else None,
+            "active_fraction": sums["active"] / s if s else None,
+            "spin_wait_fraction": sums["spin_wait"] / s if s else None,
+            "idle_fraction": sums["idle"] / s if s else None,
+            "sampled_seconds": s,
+        }
+
     def _gpu_fractions(self) -> None:
         work = self._all_work()
-        for k, g in self.rec.gpus.items():
-            ticks = work.get(k, [])
-            sums = {f: 0.0 for f in ("busy", "active", "spin_wait", "idle", "sampled")}
-            for i in ticks:
-                if g.sampled[i] > 0:
-                    for f in sums:
-                        sums[f] += getattr(g, f)[i]
-            s = sums["sampled"]
-            self.gpu_stats[k] = {
-                "busy_fraction": sums["busy"] / s if s else None,
-                "active_fraction": sums["active"] / s if s else None,
-                "spin_wait_fraction": sums["spin_wait"] / s if s else None,
-                "idle_fraction": sums["idle"] / s if s else None,
-                "sampled_seconds": s,
-            }
+        for k in self.rec.gpus:
+            self.gpu_stats[k] = self._stats(k, work.get(k, []))
 
     def _stragglers(self) -> None:
+        """analysis.verdict over the engine's per-tick deviations (see module doc)."""
         work = self._all_work()
         for gr in self.rec.groups.values():
             keys = [k for k in gr.gpus if self.gpu_stats.get(k, {}).get("busy_fraction") is not None]
-            if len(keys) < 3:
+            if len(keys) < value("straggler_min_gpus"):
                 continue          # two GPUs: who deviates from whom is undefined
             best: dict[str, dict[str, Any]] = {}
-            for signal in ("busy", "active"):
-                xs = {k: self.gpu_stats[k][f"{signal}_fraction"] for k in keys}
-                zs = peer_deviation(xs)
-                for k, z in zs.items():
-                    if abs(z) < Z_STRAGGLER:
-                        continue
+            zmin = value("straggler_z")
+            cache: dict[tuple, dict[str, dict[str, float | None]]] = {}
+            for signal in ("active", "busy"):
+                for k in keys:
                     g = self.rec.gpus[k]
                     dev = g.dev_busy if signal == "busy" else g.dev_active
                     ticks = work.get(k, [])
-                    same = sum(1 for i in ticks if not math.isnan(dev[i]) and dev[i] * z > 0
-                               and abs(dev[i]) >= Z_STRAGGLER)
-                    persistence = same / len(ticks) if ticks else 0.0
-                    if persistence < PERSISTENCE:
-                        continue
-                    peers = median(v for kk, v in xs.items() if kk != k)
-                    cand = {"key": k, "node": g.node, "gpu": g.gpu, "workload": gr.workload,
-                            "direction": "busier" if z > 0 else "idler", "signal": signal,
-                            "gap": abs(xs[k] - peers), "fraction": xs[k], "peer_median": peers,
-                            "z": z, "persistence": persistence}
-                    if k not in best or abs(z) > abs(best[k]["z"]):
-                        best[k] = cand
+                    devs = [dev[i] for i in ticks]
+                    if not any(abs(d) >= zmin for d in devs):   # NaN compares false
+                        continue          # the common case, cheaply: never deviated
+                    for sign in (1.0, -1.0):
+                        persistence, spans = straggler_spans(
+                            [d * sign > 0 and deviating(d) for d in devs], ticks, self.iv)
+                        if not spans:
+                            continue
+                        span_ticks = [i for a, b in spans for i in range(a, b + 1)]
+                        key = tuple(spans)
+                        if key not in cache:     # a straggler's signals often share spans
+                            cache[key] = ({kk: self.gpu_stats[kk] for kk in keys} if span_ticks == ticks
+                                          else {kk: self._stats(kk, span_ticks) for kk in keys})
+                        stats = cache[key]
+                        xs = {kk: st[f"{signal}_fraction"] for kk, st in stats.items()
+                              if st[f"{signal}_fraction"] is not None}
+                        if k not in xs or len(xs) < value("straggler_min_gpus"):
+                            continue
+                        z = peer_deviation(xs)[k]
+                        peers = median(v for kk, v in xs.items() if kk != k)
+                        cand = {"key": k, "node": g.node, "gpu": g.gpu, "workload": gr.workload,
+                                "direction": "busier" if sign > 0 else "idler", "signal": signal,
+                                "gap": abs(xs[k] - peers), "fraction": xs[k], "peer_median": peers,
+                                "z": z, "persistence": persistence,
+                                "whole_run": persistence >= value("straggler_persistence_ratio"),
+                                "spans": [(self.tick_start(a), self.tick_end(b)) for a, b in spans],
+                                "stats": stats}
+                        if k not in best or abs(z) > abs(best[k]["z"]):
+                            best[k] = cand
             self.stragglers.extend(best.values())
 
     def _imbalance(self) -> None:
@@ -382,64 +409,96 @@ class Analysis:
 
     def _words(self) -> None:
         F = self.findings
+        pattern_findings = [(p, f) for p in self.patterns if (f := self._pattern_words(p)) is not None]
         for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
-            F.append(self._straggler_words(st))
+            F.append(self._one_cause(st, self._straggler_words(st), pattern_findings))
         imb = self._imbalance_words()
         if imb:
             F.append(imb)
-        for p in self.patterns:
-            f = self._pattern_words(p)
-            if f:
-                F.append(f)
+        F.extend(f for _, f in pattern_findings)
         F.extend(self._missing_words())
         F.extend(self._phase_words())
+        limit = self._input_limit()
+        if limit is not None:
+            F.append(limit)
         if not any(f.severity in ("high", "medium") for f in F):
             w = self.work_seconds()
             if w > 0:
                 busy = [s["busy_fraction"] for s in self.gpu_stats.values() if s["busy_fraction"] is not None]
+                caveat = ("; spin-waits shorter than about a second cannot be seen in this input (see the note "
+                          "on power), so this holds for longer stalls only") if limit is not None else ""
                 F.insert(0, Finding("healthy", "info",
                                     f"No sync-stall or imbalance problem found: over {_secs(w)} of work the GPUs were "
-                                    f"busy {_pct(median(busy))} (median) and evenly loaded."))
+                                    f"busy {_pct(median(busy))} (median) and evenly loaded{caveat}.", "",
+                                    self._work_spans()))
             elif not any(f.kind == "no_work" for f in F):
                 F.insert(0, Finding("no_work", "info", "The GPUs never worked: no GPU was busy for a sustained "
                                     f"stretch ({_pct(WORK_BUSY)} or more for {WORK_SUSTAIN:g} s).",
-                                    "check that the job ran on these GPUs and the time range is right"))
+                                    "check that the job ran on these GPUs and the time range is right",
+                                    [(self.tick_start(0), self.tick_end(self.rec.ticks - 1))] if self.rec.ticks else []))
         order = {"high": 0, "medium": 1, "info": 2}
         F.sort(key=lambda f: order[f.severity])
+
+    def _one_cause(self, st: dict[str, Any], f: Finding,
+                   pattern_findings: list[tuple[dict[str, Any], Finding]]) -> Finding:
+        """An idle straggler and the stall patterns in which it is the one off the GPU
+        are one cause (its rank's work off the GPU): one finding, not one per view.
+        The patterns' findings are taken out of pattern_findings."""
+        if st["direction"] != "idler":
+            return f
+        same = [(p, pf) for p, pf in pattern_findings
+                if p["off_gpu"] == [st["key"]] and st["workload"] in p["workloads"]]
+        if not same:
+            return f
+        for item in same:
+            pattern_findings.remove(item)
+        same.sort(key=lambda x: -x[0]["count"])
+        f.text += (" The same cause shows as every GPU stalling together: "
+                   + "; ".join(p["summary"] for p, _ in same) + ".")
+        order = {"high": 0, "medium": 1, "info": 2}
+        f.severity = min([f.severity] + [pf.severity for _, pf in same], key=order.__getitem__)
+        f.spans = _union(f.spans + [s for _, pf in same for s in pf.spans])
+        return f
 
     def _straggler_words(self, st: dict[str, Any]) -> Finding:
         k = st["key"]
         gr = self.rec.groups.get(st["workload"])
         peers = [p for p in (gr.gpus if gr else []) if p != k]
-        me = self.gpu_stats[k]
-        peer_busy = median(self.gpu_stats[p]["busy_fraction"] for p in peers
-                           if self.gpu_stats[p]["busy_fraction"] is not None)
-        peer_spin = median((self.gpu_stats[p]["spin_wait_fraction"] or 0.0) for p in peers)
+        stats = st["stats"]
+        peers = [p for p in peers if p in stats]
+        me = stats[k]
+        peer_busy = median(stats[p]["busy_fraction"] for p in peers
+                           if stats[p]["busy_fraction"] is not None)
+        peer_spin = median((stats[p]["spin_wait_fraction"] or 0.0) for p in peers)
+        when = "" if st["whole_run"] else "; ".join(
+            f"from {self._when(a)} for {_secs(b - a)}" for a, b in st["spans"])
+        what = "of the work time" if st["whole_run"] else f"of its straggling time ({when})"
         rank = st["gpu"] if st["gpu"].isdigit() else k
-        sev = "high" if st["gap"] >= 0.3 else "medium"
+        sev = "high" if st["gap"] >= value("straggler_high_gap_ratio") else "medium"
+        spans = st["spans"]
         if st["direction"] == "idler":
             power = (f" at idle-level power (spin-waiting {_pct(peer_spin)} of the time)"
                      if peer_busy > 0 and peer_spin >= SPIN_WAITING * peer_busy else "")
-            if peer_busy >= 0.8:
-                text = (f"{self.label(k)} was idle {_pct(me['idle_fraction'])} of the work time while "
+            if peer_busy >= value("straggler_peers_busy_ratio"):
+                text = (f"{self.label(k)} was idle {_pct(me['idle_fraction'])} {what} while "
                         f"{self.labels(peers)} read {_pct(peer_busy)} busy{power}, i.e. waiting for it: "
                         f"rank {rank} is the bottleneck and its work is off the GPU (checkpointing, data loading, "
                         "host-side preprocessing).")
                 remedy = ("move that work off the critical path: asynchronous checkpointing, more data-loader "
                           "workers and prefetching, or spread the host-side work over all ranks")
             else:
-                text = (f"{self.label(k)} was busy only {_pct(me['busy_fraction'])} of the work time against "
+                text = (f"{self.label(k)} was busy only {_pct(me['busy_fraction'])} {what} against "
                         f"{_pct(peer_busy)} for {self.labels(peers)}: it gets too little work.")
                 remedy = "rebalance the work across ranks (shard sizes, parallel layout)"
-            return Finding("straggler", sev, text, remedy)
-        peer_act = median(self.gpu_stats[p]["active_fraction"] or 0.0 for p in peers)
-        wait = f", spending {_pct(peer_spin)} of the time spin-waiting" if peer_spin >= 0.05 else ""
-        text = (f"{self.label(k)} worked {_pct(me['active_fraction'])} of the work time against {_pct(peer_act)} "
+            return Finding("straggler", sev, text, remedy, spans)
+        peer_act = median(stats[p]["active_fraction"] or 0.0 for p in peers)
+        wait = f", spending {_pct(peer_spin)} of the time spin-waiting" if peer_spin >= value("spin_wait_mention_ratio") else ""
+        text = (f"{self.label(k)} worked {_pct(me['active_fraction'])} {what} against {_pct(peer_act)} "
                 f"for {self.labels(peers)}{wait}: they wait for it at every synchronisation point.")
         remedy = ("its rank has more work (uneven data shards or sequence lengths, an extra role such as logging "
                   "or evaluation) or its GPU is slower (check clocks, throttling, temperature, PCIe/NVLink errors): "
                   "give it less work or fix the GPU")
-        return Finding("straggler", sev, text, remedy)
+        return Finding("straggler", sev, text, remedy, spans)
 
     def _imbalance_words(self) -> Finding | None:
         imb = self.imbalance.get("whole_run")
@@ -459,7 +518,8 @@ class Analysis:
                 f"{imb:.2f}, load balance {self.imbalance['load_balance']:.2f}): work is unevenly distributed.")
         remedy = ("rebalance: data/pipeline/tensor parallel sizing, dynamic load balancing; more GPUs or "
                   "overclocking will not help")
-        return Finding("imbalance", "high" if imb >= 0.7 else "medium", text, remedy)
+        return Finding("imbalance", "high" if imb >= value("imbalance_high_ratio") else "medium", text, remedy,
+                       self._work_spans())
 
     def _pattern_words(self, p: dict[str, Any]) -> Finding | None:
         work = self.work_seconds()
@@ -477,7 +537,7 @@ class Analysis:
                    f"the GPU while {self.labels(waiting)} spin-wait for {'it' if len(p['off_gpu']) == 1 else 'them'}")
             cause = f"consistent with periodic checkpointing by rank {ranks}" if period else \
                 f"rank {ranks} holds everybody up with work off the GPU"
-        elif period is not None and period >= 30:
+        elif period is not None and period >= value("period_checkpoint_seconds"):
             cause = "consistent with periodic checkpointing, evaluation or logging"
         elif period is not None:
             cause = "consistent with a step-level wait: the input pipeline not keeping up or exposed communication"
@@ -485,9 +545,10 @@ class Analysis:
             cause = "the whole job waits together without a steady rhythm (input pipeline, I/O, host-side work)"
         rhythm = f" every ~{_secs(period)}" if period else ""
         times = f"{p['count']} time{'s' if p['count'] != 1 else ''}"
+        p["summary"] = f"~{_secs(d)}{rhythm} ({times}, {_pct(share)} of the work time)"
         text = (f"All GPUs stall together for ~{_secs(d)}{rhythm} ({times}, {_pct(share)} of the work time)"
                 f"{who}: {cause}.")
-        if p["off_gpu"] or (period is not None and period >= 30):
+        if p["off_gpu"] or (period is not None and period >= value("period_checkpoint_seconds")):
             remedy = ("make checkpointing asynchronous (snapshot to host memory, write in the background), "
                       "checkpoint less often, or write to faster storage")
         elif period is not None:
@@ -495,8 +556,8 @@ class Analysis:
                       "computation (bucketed all-reduce) or use larger steps")
         else:
             remedy = "profile a stall (torch profiler, nsys) to see what every rank waits on"
-        sev = "high" if share >= 0.05 else "medium" if share >= STALL_NOTABLE or period else "info"
-        return Finding("sync_stall", sev, text, remedy)
+        sev = "high" if share >= value("stall_high_ratio") else "medium" if share >= STALL_NOTABLE or period else "info"
+        return Finding("sync_stall", sev, text, remedy, p["spans"])
 
     def _missing_words(self) -> list[Finding]:
         """A GPU silent for MISSING_MIN seconds of work while its peers report (lost,
@@ -527,14 +588,30 @@ class Analysis:
                         + ": lost, hung or fallen off the bus; its peers' numbers cover that time without it.")
                 out.append(Finding("gpu_missing", "high" if to_end else "medium", text,
                                    "check the node's kernel log for XID errors (79: fallen off the bus) and the "
-                                   "GPU's health; drain the node if it repeats"))
+                                   "GPU's health; drain the node if it repeats",
+                                   [(self.tick_start(a), self.tick_end(b))]))
         return out
+
+    def _input_limit(self) -> Finding | None:
+        """Say what the input cannot show instead of guessing: with power averaged over
+        about a second, power-gated activity reads a shorter spin-wait as work."""
+        if not self.rec.power_averaged or self.rec.activity != "power-gated" or self.work_seconds() <= 0:
+            return None
+        return Finding("input_limit", "info",
+                       "Power in this input lags utilisation by about a second (nvidia-smi's power.draw is a 1 s "
+                       "average): a rank spin-waiting for less than that reads as working, so sub-second sync "
+                       "stalls in which some ranks spin-wait, and step-level stragglers, cannot be judged from it. "
+                       "Stalls in which every GPU goes idle, and longer spin-waits, are measured as usual.",
+                       "log power.draw.instant instead of power.draw, or use SM activity (dcgm-exporter with "
+                       "profiling, --source dcgm) to judge short spin-waits",
+                       self._work_spans())
 
     def _phase_words(self) -> list[Finding]:
         out = []
         for s in self.spans:
             dur = self.tick_end(s.b) - self.tick_start(s.a)
             when = self._when(self.tick_start(s.a))
+            before = len(out)
             if s.kind == "no_job" and getattr(s, "restart", False):
                 out.append(Finding("gap", "medium",
                                    f"No job for {_secs(dur)} from {when}: the job exited and a new run started "
@@ -545,15 +622,17 @@ class Analysis:
             elif s.kind == "no_data":
                 out.append(Finding("gap", "info", f"No samples for {_secs(dur)} from {when}: a gap in the data; "
                                    "nothing is concluded about it."))
-            elif s.kind == "startup" and dur >= 10:
+            elif s.kind == "startup" and dur >= value("phase_notable_seconds"):
                 out.append(Finding("startup", "info",
                                    f"Start-up took {_secs(dur)} from {when} (memory held, no sustained work: "
                                    "loading, compiling, communicator set-up); it is not counted as stalls.",
                                    "if it matters: cache the dataset and compiled kernels, load checkpoints in "
                                    "parallel"))
-            elif s.kind == "held_idle" and dur >= 10:
+            elif s.kind == "held_idle" and dur >= value("phase_notable_seconds"):
                 out.append(Finding("held_idle", "info",
                                    f"Memory held for {_secs(dur)} from {when} without sustained work."))
+            if len(out) > before:
+                out[-1].spans = [(self.tick_start(s.a), self.tick_end(s.b))]
         return out
 
     def _when(self, t: float) -> str:
@@ -598,8 +677,8 @@ class Analysis:
             "stall_patterns": [],
             "stragglers": [],
             "imbalance": {k: (round(v, 6) if v is not None else None) for k, v in self.imbalance.items()},
-            "findings": [{"kind": f.kind, "severity": f.severity, "text": f.text, "remedy": f.remedy}
-                         for f in self.findings],
+            "findings": [{"kind": f.kind, "severity": f.severity, "text": f.text, "remedy": f.remedy,
+                          "spans": _spans(f.spans)} for f in self.findings],
             "recommendations": [],
             "notes": list(rec.notes),
         }
@@ -629,19 +708,35 @@ class Analysis:
                 "stalled_seconds": round(p["stalled_seconds"], 3),
                 "period_seconds": round(p["period_seconds"], 3) if p["period_seconds"] is not None else None,
                 "off_gpu": [self._gpu_ref(k) for k in p["off_gpu"]], "workloads": p["workloads"],
+                "spans": _spans(p["spans"]),
             })
         recurring = [p for p in self.patterns if p["period_seconds"] is not None]
-        if recurring:
-            doc["stall_period_seconds"] = round(recurring[0]["period_seconds"], 3)
+        if recurring:   # the headline: the rhythm with the most stalls (two long ones are weak evidence)
+            head = max(recurring, key=lambda p: (p["count"], p["stalled_seconds"]))
+            doc["stall_period_seconds"] = round(head["period_seconds"], 3)
         for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
-            doc["stragglers"].append({k: (round(v, 6) if isinstance(v, float) else v)
-                                      for k, v in st.items() if k != "key"})
+            doc["stragglers"].append({k: (round(v, 6) if isinstance(v, float) else _spans(v) if k == "spans" else v)
+                                      for k, v in st.items() if k not in ("key", "stats")})
         seen = set()
         for f in self.findings:
             if f.remedy and f.remedy not in seen:
                 seen.add(f.remedy)
                 doc["recommendations"].append(f.remedy)
         return doc
+
+
+def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _spans(spans: list[tuple[float, float]]) -> list[dict[str, float]]:
+    return [{"start": round(a, 3), "end": round(b, 3)} for a, b in spans]
 
 
 def analyse(rec: Recording) -> Analysis:
