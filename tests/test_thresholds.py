@@ -17,7 +17,7 @@ from gpulse.analysis.verdict import deviating
 
 PKG = ROOT / "exporter" / "gpulse"
 DETECTION = sorted(PKG.glob("analysis/*.py")) + [PKG / n for n in (
-    "engine.py", "collector.py", "livepage.py", "report/findings.py")]
+    "engine.py", "collector.py", "http/livepage.py", "report/findings.py")]
 TABLE = PKG / "analysis" / "thresholds.py"
 # numbers that are not thresholds: constants of nature, of formatting, of smoothing
 ALLOWED = {
