@@ -281,8 +281,10 @@ def test_live_page_uses_the_palette_and_names_a_straggler(browser, gpulse_proc):
     wait_rows(browser, 4)
     assert browser.find_element("id", "mode").get_attribute("value") == "work"
     assert requests.get(g.url + "/api/heatmap", timeout=5).json()["work"]
-    # the hot straggler is named as the GPU the others wait for, once the window shows it
-    WebDriverWait(browser, 60).until(lambda d: d.find_elements("css selector", "#labels .badge"))
+    # the hot straggler is named as the GPU the others wait for once the model has
+    # confirmed it: it must deviate for straggler_min_span_seconds (2 min) first
+    from gpulse.analysis.thresholds import value
+    WebDriverWait(browser, value("straggler_min_span_seconds") + 180).until(lambda d: d.find_elements("css selector", "#labels .badge"))
     badge = browser.find_element("css selector", "#labels .badge")
     assert badge.text == palette.STRAGGLER["busier"][0]
     assert "GPU 1 (hot)" in browser.find_element("id", "stragglers").text
