@@ -109,3 +109,13 @@ def test_the_gap_condition_follows_from_z():
 def test_unknown_threshold_is_named():
     with pytest.raises(KeyError, match="no_such"):
         thresholds.value("no_such")
+
+
+def test_every_threshold_is_used():
+    """A table entry nobody reads is a number that looks like a verdict but is none."""
+    readers = [p for p in sorted(PKG.rglob("*.py")) if p != TABLE]
+    readers += sorted((ROOT / "prometheus" / "templates").glob("*.yml"))
+    readers += sorted((ROOT / "grafana" / "gpulse_dashboards").glob("*.py"))
+    text = "\n".join(p.read_text(encoding="utf-8") for p in readers)
+    unused = [n for n in thresholds.THRESHOLDS if n not in text]
+    assert unused == []

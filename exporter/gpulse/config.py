@@ -22,6 +22,8 @@ from typing import Any, Callable
 
 import yaml
 
+# the defaults of the detection settings are entries of the one threshold table
+from .analysis.thresholds import value as threshold
 from .logs import FORMATTERS as LOG_FORMATS, LEVELS as LOG_LEVELS
 from .safeyaml import StrictLoader, shown
 from .sources import SOURCES
@@ -237,11 +239,11 @@ FIELDS: tuple[Field, ...] = (
     Field("sample_interval", parse_duration, 0.1, "how often the source is polled", lo=0.01, hi=60, metavar="DURATION"),
     Field("analysis_interval", parse_duration, 1.0, "how often derived metrics are recomputed", lo=0.1, hi=60, metavar="DURATION"),
     Field("analysis_window", parse_duration, 30.0, "window for imbalance, peer deviation and gauges", lo=1, hi=3600, metavar="DURATION"),
-    Field("idle_threshold", _parse_float, 0.10, "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
-    Field("min_stall", parse_duration, 0.2, "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION"),
+    Field("idle_threshold", _parse_float, threshold("idle_ratio"), "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
+    Field("min_stall", parse_duration, threshold("min_stall_seconds"), "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION"),
     Field("activity", default="auto", help="what counts as real work (auto: SM activity where the source has it, else power-gated)",
           **_choice("auto", "power-gated", "utilization", "sm_active", "gr_engine_active")),
-    Field("power_gate", _parse_float, 0.3, "power-gated activity: a sample is work only above this fraction of the power reference", lo=0.0, hi=1.0),
+    Field("power_gate", _parse_float, threshold("power_gate_ratio"), "power-gated activity: a sample is work only above this fraction of the power reference", lo=0.0, hi=1.0),
     Field("stale_after", parse_duration, 5.0, "no successful poll for this long marks the sampler stale", lo=0.1, hi=3600, metavar="DURATION"),
     Field("history", parse_duration, 900.0, "how much per-GPU history the live heatmap page keeps", lo=10, hi=86400, metavar="DURATION"),
     # --- web

@@ -29,8 +29,6 @@ _TABLE = (
               "utilisation/activity below this counts as idle (default of --idle-threshold)"),
     Threshold("min_stall_seconds", 0.2, "seconds",
               "shortest co-inactive stretch counted as a sync-stall episode (default of --min-stall)"),
-    Threshold("stall_alert_ratio", 0.2, "ratio",
-              "share of time a group spends in sync stalls before GpulseSyncStalls pages"),
     Threshold("stall_notable_ratio", 0.02, "ratio",
               "stall share of work time worth a report finding without a rhythm"),
     Threshold("stall_high_ratio", 0.05, "ratio",
