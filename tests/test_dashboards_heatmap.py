@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import requests
-import yaml
 
-from conftest import ROOT, Gpulse, free_port, require_binary, wait_http
-from test_dashboards_prometheus import Request, fast_rules, load
+from conftest import ROOT, Gpulse, require_binary
+from test_dashboards import all_panels as panels, dashboards as all_dashboards
+from test_dashboards_prometheus import Request, load, start_prometheus
 
 sys.path.insert(0, str(ROOT / "grafana"))
 sys.path.insert(0, str(ROOT / "exporter"))
@@ -34,13 +33,8 @@ STRAGGLER_NODE, STALL_NODE = "node-b", "node-a"   # named so that plain string o
 
 
 def dashboards() -> dict[str, dict]:
-    return {p.stem: json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))}
-
-
-def panels(d: dict):
-    for p in d.get("panels", []):
-        yield p
-        yield from p.get("panels", []) or []
+    """Every generated dashboard by uid."""
+    return {Path(name).stem: d for name, d in all_dashboards().items()}
 
 
 # ------------------------------------------------------------------ static
@@ -146,22 +140,7 @@ class Stack:
                 Gpulse("--source", "sim", "--sim.scenario", "sync-stall", "--sim.gpus", str(GPUS),
                        "--node-name", STALL_NODE),
             ]
-            rules = tmp / "rules"
-            rules.mkdir()
-            config = {
-                "global": {"scrape_interval": "1s", "scrape_timeout": "900ms", "evaluation_interval": "1s"},
-                "rule_files": fast_rules(rules),
-                "scrape_configs": [{"job_name": "gpulse", "static_configs": [
-                    {"targets": [g.url.removeprefix("http://") for g in self.procs]}]}],
-            }
-            (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-            port = free_port()
-            self.url = f"http://127.0.0.1:{port}"
-            self.prom = subprocess.Popen(
-                [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            wait_http(self.url + "/-/ready", timeout=30)
+            self.url, self.prom = start_prometheus(prometheus, tmp, self.procs, "1s")
         except BaseException:
             self.close()
             raise

@@ -128,6 +128,33 @@ def fast_rules(dest: Path) -> list[str]:
     return out
 
 
+def start_prometheus(prometheus: str, tmp: Path, procs: list[Gpulse], scrape: str) -> tuple[str, subprocess.Popen]:
+    """A real Prometheus scraping `procs` every `scrape` and evaluating the shipped
+    rules every second; returns its URL once ready, and its process."""
+    rules_dir = tmp / "rules"
+    rules_dir.mkdir()
+    config = {
+        "global": {"scrape_interval": scrape, "scrape_timeout": "900ms", "evaluation_interval": "1s"},
+        "rule_files": fast_rules(rules_dir),
+        "scrape_configs": [{"job_name": "gpulse", "static_configs": [
+            {"targets": [g.url.removeprefix("http://") for g in procs]}]}],
+    }
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_http(url + "/-/ready", timeout=30)
+    except BaseException:
+        proc.terminate()
+        proc.wait(timeout=10)
+        raise
+    return url, proc
+
+
 class Stack:
     def __init__(self, tmp: Path):
         prometheus = require_binary("prometheus")
@@ -143,22 +170,7 @@ class Stack:
                        "--slurm.job-map-dir", job_map(tmp, STRAGGLER_JOB)),
                 Gpulse("--source", "dcgm", "--dcgm.url", self.dcgm.url, "--node-name", DCGM_NODE),
             ]
-            rules_dir = tmp / "rules"
-            rules_dir.mkdir()
-            config = {
-                "global": {"scrape_interval": SCRAPE, "scrape_timeout": "900ms", "evaluation_interval": "1s"},
-                "rule_files": fast_rules(rules_dir),
-                "scrape_configs": [{"job_name": "gpulse", "static_configs": [
-                    {"targets": [g.url.removeprefix("http://") for g in self.procs]}]}],
-            }
-            (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-            port = free_port()
-            self.url = f"http://127.0.0.1:{port}"
-            self.prom = subprocess.Popen(
-                [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            wait_http(self.url + "/-/ready", timeout=30)
+            self.url, self.prom = start_prometheus(prometheus, tmp, self.procs, SCRAPE)
         except BaseException:
             self.close()
             raise

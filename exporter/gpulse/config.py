@@ -25,7 +25,7 @@ import yaml
 # the defaults of the detection settings are entries of the one threshold table
 from .analysis.thresholds import value as threshold
 from .logs import FORMATTERS as LOG_FORMATS, LEVELS as LOG_LEVELS
-from .safeyaml import StrictLoader, shown
+from .safeyaml import FileTextError, StrictLoader, read_text, shown
 from .sources import SOURCES
 from .sources.logs import FORMATS as REPLAY_FORMATS
 from .sources.sim import SCENARIOS as SIM_SCENARIOS
@@ -49,8 +49,6 @@ class ConfigError(ValueError):
     """A bad setting. str() is the one line shown to the user."""
 
 
-# A config file is a few hundred bytes; refuse to read a huge one (or /dev/zero).
-MAX_FILE_BYTES = 1 << 20
 # Longest integer accepted anywhere: bounds are checked on the number, and a
 # 400-digit one cannot even be formatted as a float in a message.
 MAX_INT_DIGITS = 18
@@ -351,16 +349,11 @@ def suggest(key: str) -> str:
 def read_config_file(path: str) -> dict[str, Any]:
     """Read a YAML config into {dotted key: raw value}; unknown keys are errors."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise ConfigError(f"config file {path}: {e.strerror or e}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise ConfigError(f"config file {path}: larger than {MAX_FILE_BYTES} bytes")
+        text = read_text(path)
+    except FileTextError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
     try:
-        doc = yaml.load(data.decode("utf-8"), Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {path}: not UTF-8 text (byte {e.start})") from None
+        doc = yaml.load(text, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
     except RecursionError:
         raise ConfigError(f"config file {path}: nested too deeply") from None
     except ValueError as e:    # a value YAML cannot build: a 5000-digit number, month 13

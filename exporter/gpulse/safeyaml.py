@@ -13,6 +13,8 @@ deeply nested flow collections) that also refuses
   runs out of memory. The expansion is counted on the composed node graph, where an
   alias is a shared node, so the check costs one pass over the nodes actually written.
 
+`read_text(path)` reads such a file capped at MAX_FILE_BYTES as UTF-8 text.
+
 Errors are yaml.YAMLError with a line mark, so callers report them like any other
 YAML problem. `shown()` is how a raw value may appear in a message: short, never
 the str() of a whole structure.
@@ -25,6 +27,31 @@ import yaml
 
 # Values (scalars, lists, mappings) that aliases may add on top of those written.
 MAX_ALIAS_EXPANSION = 10_000
+# A config file is a few hundred bytes; refuse to read a huge one (or /dev/zero).
+MAX_FILE_BYTES = 1 << 20
+
+
+class FileTextError(Exception):
+    """Why a YAML file could not be read as text; `oserror` tells an OS error apart."""
+
+    def __init__(self, message: str, oserror: bool = False):
+        super().__init__(message)
+        self.oserror = oserror
+
+
+def read_text(path: str) -> str:
+    """The file as UTF-8 text, at most MAX_FILE_BYTES; FileTextError otherwise."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise FileTextError(e.strerror or str(e), oserror=True) from None
+    if len(data) > MAX_FILE_BYTES:
+        raise FileTextError(f"larger than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FileTextError(f"not UTF-8 text (byte {e.start})") from None
 
 
 class StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]

@@ -37,9 +37,9 @@ from typing import Any
 
 import yaml
 
+from ..safeyaml import MAX_FILE_BYTES, FileTextError, read_text
 from ..safeyaml import StrictLoader as _StrictLoader   # duplicate keys and alias bombs refused
 
-MAX_FILE_BYTES = 1 << 20     # a web config is a few hundred bytes; refuse to slurp a huge file
 
 TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,
@@ -395,16 +395,9 @@ def load_web_config(path: str) -> WebConfig:
         return NO_WEB_CONFIG
     where = f"web config {path}"
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise WebConfigError(f"{where}: {(e.strerror or str(e)).lower()}") from None
-    if len(data) > MAX_FILE_BYTES:
-        raise WebConfigError(f"{where}: larger than {MAX_FILE_BYTES} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise WebConfigError(f"{where}: not UTF-8 text (byte {e.start})") from None
+        text = read_text(path)
+    except FileTextError as e:
+        raise WebConfigError(f"{where}: {str(e).lower() if e.oserror else e}") from None
     tls, users, headers, http2 = parse_web_config(text, where, os.path.dirname(os.path.abspath(path)))
     ctx = build_context(tls, where) if tls is not None else None
     return WebConfig(path, tls, ctx, users, headers, http2)
