@@ -113,7 +113,26 @@ def test_cycles_and_duplicate_keys(tmp_path, text, needle):
 def test_a_config_that_never_ends_is_refused(tmp_path):
     link = tmp_path / "zero.yml"
     link.symlink_to("/dev/zero")
-    one_line_error(gpulse("check-config", str(link)), "zero.yml", "larger than")
+    one_line_error(gpulse("check-config", str(link)), "zero.yml", "not a regular file")
+
+
+def test_a_huge_config_file_is_refused(tmp_path):
+    path = tmp_path / "huge.yml"
+    path.write_text("# padding\n" * 200_000)
+    one_line_error(gpulse("check-config", str(path)), "huge.yml", "larger than")
+
+
+def test_a_fifo_config_is_refused_without_waiting_for_a_writer(tmp_path):
+    # opening a FIFO for reading blocks until a writer comes; nobody ever writes here
+    fifo = tmp_path / "fifo.yml"
+    os.mkfifo(fifo)
+    one_line_error(gpulse("check-config", str(fifo)), "fifo.yml", "not a regular file")
+    web = tmp_path / "web.yml"
+    os.mkfifo(web)
+    p = gpulse("serve", "--source", "sim", "--web.listen-address", "127.0.0.1:0", "--web.config.file", str(web))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1, (p.returncode, p.stderr[-2000:])
+    assert "web.yml" in lines[0] and "not a regular file" in lines[0], lines[0]
 
 
 # ---------------------------------------------------------------- web config

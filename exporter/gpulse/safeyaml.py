@@ -21,6 +21,8 @@ the str() of a whole structure.
 """
 from __future__ import annotations
 
+import os
+import stat
 from typing import Any
 
 import yaml
@@ -42,10 +44,18 @@ class FileTextError(Exception):
 def read_text(path: str) -> str:
     """The file as UTF-8 text, at most MAX_FILE_BYTES; FileTextError otherwise."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer
+        # forever (a start-up or SIGHUP reload that never returns)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise FileTextError(e.strerror or str(e), oserror=True) from None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise FileTextError("not a regular file")
+            data = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as e:
+            raise FileTextError(e.strerror or str(e), oserror=True) from None
     if len(data) > MAX_FILE_BYTES:
         raise FileTextError(f"larger than {MAX_FILE_BYTES} bytes")
     try:

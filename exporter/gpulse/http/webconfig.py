@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from ..safeyaml import MAX_FILE_BYTES, FileTextError, read_text
+from ..safeyaml import MAX_FILE_BYTES, FileTextError, read_text, shown
 from ..safeyaml import StrictLoader as _StrictLoader   # duplicate keys and alias bombs refused
 
 
@@ -196,7 +196,7 @@ class _Checker:
         if v is None:
             return default
         if not isinstance(v, bool):
-            raise self.fail(key, f"expected true or false, got {_short(v)}")
+            raise self.fail(key, f"expected true or false, got {shown(v)}")
         return v
 
     def path(self, key: str, v: Any) -> str:
@@ -209,11 +209,6 @@ class _Checker:
 def _kind(v: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "nothing"}.get(
         type(v), type(v).__name__)
-
-
-def _short(v: Any) -> str:
-    s = repr(v)
-    return s if len(s) <= 60 else s[:57] + "..."
 
 
 def _tls_settings(c: _Checker, raw: Any) -> TLSSettings | None:
@@ -229,7 +224,7 @@ def _tls_settings(c: _Checker, raw: Any) -> TLSSettings | None:
         raise c.fail(k + "key_file", "required when tls_server_config is set")
     auth = c.string(k + "client_auth_type", d.get("client_auth_type")) or "NoClientCert"
     if auth not in CLIENT_AUTH:
-        raise c.fail(k + "client_auth_type", f"unknown policy {auth!r} (one of {', '.join(CLIENT_AUTH)})")
+        raise c.fail(k + "client_auth_type", f"unknown policy {shown(auth)} (one of {', '.join(CLIENT_AUTH)})")
     if CLIENT_AUTH[auth] is None:
         raise c.fail(k + "client_auth_type", f"{auth} accepts certificates without verifying them; "
                      "use RequireAndVerifyClientCert with a client_ca_file")
@@ -243,18 +238,18 @@ def _tls_settings(c: _Checker, raw: Any) -> TLSSettings | None:
     for name, default in (("min_version", "TLS12"), ("max_version", "TLS13")):
         v = c.string(k + name, d.get(name)) or default
         if v not in TLS_VERSIONS:
-            raise c.fail(k + name, f"unknown TLS version {v!r} (one of {', '.join(TLS_VERSIONS)})")
+            raise c.fail(k + name, f"unknown TLS version {shown(v)} (one of {', '.join(TLS_VERSIONS)})")
         versions[name] = v
     if TLS_VERSIONS[versions["min_version"]] > TLS_VERSIONS[versions["max_version"]]:
         raise c.fail(k + "min_version", f"{versions['min_version']} is above max_version {versions['max_version']}")
     ciphers = c.strings(k + "cipher_suites", d.get("cipher_suites"))
     for name in ciphers:
         if name not in CIPHERS:
-            raise c.fail(k + "cipher_suites", f"unknown cipher suite {name!r}")
+            raise c.fail(k + "cipher_suites", f"unknown cipher suite {shown(name)}")
     curves = c.strings(k + "curve_preferences", d.get("curve_preferences"))
     for name in curves:
         if name not in CURVES:
-            raise c.fail(k + "curve_preferences", f"unknown curve {name!r} (one of {', '.join(CURVES)})")
+            raise c.fail(k + "curve_preferences", f"unknown curve {shown(name)} (one of {', '.join(CURVES)})")
     prefer = c.boolean(k + "prefer_server_cipher_suites", d.get("prefer_server_cipher_suites"), True)
     return TLSSettings(cert, key, auth, ca, versions["min_version"], versions["max_version"],
                        ciphers, prefer, curves)
@@ -265,12 +260,12 @@ def _users(c: _Checker, raw: Any) -> dict[str, bytes]:
     users: dict[str, bytes] = {}
     for user, h in d.items():
         if isinstance(user, bool) or not isinstance(user, (str, int)):
-            raise c.fail("basic_auth_users", f"user names must be strings, got {_short(user)}")
+            raise c.fail("basic_auth_users", f"user names must be strings, got {shown(user)}")
         name = str(user)
         if ":" in name:
             # Basic credentials split at the first colon: this user could never log in
-            raise c.fail(f"basic_auth_users.{name}", "a user name cannot contain ':'")
-        key = f"basic_auth_users.{name}"
+            raise c.fail(f"basic_auth_users.{name[:40]}", "a user name cannot contain ':'")
+        key = f"basic_auth_users.{name[:40]}"
         hashed = c.string(key, h)
         if not BCRYPT_RE.match(hashed):
             raise c.fail(key, "not a bcrypt hash (expected $2y$<cost>$... as htpasswd -B writes it)")
@@ -296,7 +291,7 @@ def _headers(c: _Checker, raw: Any) -> tuple[bool, tuple[tuple[str, str], ...]]:
         v = c.string(key, value)
         allowed = HEADERS[name]
         if allowed is not None and v not in allowed:
-            raise c.fail(key, f"must be one of {', '.join(allowed)}, got {v!r}")
+            raise c.fail(key, f"must be one of {', '.join(allowed)}, got {shown(v)}")
         if any(ch in v for ch in "\r\n"):
             raise c.fail(key, "contains a line break")
         if v:
