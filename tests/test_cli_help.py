@@ -17,7 +17,7 @@ from gpulse.cli import build_parser
 from gpulse.config import FIELDS, format_duration, parse_duration
 from gpulse.logs import FORMATTERS, LEVELS
 from gpulse.sources import SOURCES
-from gpulse.sources.logs import FORMATS
+from gpulse.sources.recorded import FORMATS
 
 LOOPBACK = ("--web.listen-address", "127.0.0.1:0")
 

@@ -20,7 +20,7 @@ import bench.corpus  # noqa: E402,F401
 cases = sys.modules["bench.corpus.cases"]
 smi = sys.modules["bench.corpus.smi"]
 
-from gpulse.sources.logs import read_log  # noqa: E402
+from gpulse.sources.recorded import read_log  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from conftest import free_port, require_data
 from gpulse.config import test_config
 from gpulse.sources.base import SourceError
 from gpulse.sources.dcgm import DcgmMapper, DcgmSource, is_blank, parse_exposition
-from gpulse.sources.logs import read_log
+from gpulse.sources.recorded import read_log
 
 MIB = 2 ** 20
 L4 = "captures/dcgm-exporter/l4-gpu-operator.prom"

@@ -206,7 +206,7 @@ def test_fuzz_web_config(text):
 
 
 def _read_log_property(path, text: str, fmt: str) -> None:
-    from gpulse.sources.logs import LogFormatError, read_log
+    from gpulse.sources.recorded import LogFormatError, read_log
     path.write_text(text, encoding="utf-8", errors="surrogatepass")
     try:
         run = read_log(str(path), fmt)

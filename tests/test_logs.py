@@ -6,8 +6,8 @@ import functools
 import pytest
 
 from conftest import require_data
-from gpulse.sources.logs import (LogFormatError, detect_format, parse_quantity, parse_smi_time, read_log,
-                                 _rows_per_poll, CellError)
+from gpulse.sources.recorded import LogFormatError, detect_format, parse_quantity, parse_smi_time, read_log, CellError
+from gpulse.sources.recorded.stream import _rows_per_poll
 
 MIB = 2 ** 20
 TRACES = "traces/h100-8gpu/"

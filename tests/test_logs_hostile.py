@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, require_data
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
-from gpulse.sources.logs import LogFormatError, LogStream, read_log
+from gpulse.sources.recorded import LogFormatError, LogStream, read_log
 
 TRACE = "traces/h100-8gpu/ckpt1000.csv"
 
@@ -139,7 +139,7 @@ def test_json_nested_3000_deep_is_one_line(tmp_path):
 
 
 def test_oversized_json_is_one_line(tmp_path, monkeypatch):
-    from gpulse.sources import logs
+    from gpulse.sources.recorded import stream as logs
     monkeypatch.setattr(logs, "MAX_JSON", 1000)
     p = tmp_path / "query.json"
     p.write_text('{"status": "success", "data": {"resultType": "matrix", "result": [\n' +
@@ -254,7 +254,7 @@ def test_serve_replay_of_dev_zero_is_one_line(tmp_path):
 
 
 def test_gpus_per_log_are_capped(tmp_path, monkeypatch):
-    from gpulse.sources import logs
+    from gpulse.sources.recorded import stream as logs
     monkeypatch.setattr(logs, "MAX_GPUS", 64)
     p = tmp_path / "many.csv"
     p.write_text(SMI + "".join(f"2025/01/01 00:00:00.{i % 1000:03d}, {i}, 50 %, 100 W\n" for i in range(100)) +

@@ -15,7 +15,7 @@ import pytest
 from conftest import require_data
 from gpulse.config import test_config
 from gpulse.engine import run_offline
-from gpulse.sources.logs import read_log
+from gpulse.sources.recorded import read_log
 from gpulse.sources.replay import ReplaySource
 
 

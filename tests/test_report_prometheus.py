@@ -136,7 +136,7 @@ def test_range_source_over_two_nodes_names_the_idle_gpu():
     from gpulse.config import test_config
     from gpulse.report.collect import Recording, collect
     from gpulse.report.findings import analyse
-    from gpulse.report.prom import PromRangeSource
+    from gpulse.sources.prom import PromRangeSource
     from gpulse.engine import run_offline
     levels = {("a", "0"): 0.95, ("a", "1"): 0.95, ("b", "0"): 0.95, ("b", "1"): 0.05}
     src = PromRangeSource(counters(levels, 180, reset_at=90), 1000.0, 1180.0, 1.0)
@@ -153,7 +153,7 @@ def test_range_source_over_two_nodes_names_the_idle_gpu():
 
 
 def test_step_and_chunks():
-    from gpulse.report.prom import chunks, choose_step
+    from gpulse.sources.prom import chunks, choose_step
     assert choose_step(0, 3600, 15.0) == 15.0          # never finer than the scrape interval
     assert choose_step(0, 4 * 3600, 1.0) == 4.0        # about 4000 columns
     assert choose_step(0, 30 * 86400, None) == 60.0    # coarser ranges are split instead

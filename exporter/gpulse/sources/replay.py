@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 from ..model import DeviceInfo, PollResult, Reading
 from .base import CountOn, Source
-from .logs import LogFormatError, LogStream, Record
+from .recorded import LogFormatError, LogStream, Record
 
 log = logging.getLogger("gpulse.replay")
 

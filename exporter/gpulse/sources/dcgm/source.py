@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 from urllib.parse import urlparse
 
-from ..catalog import THROTTLE_REASONS
-from ..model import DeviceInfo, PollResult, Reading, Sample
-from .base import CountOn, Source, SourceError
-from .logs import CellError, Record, is_gpu_index, gpu_sort_key, parse_any_time
+from ...catalog import THROTTLE_REASONS
+from ...model import DeviceInfo, PollResult, Reading, Sample
+from ..base import CountOn, Source, SourceError
+from ..recorded.stream import CellError, Record, is_gpu_index, gpu_sort_key, parse_any_time
 
 log = logging.getLogger("gpulse.dcgm")
 
@@ -395,7 +395,7 @@ def read_dcgm_log(lines: Iterable[str], err: Any, interval: float, run: Any) -> 
       (time, metric, label columns, value).
     Text and CSV stream: one scrape (or one instant's rows) is held at a time.
     """
-    from .logs import MAX_JSON
+    from ..recorded.stream import MAX_JSON
     mapper = DcgmMapper(count_on=False)
     lines = iter(lines)
     skipped = []

@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from ..model import DeviceInfo, Sample
-from .base import SourceError
+from ...model import DeviceInfo, Sample
+from ..base import SourceError
 
 FORMATS = ("nvidia-smi-csv", "dmon", "nvidia-smi-q", "dcgm")
 
@@ -959,7 +959,7 @@ class LogStream:
         """Every usable record, ordered by time (file order on ties)."""
         try:
             if self.format == "dcgm":
-                from .dcgm import read_dcgm_log
+                from ..dcgm.source import read_dcgm_log
                 parsed = read_dcgm_log(self._all_lines, self.err, self.interval, self)
             else:
                 reader = {"nvidia-smi-csv": _read_smi_csv, "dmon": _read_dmon, "nvidia-smi-q": _read_smi_q}[self.format]

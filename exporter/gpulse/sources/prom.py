@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..model import DeviceInfo, PollResult, Reading, Sample
-from ..sources.base import Source
-from .errors import ReportError
+from .base import Source
+from ..report.errors import ReportError
 
 # counter / gauge families read per GPU (key in the sample -> metric name)
 GPU_SERIES = {
