@@ -34,16 +34,16 @@ def _map(text: str, t: float = 0.0, mapper: DcgmMapper | None = None):
 
 def test_l4_capture_maps_every_family():
     m = _map(_text(L4), t=5.0)
-    assert list(m.records) == ["0"]
+    assert list(m.readings) == ["0"]
     assert m.invalid == [] and m.blank == 0
     assert m.nodes == ["i-030791dc5a37cd257"]          # the Hostname label
     d = m.devices["0"]
     assert (d.uuid, d.model, d.pci_bus_id, d.driver) == (
         "GPU-c2f76b33-7953-256e-8f33-1343419b1a1c", "NVIDIA L4", "00000000:31:00.0", "580.105.08")
-    r = m.records["0"]
-    assert r.sample.t == 5.0
-    assert (r.sample.util, r.sample.power_w, r.sample.memory_used_bytes, r.sample.gr_active) == (0.0, 16.365, 0.0, 0.0)
-    assert r.sample.sm_active is None                   # this exporter config has no SM_ACTIVE
+    r = m.readings["0"]
+    assert r.samples[0].t == 5.0
+    assert (r.samples[0].util, r.samples[0].power_w, r.samples[0].memory_used_bytes, r.samples[0].gr_active) == (0.0, 16.365, 0.0, 0.0)
+    assert r.samples[0].sm_active is None                   # this exporter config has no SM_ACTIVE
     g = r.gauges
     assert g["sm_clock_hertz"] == 210e6 and g["memory_clock_hertz"] == 405e6
     assert g["temperature_celsius"] == 31
@@ -60,13 +60,13 @@ def test_l4_capture_maps_every_family():
 
 def test_h100_capture_pod_attribution():
     m = _map(_text(H100))
-    assert list(m.records) == [str(i) for i in range(8)]
-    assert m.records["6"].attribution == {"namespace": "dynamo-workload", "container": "main",
+    assert list(m.readings) == [str(i) for i in range(8)]
+    assert m.readings["6"].attribution == {"namespace": "dynamo-workload", "container": "main",
                                           "pod": "vllm-agg-0-vllmdecodeworker-5fljt"}
-    assert m.records["6"].holds_workload is True
-    assert all(m.records[g].attribution is None for g in "0123457")
-    assert m.records["0"].sample.power_w == 67.268
-    assert m.records["3"].gauges["temperature_celsius"] == 28
+    assert m.readings["6"].holds_workload is True
+    assert all(m.readings[g].attribution is None for g in "0123457")
+    assert m.readings["0"].samples[0].power_w == 67.268
+    assert m.readings["3"].gauges["temperature_celsius"] == 28
 
 
 def test_promql_json_export_uses_exported_labels():
@@ -75,8 +75,8 @@ def test_promql_json_export_uses_exported_labels():
     assert [d.gpu for d in run.devices] == [str(i) for i in range(8)]
     by = {r.gpu: r for r in run.records}
     # through Prometheus, plain pod/namespace name dcgm-exporter's own pod
-    assert by["0"].attribution is None
-    assert by["6"].attribution == {"namespace": "dynamo-workload", "pod": "vllm-agg-0-vllmdecodeworker-5fljt",
+    assert by["0"].reading.attribution is None
+    assert by["6"].reading.attribution == {"namespace": "dynamo-workload", "pod": "vllm-agg-0-vllmdecodeworker-5fljt",
                                    "container": "main"}
     assert all(60 < r.sample.power_w < 200 for r in run.records)
     assert 1771529464 < run.start <= run.end < 1771529466
@@ -85,7 +85,7 @@ def test_promql_json_export_uses_exported_labels():
 @pytest.mark.parametrize("metric, check", [
     ("GPU_UTIL", lambda r: r.sample.util is not None and 0 <= r.sample.util <= 1),
     ("FB_USED", lambda r: r.sample.memory_used_bytes is not None),
-    ("GPU_TEMP", lambda r: 20 < r.gauges["temperature_celsius"] < 60),
+    ("GPU_TEMP", lambda r: 20 < r.reading.gauges["temperature_celsius"] < 60),
 ])
 def test_promql_json_exports(metric, check):
     run = read_log(str(require_data(f"captures/dcgm-exporter/h100x8-eks-aicr-promql-DCGM_FI_DEV_{metric}.json")))
@@ -108,18 +108,18 @@ def _l4_with(**replace: str) -> str:
 
 def test_garbage_utilisation_dropped_and_counted():
     m = _map(_l4_with(DEV_GPU_UTIL="218322032"))
-    assert m.records["0"].sample.util is None
+    assert m.readings["0"].samples[0].util is None
     assert m.invalid == [(0, "DCGM_FI_DEV_GPU_UTIL{gpu=0} = 2.18322e+08: outside 0..100")]
-    assert m.records["0"].sample.power_w == 16.365      # the rest of the GPU is kept
+    assert m.readings["0"].samples[0].power_w == 16.365      # the rest of the GPU is kept
 
 
 def test_blank_sentinels_skipped_silently():
     m = _map(_l4_with(DEV_GPU_UTIL="9223372036854775794",          # int64 NOT_SUPPORTED
                       DEV_GPU_TEMP="2147483632",                     # int32 blank
                       PROF_GR_ENGINE_ACTIVE="140737488355328.000000"))  # fp64 blank
-    r = m.records["0"]
+    r = m.readings["0"]
     assert m.blank == 3 and m.invalid == []
-    assert r.sample.util is None and r.sample.gr_active is None
+    assert r.samples[0].util is None and r.samples[0].gr_active is None
     assert "temperature_celsius" not in r.gauges
 
 
@@ -136,7 +136,7 @@ def test_lowercase_hostname_label():
 def test_second_host_named_apart():
     text = _text(L4)
     m = _map(text + text.replace("i-030791dc5a37cd257", "other-node"))
-    assert sorted(m.records) == ["0", "other-node:0"]
+    assert sorted(m.readings) == ["0", "other-node:0"]
 
 
 MIG_TEXT = """\
@@ -151,14 +151,14 @@ DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaaa",device="nvidia0",modelName="NVIDIA 
 
 def test_mig_entities():
     m = _map(MIG_TEXT)
-    assert sorted(m.records) == ["0/2", "0/9"]
+    assert sorted(m.readings) == ["0/2", "0/9"]
     d = m.devices["0/2"]
     assert (d.gpu_instance, d.mig_profile, d.parent_uuid, d.uuid) == ("2", "3g.40gb", "GPU-aaaa", "")
-    r = m.records["0/2"]
-    assert r.sample.sm_active == 0.87 and r.sample.util is None       # utilisation is blank on MIG
-    assert r.sample.memory_used_bytes == 30000 * MIB
+    r = m.readings["0/2"]
+    assert r.samples[0].sm_active == 0.87 and r.samples[0].util is None       # utilisation is blank on MIG
+    assert r.samples[0].memory_used_bytes == 30000 * MIB
     assert r.attribution == {"namespace": "ml", "pod": "job-0", "container": "trainer"}
-    assert m.records["0/9"].attribution is None
+    assert m.readings["0/9"].attribution is None
     assert m.has_sm_active is True
 
 
@@ -173,7 +173,7 @@ def test_rates_xid_and_throttle_accumulate_across_scrapes():
     for t, pcie_rate, xid, mask in seq:
         text = (_scrape_line("DCGM_FI_PROF_PCIE_TX_BYTES", pcie_rate) + _scrape_line("DCGM_FI_DEV_XID_ERRORS", xid)
                 + _scrape_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", mask))
-        last = _map(text, t, mapper).records["0"].counters
+        last = _map(text, t, mapper).readings["0"].counters
     # trapezoid: 2 s × (1+3)/2 GB/s + 1 s × 3 + 1 s × 3
     assert last["pcie_bytes_total"][("tx",)] == pytest.approx(4e9 + 3e9 + 3e9)
     # XID 79 once (it stays the last XID for two scrapes), then XID 13
@@ -231,7 +231,7 @@ def test_text_log_truncated_last_line(tmp_path):
     run = read_log(str(p))
     assert [e.line for e in run.errors] == [70]
     assert run.errors[0].message.startswith("not a Prometheus exposition line: 'DCGM_FI_DEV_SM_CLOCK{gpu=")
-    assert len(run.records) == 1 and run.records[0].gauges["sm_clock_hertz"] == 210e6
+    assert len(run.records) == 1 and run.records[0].reading.gauges["sm_clock_hertz"] == 210e6
 
 
 def test_csv_exports(tmp_path):

@@ -330,7 +330,7 @@ def test_fuzz_dcgm_counters_never_decrease(answers, steps):
         text = "".join(f'{name}{{gpu="{gpu}",Hostname="h"}} {value}\n' for name, gpu, value in answer)
         series, _ = parse_exposition(text)
         m = mapper.map([(n, lab, v, 0) for n, lab, v, _ts in series], t)
-        for key, rec in m.records.items():
+        for key, rec in m.readings.items():
             for k, v in _flat(rec.counters).items():
                 assert v >= prev.get((key, k), 0.0), (key, k, prev.get((key, k)), v)
                 prev[(key, k)] = v

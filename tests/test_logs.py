@@ -6,8 +6,9 @@ import functools
 import pytest
 
 from conftest import require_data
-from gpulse.sources.recorded import LogFormatError, detect_format, parse_quantity, parse_smi_time, read_log, CellError
-from gpulse.sources.recorded.stream import _rows_per_poll
+from gpulse.sources.cells import CellError, parse_quantity, parse_smi_time
+from gpulse.sources.recorded import LogFormatError, detect_format, read_log
+from gpulse.sources.recorded.smi_csv import _rows_per_poll
 
 MIB = 2 ** 20
 TRACES = "traces/h100-8gpu/"
@@ -37,9 +38,9 @@ def test_query_gpu_capture(name, util, power, mem_mib, limit):
     assert rec.sample.util == util
     assert rec.sample.power_w == power
     assert rec.sample.memory_used_bytes == mem_mib * MIB
-    assert rec.gauges["power_limit_watts"] == limit
-    assert rec.gauges["memory_total_bytes"] > rec.gauges["memory_used_bytes"]
-    assert set(rec.counters["throttle_seconds_total"]) == {("sw_power_cap",), ("sync_boost",), ("sw_thermal",),
+    assert rec.reading.gauges["power_limit_watts"] == limit
+    assert rec.reading.gauges["memory_total_bytes"] > rec.reading.gauges["memory_used_bytes"]
+    assert set(rec.reading.counters["throttle_seconds_total"]) == {("sw_power_cap",), ("sync_boost",), ("sw_thermal",),
                                                            ("hw_thermal",), ("hw_power_brake",)}
 
 
@@ -62,11 +63,11 @@ def test_q_text_capture_h100():
     assert rec.sample.util == 1.0
     assert rec.sample.power_w == 629.45          # Average Power Draw
     assert rec.sample.memory_used_bytes == 19818 * MIB
-    assert rec.gauges["temperature_celsius"] == 59
-    assert rec.gauges["sm_clock_hertz"] == 1980e6
-    assert rec.gauges["power_limit_watts"] == 700
-    assert rec.counters["pcie_replays_total"] == 9
-    assert rec.holds_workload is True             # gpu_burn and two memhogs are listed
+    assert rec.reading.gauges["temperature_celsius"] == 59
+    assert rec.reading.gauges["sm_clock_hertz"] == 1980e6
+    assert rec.reading.gauges["power_limit_watts"] == 700
+    assert rec.reading.counters["pcie_replays_total"] == 9
+    assert rec.reading.holds_workload is True             # gpu_burn and two memhogs are listed
 
 
 def test_q_text_capture_mig_instances():
@@ -76,10 +77,10 @@ def test_q_text_capture_mig_instances():
     by = {r.gpu: r for r in run.records}
     assert by["0"].sample.util is None            # N/A with MIG on
     assert by["0/2"].sample.memory_used_bytes == 11091 * MIB
-    assert by["0/2"].gauges["memory_total_bytes"] == 40448 * MIB
+    assert by["0/2"].reading.gauges["memory_total_bytes"] == 40448 * MIB
     # every process runs in GPU instance 2
-    assert by["0/2"].holds_workload is True
-    assert by["0/3"].holds_workload is False
+    assert by["0/2"].reading.holds_workload is True
+    assert by["0/3"].reading.holds_workload is False
     mig = next(d for d in run.devices if d.gpu == "0/9")
     assert mig.gpu_instance == "9" and mig.parent_uuid.startswith("GPU-")
 
@@ -88,9 +89,9 @@ def test_q_text_capture_geforce():
     run = read_log(str(require_data("captures/nvidia-smi/geforce-rtx-4080-super-q.txt")))
     (rec,) = run.records
     assert rec.sample.util == pytest.approx(0.07)
-    assert rec.gauges["fan_speed_ratio"] == 0.0
-    assert "memory_temperature_celsius" not in rec.gauges     # printed as N/A
-    assert "ecc_errors_total" not in rec.counters              # no ECC on GeForce
+    assert rec.reading.gauges["fan_speed_ratio"] == 0.0
+    assert "memory_temperature_celsius" not in rec.reading.gauges     # printed as N/A
+    assert "ecc_errors_total" not in rec.reading.counters              # no ECC on GeForce
 
 
 # ---------------------------------------------------------------- the 8×H100 traces
@@ -186,7 +187,7 @@ def test_csv_gpu_lost_marks_record(tmp_path):
         "2025/01/01 00:00:00.000, 1, [GPU is lost]\n"))
     run = read_log(path)
     lost = [r for r in run.records if r.gpu == "1"][0]
-    assert lost.error == "GPU is lost"
+    assert lost.reading.error == "GPU is lost"
     assert run.errors == []
 
 
@@ -203,9 +204,9 @@ def test_dmon_with_date_and_time(tmp_path):
     g1 = [r for r in run.records if r.gpu == "1"]
     assert [r.sample.util for r in g1] == [1.0, 1.0]
     assert g1[0].sample.power_w == 150
-    assert "memory_temperature_celsius" not in g1[0].gauges         # '-'
+    assert "memory_temperature_celsius" not in g1[0].reading.gauges         # '-'
     assert g1[1].t - g1[0].t == 1.0
-    assert g1[0].gauges["sm_clock_hertz"] == 1980e6
+    assert g1[0].reading.gauges["sm_clock_hertz"] == 1980e6
 
 
 def test_dmon_plain_counts_instants_and_integrates_pcie(tmp_path):
@@ -223,7 +224,7 @@ def test_dmon_plain_counts_instants_and_integrates_pcie(tmp_path):
     g0 = [r for r in run.records if r.gpu == "0"]
     assert [r.t for r in g0] == [0.0, 2.0]
     # 100 MB/s for 2 s
-    assert g0[1].counters["pcie_bytes_total"][("rx",)] == pytest.approx(200e6)
+    assert g0[1].reading.counters["pcie_bytes_total"][("rx",)] == pytest.approx(200e6)
 
 
 def test_detect_format():
@@ -374,7 +375,7 @@ def test_q_text_bad_value(tmp_path):
     run = read_log(path)
     assert [str(e) for e in run.errors] == [
         f"{path}:{line}: Temperature / GPU Current Temp: value '59 F' is in F, expected C; value dropped"]
-    assert "temperature_celsius" not in run.records[0].gauges
+    assert "temperature_celsius" not in run.records[0].reading.gauges
     assert run.records[0].sample.util == 1.0
 
 

@@ -139,8 +139,8 @@ def test_json_nested_3000_deep_is_one_line(tmp_path):
 
 
 def test_oversized_json_is_one_line(tmp_path, monkeypatch):
-    from gpulse.sources.recorded import stream as logs
-    monkeypatch.setattr(logs, "MAX_JSON", 1000)
+    from gpulse.sources.recorded import dcgm
+    monkeypatch.setattr(dcgm, "MAX_JSON", 1000)
     p = tmp_path / "query.json"
     p.write_text('{"status": "success", "data": {"resultType": "matrix", "result": [\n' +
                  ",\n".join('{"metric": {"__name__": "DCGM_FI_DEV_GPU_UTIL", "gpu": "0"}, "values": [[1, "5"]]}'
@@ -254,8 +254,8 @@ def test_serve_replay_of_dev_zero_is_one_line(tmp_path):
 
 
 def test_gpus_per_log_are_capped(tmp_path, monkeypatch):
-    from gpulse.sources.recorded import stream as logs
-    monkeypatch.setattr(logs, "MAX_GPUS", 64)
+    from gpulse.sources.recorded import stream
+    monkeypatch.setattr(stream, "MAX_GPUS", 64)
     p = tmp_path / "many.csv"
     p.write_text(SMI + "".join(f"2025/01/01 00:00:00.{i % 1000:03d}, {i}, 50 %, 100 W\n" for i in range(100)) +
                  "".join(f"2025/01/01 00:00:01.{i % 1000:03d}, {i}, 50 %, 100 W\n" for i in range(100)))

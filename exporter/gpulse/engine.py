@@ -9,7 +9,6 @@ allows (`run_offline`), in the post-mortem report and in the benchmarks.
 """
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -21,7 +20,7 @@ from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, int
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
 from .analysis.verdict import STRAGGLER_Z, Persistence, straggler_signal
-from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample
+from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample, gpu_sort_key
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
 # alone costs ~0.5 GiB; an idle GPU shows a few MiB, a display a few hundred).
@@ -148,7 +147,7 @@ class Engine:
 
     def _adopt(self, gpus: dict[str, "_Gpu"]) -> None:
         # dicts keep insertion order: keep them in GPU order once, not at every tick
-        self.gpus = {k: gpus[k] for k in sorted(gpus, key=_gpu_sort_key)}
+        self.gpus = {k: gpus[k] for k in sorted(gpus, key=gpu_sort_key)}
 
     def ingest(self, result: PollResult, wall: float) -> None:
         if result.devices is not None:
@@ -386,12 +385,6 @@ class Engine:
 
 def _attr_label_names(a: dict[str, str]) -> list[str]:
     return list(ATTRIBUTION_LABELS) + sorted(n for n in a if n.startswith("label_"))
-
-
-def _gpu_sort_key(k: str) -> tuple:
-    """'2' < '10'; MIG '0/1' sorts under GPU 0."""
-    # one (number, text) pair per part, so '0' and '0/1' compare without mixing types
-    return tuple((int(p), "") if p.isdecimal() else (math.inf, p) for p in k.split("/"))
 
 
 def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ..config import FIELD_BY_KEY, parse_duration
-from ..sources.recorded import CellError, parse_any_time
+from ..sources.cells import CellError, parse_any_time
 from .clock import parse_zone, settle
 from .errors import ReportError, UsageError
 from .heatmap import ORDERS
