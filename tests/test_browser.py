@@ -17,7 +17,7 @@ from gpulse.report.findings import analyse
 from gpulse.palette import lut
 from gpulse.report.inputs import from_source
 from gpulse.report.png import decode_png_rgb
-from gpulse.report.render import write_outputs
+from gpulse.report.outputs import write_outputs
 from gpulse.sources.sim import SimSource
 
 try:

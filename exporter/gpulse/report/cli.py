@@ -148,7 +148,8 @@ def _run(ns: argparse.Namespace) -> int:
     from . import inputs
     from .findings import analyse
     from ..sources.prom import Auth, selector
-    from .render import summary_lines, write_outputs
+    from .outputs import write_outputs
+    from .render import summary_lines
 
     if bool(ns.input) == bool(ns.prometheus):
         raise UsageError("give one input: --input FILE or --prometheus URL")
