@@ -50,7 +50,7 @@ rules-variants: $(BASE)
 	$(PY) prometheus/tools/variants.py --variant vmalert --out prometheus/rules-vmalert prometheus/rules/*.yml
 
 proto: $(TESTS)
-	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh
+	PYTHON=$(PY) sh exporter/gpulse/attribution/regen.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out tests/fakenvml/build

@@ -31,10 +31,11 @@ import requests
 from _proc import ROOT, percentile, start_gpulse
 
 sys.path.insert(0, str(ROOT / "exporter"))
+sys.path.insert(0, str(ROOT))          # testing/
 
 from gpulse.config import test_config  # noqa: E402
-from gpulse.kube import make_attributor  # noqa: E402
-from gpulse.kube.fake import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
+from gpulse.attribution import make_attributor  # noqa: E402
+from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.sources.sim import SimSource  # noqa: E402
 
 NODE = "bench-node"

@@ -110,7 +110,7 @@ def kube_env(tmp_path):
     if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
         pytest.importorskip("grpc")
         pytest.importorskip("cryptography")
-    from gpulse.kube.fake import FakeApiServer, FakeCluster, FakeKubelet, FakePod
+    from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod
     uuids = [fake_uuid(i) for i in range(GPUS)]
     # two jobs, four GPUs each; each pod carries both copied labels
     cluster = FakeCluster([

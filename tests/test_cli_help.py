@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 from gpulse.cli import build_parser
 from gpulse.config import FIELDS, format_duration, parse_duration
-from gpulse.logs import FORMATTERS, LEVELS
+from gpulse.logsetup import FORMATTERS, LEVELS
 from gpulse.sources import SOURCES
 from gpulse.sources.recorded import FORMATS
 

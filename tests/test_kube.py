@@ -15,8 +15,8 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("cryptography")
 
 from gpulse.config import ConfigError, test_config  # noqa: E402
-from gpulse.kube import make_attributor  # noqa: E402
-from gpulse.kube.fake import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
+from gpulse.attribution import make_attributor  # noqa: E402
+from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.model import DeviceInfo  # noqa: E402
 
 NODE = "node-a"
@@ -273,7 +273,7 @@ def test_api_forbidden_keeps_last_known_labels(cluster, kubelet, api):
 
 
 def test_wrong_token_and_untrusted_ca(cluster, kubelet, api, tmp_path):
-    from gpulse.kube.fake import make_tls_files
+    from testing.fakekube import make_tls_files
 
     cluster.set_pods([gpu_pod("p", [0])])
     other = tmp_path / "other"
@@ -402,7 +402,7 @@ def test_disabled_and_grpc_missing(monkeypatch, tmp_path):
 def test_docs_explain_every_label_and_reason():
     from pathlib import Path
 
-    from gpulse.kube import REASONS
+    from gpulse.attribution import REASONS
     from gpulse.model import ATTRIBUTION_LABELS
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
@@ -414,7 +414,7 @@ def test_docs_explain_every_label_and_reason():
 
 
 def test_unexpected_error_in_one_refresh_does_not_end_attribution(caplog):
-    from gpulse.kube import Attributor
+    from gpulse.attribution import Attributor
 
     class FlakyMapper:
         name = "slurm"
@@ -450,7 +450,7 @@ def test_unexpected_error_in_one_refresh_does_not_end_attribution(caplog):
 def test_wire_format_matches_the_published_kubelet_api():
     """Field numbers and the RPC path are the wire format: they must be the
     kubelet's (k8s.io/kubelet/pkg/apis/podresources/v1/api.proto)."""
-    from gpulse.kube import podresources_pb2 as pb
+    from gpulse.attribution import podresources_pb2 as pb
 
     published = {
         "ListPodResourcesResponse": {"pod_resources": 1},
@@ -477,11 +477,11 @@ def test_committed_stubs_match_the_proto(tmp_path):
     from google.protobuf import descriptor_pb2
     from grpc_tools import protoc
 
-    from gpulse.kube import podresources_pb2 as pb
+    from gpulse.attribution import podresources_pb2 as pb
 
     root = Path(__file__).resolve().parent.parent / "exporter"
     out = tmp_path / "fds.pb"
-    assert protoc.main(["protoc", f"-I{root}", f"--descriptor_set_out={out}", "gpulse/kube/podresources.proto"]) == 0
+    assert protoc.main(["protoc", f"-I{root}", f"--descriptor_set_out={out}", "gpulse/attribution/podresources.proto"]) == 0
     fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
     for message in fresh.message_type:
         for f in message.field:

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from gpulse.config import test_config
-from gpulse.kube import make_attributor
-from gpulse.kube.slurm import job_of_pid, jobs_from_processes, read_job_map
+from gpulse.attribution import make_attributor
+from gpulse.attribution.slurm import job_of_pid, jobs_from_processes, read_job_map
 from gpulse.model import DeviceInfo
 
 WHOLE = [DeviceInfo(gpu=str(i), uuid=f"GPU-{i:08x}-0000-0000-0000-0000000000{i:02x}") for i in range(8)]
@@ -143,7 +143,7 @@ def test_process_discovery_with_job_map_precedence(tmp_path):
 
 def test_kubernetes_wins_over_slurm(tmp_path):
     pytest.importorskip("grpc")
-    from gpulse.kube.fake import FakeCluster, FakeKubelet, FakePod
+    from testing.fakekube import FakeCluster, FakeKubelet, FakePod
 
     jobs = tmp_path / "jobs"
     jobs.mkdir()

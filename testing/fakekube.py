@@ -72,8 +72,8 @@ class FakeKubelet:
     def __init__(self, cluster: FakeCluster, socket_path: str, node: str = "node-a"):
         import grpc
 
-        from . import podresources_pb2 as pb
-        from . import podresources_pb2_grpc as pbg
+        from gpulse.attribution import podresources_pb2 as pb
+        from gpulse.attribution import podresources_pb2_grpc as pbg
 
         self.cluster, self.socket_path, self.node = cluster, socket_path, node
         self.list_calls = 0
@@ -92,7 +92,7 @@ class FakeKubelet:
 
     @staticmethod
     def _pod_message(p: FakePod):
-        from . import podresources_pb2 as pb
+        from gpulse.attribution import podresources_pb2 as pb
 
         containers = []
         for name in sorted(set(p.devices) | set(p.dra)):

@@ -16,5 +16,5 @@ python=${PYTHON:-python3}
 cd "$root"
 "$python" -m grpc_tools.protoc -I . \
     --python_out=. --pyi_out=. --grpc_python_out=. \
-    gpulse/kube/podresources.proto
+    gpulse/attribution/podresources.proto
 echo "regenerated $(ls "$here"/podresources_pb2*)"
