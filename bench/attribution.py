@@ -3,7 +3,7 @@
     .venv/bin/python bench/attribution.py [--scrapes 1000] [--rounds 5] [--entities 8,56] [--refresh 1s]
 
 Attribution on: a fake node (real gRPC PodResources server on a unix socket, real
-HTTPS API server with a token and its own CA, see gpulse.kube.fake, in a child
+HTTPS API server with a token and its own CA, see testing/fakekube.py, in a child
 process) with every entity assigned to a pod, refreshed every second by default
 (10x the default kube.refresh_interval), optionally with copied pod labels. 56 entities stands for a MIG-heavy node (8 GPUs x 7 instances);
 the simulated source exposes them as 56 whole GPUs, which costs attribution the same

@@ -105,3 +105,20 @@ def test_server_library_only_in_http(library):
     assert outside == []
     assert any(dep.startswith(library) for m, p in MODULES.items() if m.startswith("gpulse.http")
                for dep, _ in _imports(m, p)), f"gpulse/http/ no longer imports {library}: update this test"
+
+
+def test_test_support_stays_out_of_the_wheel():
+    """testing/ (fake kubelet, fake API server) is found by the tests, not by the
+    wheel's package discovery, and nothing in gpulse needs it."""
+    import tomllib
+
+    from setuptools import find_packages
+    root = PKG.parents[1]
+    find = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = find_packages(str(root / find["where"][0]))
+    assert "gpulse" in shipped and "gpulse.attribution" in shipped
+    assert [p for p in shipped if not p.startswith("gpulse")] == []
+    assert (root / "testing" / "fakekube.py").exists()
+    uses = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items()
+            for dep, line in _imports(m, p) if dep.split(".")[0] in ("testing", "tests", "conftest")]
+    assert uses == []

@@ -232,7 +232,7 @@ def test_rotated_token_is_reread(cluster, kubelet, api):
 
 
 def one_warning(caplog) -> logging.LogRecord:
-    recs = [r for r in caplog.records if r.name == "gpulse.kube" and r.levelno >= logging.WARNING]
+    recs = [r for r in caplog.records if r.name == "gpulse.attribution" and r.levelno >= logging.WARNING]
     assert len(recs) == 1, [r.getMessage() for r in recs]
     assert recs[0].exc_info is None and "\n" not in recs[0].getMessage()
     return recs[0]
@@ -242,7 +242,7 @@ def test_api_forbidden_keeps_kubelet_attribution(cluster, kubelet, api, caplog):
     cluster.set_pods([gpu_pod("trainer-0", range(2), labels={"volcano.sh/job-name": "v"})])
     api.status = 403
     att = attributor_for(kubelet, api)
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         for _ in range(3):
             att.refresh_once()
     up, errors = att.health()
@@ -255,7 +255,7 @@ def test_api_forbidden_keeps_kubelet_attribution(cluster, kubelet, api, caplog):
     assert att.lookup(WHOLE[0]) == {"namespace": "ml", "pod": "trainer-0", "container": "worker",
                                     "workload": "trainer-0"}
     api.status = 200
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         att.refresh_once()
     assert att.health()[0] is True
     assert att.lookup(WHOLE[0])["workload"] == "v"
@@ -306,7 +306,7 @@ def test_not_in_a_cluster(cluster, kubelet, monkeypatch, tmp_path):
 def test_socket_missing(tmp_path, caplog):
     att = make_attributor(test_config(kube__enabled=True, kube__api=False,
                                       kube__pod_resources_socket=str(tmp_path / "absent.sock")))
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         att.refresh_once()
         att.refresh_once()
     up, errors = att.health()
@@ -430,7 +430,7 @@ def test_unexpected_error_in_one_refresh_does_not_end_attribution(caplog):
             pass
 
     att = Attributor([FlakyMapper()], refresh_interval=0.01)
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         att.start()
         try:
             for _ in range(500):
@@ -470,7 +470,7 @@ def test_wire_format_matches_the_published_kubelet_api():
 
 def test_committed_stubs_match_the_proto(tmp_path):
     """The generated modules are committed; they must describe exactly what
-    podresources.proto says (regenerate with exporter/gpulse/kube/regen.sh)."""
+    podresources.proto says (regenerate with exporter/gpulse/attribution/regen.sh)."""
     pytest.importorskip("grpc_tools", reason="grpcio-tools (only needed to regenerate the stubs) not installed")
     from pathlib import Path
 
@@ -487,4 +487,4 @@ def test_committed_stubs_match_the_proto(tmp_path):
         for f in message.field:
             f.ClearField("json_name")   # derived from the name; generated code leaves it out
     committed = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
-    assert fresh == committed, "podresources_pb2.py is stale: run exporter/gpulse/kube/regen.sh"
+    assert fresh == committed, "podresources_pb2.py is stale: run exporter/gpulse/attribution/regen.sh"

@@ -37,7 +37,7 @@ def auto_config(socket_path: str, **kw):
 
 
 def fallback_lines(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "gpulse.kube" and "attribution off" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name == "gpulse.attribution" and "attribution off" in r.getMessage()]
 
 
 def test_auto_is_the_default():
@@ -46,7 +46,7 @@ def test_auto_is_the_default():
 
 
 def test_auto_turns_on_where_the_socket_exists(kubelet, caplog):
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         att = make_attributor(auto_config(kubelet.socket_path))
     assert att is not None and fallback_lines(caplog) == []
     att.refresh_once()
@@ -66,7 +66,7 @@ def _plain_file(d):
 ])
 def test_auto_falls_back_with_one_line(tmp_path, caplog, make_path, why):
     path = str(make_path(tmp_path))
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         assert make_attributor(auto_config(path)) is None
     (line,) = fallback_lines(caplog)
     assert path in line and why in line and "--kube.enabled" in line
@@ -80,7 +80,7 @@ def test_off_a_kubernetes_node_the_fallback_is_quiet(tmp_path, caplog, monkeypat
     if in_pod:
         monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     path = str(tmp_path / "no-kubelet" / "kubelet.sock")
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         assert make_attributor(auto_config(path)) is None
     assert len(fallback_lines(caplog)) == (1 if in_pod else 0)
 
@@ -88,7 +88,7 @@ def test_off_a_kubernetes_node_the_fallback_is_quiet(tmp_path, caplog, monkeypat
 def test_auto_without_the_grpc_client_falls_back(kubelet, caplog, monkeypatch):
     from test_kube import hide_grpc
     hide_grpc(monkeypatch)
-    with caplog.at_level(logging.INFO, logger="gpulse.kube"):
+    with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         assert make_attributor(auto_config(kubelet.socket_path)) is None
     (line,) = fallback_lines(caplog)
     assert kubelet.socket_path in line and "gpulse[kube]" in line

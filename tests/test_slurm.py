@@ -88,11 +88,11 @@ def test_job_map_formats(tmp_path):
 
 def test_missing_directory(tmp_path, caplog):
     att = slurm_attributor(tmp_path / "absent")
-    with caplog.at_level(logging.WARNING, logger="gpulse.kube"):
+    with caplog.at_level(logging.WARNING, logger="gpulse.attribution"):
         att.refresh_once()
         att.refresh_once()
     assert att.health() == (False, {"job_map_unreadable": 2})
-    recs = [r for r in caplog.records if r.name == "gpulse.kube"]
+    recs = [r for r in caplog.records if r.name == "gpulse.attribution"]
     assert len(recs) == 1 and "absent" in recs[0].getMessage() and recs[0].exc_info is None
     assert att.lookup(WHOLE[0]) is None
 

@@ -35,7 +35,7 @@ _KUBE_REASONS = tuple(r for r in REASONS if r.startswith("socket") or r.startswi
 _API_REASONS = tuple(r for r in REASONS if r.startswith("api_"))
 _SLURM_REASONS = ("job_map_unreadable",)
 
-log = logging.getLogger("gpulse.kube")
+log = logging.getLogger("gpulse.attribution")
 
 
 def _kube_wanted(cfg: Any) -> bool:

@@ -15,7 +15,7 @@ from ..model import ATTRIBUTION_LABELS, DeviceInfo
 from .devices import entity_keys
 from .errors import AttributionFailure
 
-log = logging.getLogger("gpulse.kube")
+log = logging.getLogger("gpulse.attribution")
 
 # A kubelet restart takes the socket away for a few seconds; keeping the last map
 # that long avoids dropping and re-creating every attributed series.

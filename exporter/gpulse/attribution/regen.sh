@@ -3,7 +3,7 @@
 # from podresources.proto. Needs grpcio-tools (pip install grpcio-tools).
 #
 # The proto is compiled with exporter/ as the include root so the generated gRPC
-# module imports its messages as `gpulse.kube.podresources_pb2` (a package import)
+# module imports its messages as `gpulse.attribution.podresources_pb2` (a package import)
 # rather than a top-level `podresources_pb2` that only works from this folder.
 #
 # The generated files check at import time that the installed protobuf and grpcio
