@@ -4,7 +4,7 @@ through victoria-metrics' Prometheus-compatible API.
 
 Real binaries from the Debian packages `victoria-metrics` (victoria-metrics, vmagent,
 vmalert 1.79) and `prometheus-alertmanager`. Five exporters: `imbalance` and
-`balanced` as in tests/test_alerting_e2e.py, a `sync-stall` and a `straggler` node
+`balanced` as in tests/e2e/test_alerting_e2e.py, a `sync-stall` and a `straggler` node
 attributed to Slurm jobs (the stall and outlier panels need them), and a `--source dcgm` node reading a real dcgm-exporter capture (the
 node-detail dashboard needs its NVLink/ECC/XID families).
 
@@ -54,7 +54,7 @@ def rule_dirs(tmp) -> tuple[Path, Path]:
 def alertmanager(tmp: Path, name: str, receiver: Receiver) -> tuple[Daemon, str]:
     """The example Alertmanager routing without its inhibit rules: inhibition depends
     on which of two alerts arrived first, a race between the rulers that says nothing
-    about the rules. tests/test_alerting_e2e.py covers the routing as shipped."""
+    about the rules. tests/e2e/test_alerting_e2e.py covers the routing as shipped."""
     binary = require_binary("prometheus-alertmanager")
     port = free_port()
     config = _alertmanager_config(receiver.url)
@@ -170,7 +170,7 @@ def wait_for_webhook(stack: Stack, alertname: str, node: str) -> tuple[str, dict
 
 def test_imbalance_pages_through_alertmanager_as_with_prometheus(stack):
     path, alert = wait_for_webhook(stack, "GpulseWorkloadImbalance", IMBALANCE)
-    # the assertions of tests/test_alerting_e2e.py: same route, labels and annotations
+    # the assertions of tests/e2e/test_alerting_e2e.py: same route, labels and annotations
     assert path == "/chat", "a warning must take the example's warning route"
     labels = {k: v for k, v in alert["labels"].items() if k != "alertgroup"}
     assert labels == {"alertname": "GpulseWorkloadImbalance", "severity": "warning",

@@ -14,6 +14,7 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("grpc")
     pytest.importorskip("cryptography")
 
+from conftest import ROOT  # noqa: E402
 from gpulse.config import ConfigError, test_config  # noqa: E402
 from gpulse.attribution import make_attributor  # noqa: E402
 from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
@@ -400,12 +401,10 @@ def test_disabled_and_grpc_missing(monkeypatch, tmp_path):
 
 
 def test_docs_explain_every_label_and_reason():
-    from pathlib import Path
-
     from gpulse.attribution import REASONS
     from gpulse.model import ATTRIBUTION_LABELS
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
     section = doc.split("## Attribution", 1)[1]
     for label in (*ATTRIBUTION_LABELS, "label_<key>"):
         assert f"| `{label}` |" in section, f"label {label} is not explained in docs/metrics.md"
@@ -472,14 +471,13 @@ def test_committed_stubs_match_the_proto(tmp_path):
     """The generated modules are committed; they must describe exactly what
     podresources.proto says (regenerate with exporter/gpulse/attribution/regen.sh)."""
     pytest.importorskip("grpc_tools", reason="grpcio-tools (only needed to regenerate the stubs) not installed")
-    from pathlib import Path
 
     from google.protobuf import descriptor_pb2
     from grpc_tools import protoc
 
     from gpulse.attribution import podresources_pb2 as pb
 
-    root = Path(__file__).resolve().parent.parent / "exporter"
+    root = ROOT / "exporter"
     out = tmp_path / "fds.pb"
     assert protoc.main(["protoc", f"-I{root}", f"--descriptor_set_out={out}", "gpulse/attribution/podresources.proto"]) == 0
     fresh = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-PKG = Path(__file__).resolve().parents[1] / "exporter" / "gpulse"
+from conftest import ROOT
+
+PKG = ROOT / "exporter" / "gpulse"
 
 
 def _modules() -> dict[str, Path]:
