@@ -134,3 +134,18 @@ def gpulse_proc():
     for g in started:
         g.stop()
 
+
+# The directory a test file lives in is its kind (tests/README.md); the marker follows,
+# so `pytest -m unit` selects by directory and a new file needs no marker of its own.
+KINDS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            top = Path(str(item.path)).resolve().relative_to(tests).parts[0]
+        except ValueError:
+            continue
+        if top in KINDS:
+            item.add_marker(top)
