@@ -124,3 +124,13 @@ def test_test_support_stays_out_of_the_wheel():
     uses = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items()
             for dep, line in _imports(m, p) if dep.split(".")[0] in ("testing", "tests", "conftest")]
     assert uses == []
+
+
+def test_routes_read_only_what_the_sampler_publishes():
+    """The HTTP layer and the exposition read the Snapshot and health(), never the
+    sampler's engine, lock or the engine's trackers."""
+    private = {"engine", "lock", "trackers"}
+    reach = [f"{p.relative_to(PKG)}:{n.lineno} .{n.attr}" for m, p in MODULES.items()
+             if m.startswith("gpulse.http") or m == "gpulse.collector"
+             for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Attribute) and n.attr in private]
+    assert reach == []

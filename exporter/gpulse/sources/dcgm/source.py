@@ -51,6 +51,7 @@ class DcgmSource(Source):
         self.url = cfg.dcgm.url
         self.timeout = float(cfg.dcgm.timeout)
         self.interval = float(cfg.dcgm.interval)
+        self.sample_spacing = self.interval
         self.has_sm_active = False
         self._session: Any = None
         self._mapper = DcgmMapper(one_node=True)
