@@ -92,6 +92,7 @@ def test_graph_sees_relative_and_deferred_imports():
     assert "gpulse.sources.dcgm.fields" in g["gpulse.sources.recorded.dcgm"]      # from ..dcgm.fields import
     assert "gpulse.sources.recorded.dcgm" in g["gpulse.sources.recorded.formats"]  # from . import dcgm
     assert "gpulse.sources.recorded.stream" not in g["gpulse.sources.recorded.dcgm"]  # only if TYPE_CHECKING
+    assert "gpulse.attribution" in g["gpulse.runtime"]                 # inside a function
     assert len(g) > 50
 
 
