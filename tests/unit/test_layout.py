@@ -39,3 +39,10 @@ def test_make_targets():
     assert re.search(r"^test-unit: .*\n\t\$\(PY\) -m pytest -q -m unit tests/unit$", make, re.M)
     assert re.search(r"^test: .*\n\t\$\(PY\) -m pytest -q$", make, re.M)        # everything
     assert "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+def test_test_file_names_are_unique():
+    """Test directories are no packages (modules import each other by name), so two
+    files of one name in different directories would shadow each other."""
+    names = [p.name for p in TESTS.rglob("test_*.py") if "fakenvml" not in p.parts]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
