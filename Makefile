@@ -1,4 +1,5 @@
-# gpulse — `make demo` runs the exporter on simulated GPUs, `make test` runs every test.
+# gpulse — `make demo` runs the exporter on simulated GPUs, `make test` runs every test,
+# `make test-unit` the unit tests.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -6,7 +7,7 @@ SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 BASE   := $(VENV)/.base-$(SUM)
 TESTS  := $(VENV)/.test-$(SUM)
 
-.PHONY: demo test bench dashboards rules rules-variants proto chart clean
+.PHONY: demo test test-unit bench dashboards rules rules-variants proto chart clean
 
 # the demo needs only gpulse itself; the tests add the [test] extra
 $(BASE): pyproject.toml
@@ -27,6 +28,10 @@ demo: $(BASE)
 
 test: $(TESTS)
 	$(PY) -m pytest -q
+
+# the unit tests alone (tests/unit/, under a minute): no gpulse process, no external binary
+test-unit: $(TESTS)
+	$(PY) -m pytest -q -m unit tests/unit
 
 bench: $(BASE)
 	$(PY) bench/scrape_latency.py
@@ -50,7 +55,7 @@ rules-variants: $(BASE)
 	$(PY) prometheus/tools/variants.py --variant vmalert --out prometheus/rules-vmalert prometheus/rules/*.yml
 
 proto: $(TESTS)
-	PYTHON=$(PY) sh exporter/gpulse/kube/regen.sh
+	PYTHON=$(PY) sh exporter/gpulse/attribution/regen.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out tests/fakenvml/build

@@ -3,7 +3,7 @@
     .venv/bin/python bench/attribution.py [--scrapes 1000] [--rounds 5] [--entities 8,56] [--refresh 1s]
 
 Attribution on: a fake node (real gRPC PodResources server on a unix socket, real
-HTTPS API server with a token and its own CA, see gpulse.kube.fake, in a child
+HTTPS API server with a token and its own CA, see testing/fakekube.py, in a child
 process) with every entity assigned to a pod, refreshed every second by default
 (10x the default kube.refresh_interval), optionally with copied pod labels. 56 entities stands for a MIG-heavy node (8 GPUs x 7 instances);
 the simulated source exposes them as 56 whole GPUs, which costs attribution the same
@@ -31,10 +31,11 @@ import requests
 from _proc import ROOT, percentile, start_gpulse
 
 sys.path.insert(0, str(ROOT / "exporter"))
+sys.path.insert(0, str(ROOT))          # testing/
 
 from gpulse.config import test_config  # noqa: E402
-from gpulse.kube import make_attributor  # noqa: E402
-from gpulse.kube.fake import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
+from gpulse.attribution import make_attributor  # noqa: E402
+from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.sources.sim import SimSource  # noqa: E402
 
 NODE = "bench-node"

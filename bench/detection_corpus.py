@@ -33,7 +33,7 @@ from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from gpulse.config import test_config  # noqa: E402
 from gpulse.engine import run_offline  # noqa: E402
-from gpulse.sources.logs import read_log  # noqa: E402
+from gpulse.sources.recorded import read_log  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 
 SCRAPE = 15

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "exporter"))
 from gpulse.config import load_config  # noqa: E402
 from gpulse.report.findings import analyse  # noqa: E402
 from gpulse.report.inputs import from_source  # noqa: E402
-from gpulse.report.render import write_outputs  # noqa: E402
+from gpulse.report.outputs import write_outputs  # noqa: E402
 from gpulse.sources.sim import SimSource  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Time to fire: the same exporters, rules and Alertmanager routing evaluated by
 Prometheus (prometheus/rules) and by vmalert on VictoriaMetrics (the vmalert
-variant), side by side in one run, as tests/test_victoriametrics_e2e.py builds them.
+variant), side by side in one run, as tests/e2e/test_victoriametrics_e2e.py builds them.
 
     .venv/bin/python bench/vm_timing.py                       # VictoriaMetrics' default latency offset (30s)
     .venv/bin/python bench/vm_timing.py --latency-offset 1s

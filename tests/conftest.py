@@ -12,6 +12,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Some test modules import helpers from others by module name (test_helm's render,
+# test_dcgm's _Exporter); every test directory is on the path so they find them
+# wherever each file lives. Shared helpers proper live beside this file.
+for _d in sorted({p.parent for p in Path(__file__).resolve().parent.glob("**/test_*.py")}):
+    if str(_d) not in sys.path:
+        sys.path.append(str(_d))
 SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -126,3 +133,19 @@ def gpulse_proc():
     yield start
     for g in started:
         g.stop()
+
+
+# The directory a test file lives in is its kind (tests/README.md); the marker follows,
+# so `pytest -m unit` selects by directory and a new file needs no marker of its own.
+KINDS = ("unit", "integration", "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            top = Path(str(item.path)).resolve().relative_to(tests).parts[0]
+        except ValueError:
+            continue
+        if top in KINDS:
+            item.add_marker(top)

@@ -125,7 +125,7 @@ def cmd_check_config(ns: argparse.Namespace) -> int:
 
 
 def cmd_serve(ns: argparse.Namespace) -> int:
-    from .logs import setup_logging
+    from .logsetup import setup_logging
     try:
         cfg = load_config(ns.config, _overrides(ns))
     except ConfigError as e:

@@ -24,10 +24,10 @@ import yaml
 
 # the defaults of the detection settings are entries of the one threshold table
 from .analysis.thresholds import value as threshold
-from .logs import FORMATTERS as LOG_FORMATS, LEVELS as LOG_LEVELS
+from .logsetup import FORMATTERS as LOG_FORMATS, LEVELS as LOG_LEVELS
 from .safeyaml import FileTextError, StrictLoader, read_text, shown
 from .sources import SOURCES
-from .sources.logs import FORMATS as REPLAY_FORMATS
+from .sources.recorded import FORMATS as REPLAY_FORMATS
 from .sources.sim import SCENARIOS as SIM_SCENARIOS
 
 DEFAULT_PORT = 9479

@@ -9,7 +9,6 @@ allows (`run_offline`), in the post-mortem report and in the benchmarks.
 """
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -21,7 +20,7 @@ from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, int
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
 from .analysis.verdict import STRAGGLER_Z, Persistence, straggler_signal
-from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample
+from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample, gpu_sort_key
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
 # alone costs ~0.5 GiB; an idle GPU shows a few MiB, a display a few hundred).
@@ -61,6 +60,10 @@ class GroupView:
     imbalance: float | None
     load_balance: float | None
     stall_period: float | None
+    # the group's recent stall episodes and the start of a stall in progress, as the
+    # live page draws them (analysis.coidle.StallTracker)
+    episodes: tuple[Any, ...] = ()
+    open_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,9 @@ class Snapshot:
     call_errors: dict[str, int]
     last_success_wall: float | None
     source_events: dict[tuple[str, str], int] = field(default_factory=dict)
-    health: dict[str, Any] = field(default_factory=dict)   # filled by the sampler
+    health: dict[str, Any] = field(default_factory=dict)   # the sampler's, passed to analyze()
+    # per GPU, (t, busy, active) of each recent tick, oldest first
+    history: dict[str, tuple[tuple[float, float | None, float | None], ...]] = field(default_factory=dict)
 
 
 class _Gpu:
@@ -112,7 +117,8 @@ class _Gpu:
 
 
 class Engine:
-    def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str, attributor: Any = None):
+    def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str, attributor: Any = None,
+                 sample_spacing: float | None = None, history: bool = True):
         self.cfg = cfg
         self.node = cfg.node_name
         self.source_name = source_name
@@ -121,12 +127,15 @@ class Engine:
         self.idle_thr = cfg.idle_threshold
         self.gate = cfg.power_gate
         self.window_ticks = max(1, round(cfg.analysis_window / cfg.analysis_interval))
-        self.history_ticks = max(1, round(cfg.history / cfg.analysis_interval))
-        # a longer silence than this is a gap (uncovered), not one long sample
-        self.max_gap = max(3.0, 10 * cfg.sample_interval, 3 * cfg.dcgm.interval)
+        # the per-GPU tick history the live page draws; offline nobody reads it
+        self.history_ticks = max(1, round(cfg.history / cfg.analysis_interval)) if history else 0
+        # a longer silence than this is a gap (uncovered), not one long sample; the
+        # source says how far apart its samples are by nature (Source.sample_spacing)
+        self.max_gap = max(3.0, 10 * cfg.sample_interval, 3 * (sample_spacing or 0.0))
         self.gpus: dict[str, _Gpu] = {}
         self.trackers: dict[str, StallTracker] = {}
         self._rhythm: dict[str, tuple[int, tuple[float, float] | None]] = {}   # per group: (changes, rhythm)
+        self._episode_copies: dict[str, tuple[int, tuple[Any, ...]]] = {}     # per group: (changes, episodes)
         self.call_errors: dict[str, int] = {}
         self.source_events: dict[tuple[str, str], int] = {}
         self.last_success_wall: float | None = None
@@ -148,7 +157,7 @@ class Engine:
 
     def _adopt(self, gpus: dict[str, "_Gpu"]) -> None:
         # dicts keep insertion order: keep them in GPU order once, not at every tick
-        self.gpus = {k: gpus[k] for k in sorted(gpus, key=_gpu_sort_key)}
+        self.gpus = {k: gpus[k] for k in sorted(gpus, key=gpu_sort_key)}
 
     def ingest(self, result: PollResult, wall: float) -> None:
         if result.devices is not None:
@@ -257,7 +266,8 @@ class Engine:
                 return a
         return g.src_attr
 
-    def analyze(self, wall: float) -> Snapshot:
+    def analyze(self, wall: float, health: dict[str, Any] | None = None) -> Snapshot:
+        """The Snapshot of this tick, built whole: nothing changes it afterwards."""
         # 1. close the tick for every GPU
         for g in self.gpus.values():
             tick, g.tick = g.tick, Integrals()
@@ -333,10 +343,13 @@ class Engine:
                 imbalance=imb,
                 load_balance=lb,
                 stall_period=self._period(workload, tracker),
+                episodes=self._episodes(workload, tracker),
+                open_since=tracker.open_since,
             ))
         for gone in set(self.trackers) - set(members):   # the job ended: its series go too
             del self.trackers[gone]
             self._rhythm.pop(gone, None)
+            self._episode_copies.pop(gone, None)
 
         views = []
         for k, g in self.gpus.items():
@@ -362,11 +375,15 @@ class Engine:
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),
                         call_errors=dict(self.call_errors), source_events=dict(self.source_events),
-                        last_success_wall=self.last_success_wall)
+                        last_success_wall=self.last_success_wall, health=dict(health or {}),
+                        history={k: tuple(g.history) for k, g in self.gpus.items()} if self.history_ticks else {})
 
-    def history(self) -> dict[str, list[tuple[float, float | None, float | None]]]:
-        """Per-GPU (t, busy, active) per tick — a copy, for the live page."""
-        return {k: list(g.history) for k, g in self.gpus.items()}
+    def _episodes(self, workload: str, tracker: StallTracker) -> tuple[Any, ...]:
+        """The group's recent episodes, copied only when one came or changed."""
+        cached = self._episode_copies.get(workload)
+        if cached is None or cached[0] != tracker.changes:
+            cached = self._episode_copies[workload] = (tracker.changes, tuple(tracker.recent_episodes()))
+        return cached[1]
 
 
     def _period(self, workload: str, tracker: StallTracker) -> float | None:
@@ -386,12 +403,6 @@ class Engine:
 
 def _attr_label_names(a: dict[str, str]) -> list[str]:
     return list(ATTRIBUTION_LABELS) + sorted(n for n in a if n.startswith("label_"))
-
-
-def _gpu_sort_key(k: str) -> tuple:
-    """'2' < '10'; MIG '0/1' sorts under GPU 0."""
-    # one (number, text) pair per part, so '0' and '0/1' compare without mixing types
-    return tuple((int(p), "") if p.isdecimal() else (math.inf, p) for p in k.split("/"))
 
 
 def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:
@@ -424,7 +435,7 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
     its recorded start then stamps snapshots as a live exporter would have).
     """
     devices = source.open()
-    engine = Engine(cfg, devices, source.name, attributor)
+    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=False)
     step = poll_step or cfg.sample_interval
     now = 0.0
     next_tick: float | None = None

@@ -101,3 +101,10 @@ class PollResult:
     devices: list[DeviceInfo] | None = None
     call_errors: dict[str, int] = field(default_factory=dict)
     events: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+def gpu_sort_key(gpu: str) -> tuple:
+    """The one order of GPU names: '2' < '10'; MIG '0/1' right after GPU 0; host-prefixed
+    names ('node-1:0') after plain ones."""
+    host, _, rest = gpu.rpartition(":")
+    return (host,) + tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in rest.split("/"))

@@ -34,7 +34,7 @@ def make_attributor(cfg: Any) -> Any:
     """The kube/Slurm attributor when configured (its module is optional)."""
     if not (cfg.kube.enabled or cfg.slurm.job_map_dir):
         return None
-    from .kube import make_attributor as make
+    from .attribution import make_attributor as make
     return make(cfg)
 
 

@@ -62,7 +62,6 @@ class Sampler:
         self.attributor = attributor
         self.engine: Engine | None = None
         self.snapshot: Snapshot | None = None
-        self.lock = threading.Lock()          # guards engine state against the live page
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.durations = Histogram()
@@ -75,7 +74,7 @@ class Sampler:
     def start(self) -> None:
         """Open the source (SourceError propagates: fatal) and start polling."""
         devices = self.source.open()
-        self.engine = Engine(self.cfg, devices, self.source.name, self.attributor)
+        self.engine = Engine(self.cfg, devices, self.source.name, self.attributor, self.source.sample_spacing)
         log.info("source %s: %d GPU entities", self.source.name, len(devices))
         self._thread = threading.Thread(target=self._run, name="gpulse-sampler", daemon=True)
         self._thread.start()
@@ -129,21 +128,20 @@ class Sampler:
                 self.poll_failures_total += 1
                 log.error("source poll failed: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
                 result = None
-            with self.lock:
-                if result is not None:
-                    self.engine.ingest(result, wall=time.time())
-                    if any(r.up for r in result.readings):
-                        self.last_success_mono = time.monotonic()
-                self.polls_total += 1
-                self.durations.observe(time.monotonic() - t0)
-                now = time.monotonic()
-                if now >= next_analysis or self.snapshot is None:
-                    self._publish()
-                    next_analysis = max(next_analysis + cfg.analysis_interval, now)
+            # the engine is this thread's alone: readers get the published Snapshot
+            if result is not None:
+                self.engine.ingest(result, wall=time.time())
+                if any(r.up for r in result.readings):
+                    self.last_success_mono = time.monotonic()
+            self.polls_total += 1
+            self.durations.observe(time.monotonic() - t0)
+            now = time.monotonic()
+            if now >= next_analysis or self.snapshot is None:
+                self._publish()
+                next_analysis = max(next_analysis + cfg.analysis_interval, now)
             self._log_progress()
             if self.source.finished:
-                with self.lock:
-                    self._publish()
+                self._publish()
                 log.info("source %s finished after %d polls; serving the final values, stale after %gs "
                          "(/readyz then answers 503)", self.source.name, self.polls_total, cfg.stale_after)
                 return
@@ -172,14 +170,6 @@ class Sampler:
             self._progress_logged = (fraction, now)
 
     def _publish(self) -> None:
-        snap = self.engine.analyze(wall=time.time())
-        snap.health.update(durations=self.durations.copy(), polls_total=self.polls_total,
-                           poll_failures_total=self.poll_failures_total)
-        self.snapshot = snap
-
-    def history(self) -> dict[str, list]:
-        """Copy of per-GPU history for the live page (brief lock, no source call)."""
-        if self.engine is None:
-            return {}
-        with self.lock:
-            return self.engine.history()
+        health = dict(durations=self.durations.copy(), polls_total=self.polls_total,
+                      poll_failures_total=self.poll_failures_total)
+        self.snapshot = self.engine.analyze(wall=time.time(), health=health)

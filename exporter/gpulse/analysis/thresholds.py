@@ -4,7 +4,7 @@ The live exporter, the live page, the report, the Prometheus rules and the
 Grafana dashboards all judge stalls, stragglers and imbalance by these numbers.
 Nothing else may spell one of them out: Python code imports it from here, the
 rule files and dashboards are generated from this table (a drift test fails
-when a copy differs, and tests/test_thresholds.py fails when a Python module
+when a copy differs, and tests/unit/analysis/test_thresholds.py fails when a Python module
 carries its own copy). docs/activity.md explains how each value was chosen.
 
 A `Threshold` carries its value, its unit and one line saying what it means,

@@ -4,9 +4,9 @@
     GET /api/heatmap    its data, JSON; ?minutes=N picks the window (1..history)
 
 Both are App.extra_routes, so they go through the same handler as /metrics: the same
-TLS, basic auth, request cap and timeouts. The data comes from the engine's per-tick
-history (the sampler's ring buffers, copied under its lock) and the latest snapshot;
-a request never touches the GPU library.
+TLS, basic auth, request cap and timeouts. The data is what the latest Snapshot
+publishes: each GPU's per-tick history, each group's stall episodes and open stall;
+a request never touches the GPU library or the engine.
 
 Stall fraction over the window = the part of the window covered by the peer group's
 stall episodes (the StallTracker's, plus a stall in progress), divided by the window.
@@ -71,8 +71,7 @@ class LivePage:
     def snapshot(self, minutes: float) -> dict[str, Any]:
         sampler = self.app.sampler
         snap = sampler.snapshot
-        history = sampler.history()
-        trackers = self._episodes(sampler)
+        history = snap.history if snap is not None else {}
         cols = max(1, int(round(minutes * 60 / self.cfg.analysis_interval)))
         doc: dict[str, Any] = {"node": self.cfg.node_name, "source": self.cfg.source, "minutes": minutes,
                                "interval": self.cfg.analysis_interval, "stale": bool(sampler.health().get("stale")),
@@ -98,11 +97,10 @@ class LivePage:
         doc.update(t=now, rows=[f"GPU {k}" for k in keys], cols=width, work=b64(work), busy=b64(busy),
                    active=b64(active))
         for g in snap.groups:
-            eps, open_since = trackers.get(g.workload, ([], None))
             doc["groups"].append({
                 "workload": g.workload, "gpus": list(g.gpus), "holding": g.holding, "in_stall": g.in_stall,
                 "imbalance": g.imbalance, "load_balance": g.load_balance, "stall_period": g.stall_period,
-                "stall_fraction_window": _covered(eps, open_since, now, window) if now is not None else None,
+                "stall_fraction_window": _covered(g.episodes, g.open_since, now, window) if now is not None else None,
                 "stall_fraction_total": g.stall_seconds / g.holding_seconds if g.holding_seconds > 0 else None,
             })
         for v in snap.gpus:
@@ -113,21 +111,6 @@ class LivePage:
                 doc["stragglers"].append({"gpu": v.info.gpu, "signal": signal, "z": round(z, 2),
                                           "direction": "busier" if z > 0 else "idler"})
         return doc
-
-    @staticmethod
-    def _episodes(sampler: Any) -> dict[str, tuple[list[Any], float | None]]:
-        """Each group's episodes and the start of a stall in progress (under the lock)."""
-        engine = sampler.engine
-        if engine is None:
-            return {}
-        with sampler.lock:
-            out = {}
-            for workload, tr in engine.trackers.items():
-                eps = tr.recent_episodes() if hasattr(tr, "recent_episodes") else list(tr.episodes)
-                # the tracker keeps the start of a stall in progress privately; without
-                # it a long stall would only count once it ended
-                out[workload] = (eps, tr.open_since)
-            return out
 
 
 def _cell(x: float | None) -> int:

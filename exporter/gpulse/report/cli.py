@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from ..config import FIELD_BY_KEY, parse_duration
-from ..sources.logs import CellError, parse_any_time
+from ..sources.cells import CellError, parse_any_time
 from .clock import parse_zone, settle
 from .errors import ReportError, UsageError
 from .heatmap import ORDERS
@@ -131,7 +131,7 @@ def _log_format(path: str, fmt: str) -> str | None:
     """The format the replay source read (the same detector, on the same first lines)."""
     if fmt != "auto":
         return fmt
-    from ..sources.logs import detect_format
+    from ..sources.recorded import detect_format
     with open(path, encoding="utf-8", errors="replace", newline="") as fh:
         return detect_format([fh.readline().rstrip("\r\n") for _ in range(50)])
 
@@ -147,8 +147,9 @@ def run(ns: argparse.Namespace) -> int:
 def _run(ns: argparse.Namespace) -> int:
     from . import inputs
     from .findings import analyse
-    from .prom import Auth, selector
-    from .render import summary_lines, write_outputs
+    from ..sources.prom import Auth, selector
+    from .outputs import write_outputs
+    from .render import summary_lines
 
     if bool(ns.input) == bool(ns.prometheus):
         raise UsageError("give one input: --input FILE or --prometheus URL")

@@ -18,10 +18,11 @@ import re
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import Any
 
+from ..sources.recorded import FORMATS
 from .errors import UsageError
 
-# log formats whose timestamps carry no zone (gpulse.sources.logs reads them as UTC)
-ZONELESS_FORMATS = ("nvidia-smi-csv", "dmon", "nvidia-smi-q")
+# log formats whose timestamps carry no zone (the readers take them as UTC)
+ZONELESS_FORMATS = tuple(name for name, f in FORMATS.items() if f.zoneless)
 
 _OFFSET = re.compile(r"^(?:UTC|GMT)?([+-])(\d{1,2})(?::?(\d{2}))?$", re.I)
 

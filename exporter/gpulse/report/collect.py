@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable
 
 from ..analysis.coidle import Episode
 from ..engine import Engine, Snapshot
-from ..sources.logs import gpu_sort_key
+from ..model import gpu_sort_key
 
 NAN = float("nan")
 

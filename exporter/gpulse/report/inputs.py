@@ -13,7 +13,7 @@ from typing import Any, Callable
 from ..config import ConfigError, load_config
 from ..engine import run_offline
 from ..sources.base import SourceError
-from . import prom
+from ..sources import prom
 from .collect import Recording, collect
 from .errors import ReportError, UsageError
 

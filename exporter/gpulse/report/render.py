@@ -10,7 +10,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import os
 import re
 from importlib import resources
 from typing import Any, Sequence
@@ -525,27 +524,10 @@ def _clock_json(p: Picture) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ outputs
 
-def write_outputs(a: Analysis, out_dir: str, max_cols: int = MAX_COLUMNS, order: str = "natural") -> dict[str, str]:
-    from .figure import PNG_MAX_WIDTH, render_png
-    os.makedirs(out_dir, exist_ok=True)
-    doc = a.as_json()
-    paths = {name: os.path.join(out_dir, name) for name in ("report.html", "heatmap.png", "findings.json")}
-    with open(paths["findings.json"], "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=2)
-        fh.write("\n")
-    p = Picture(a, max_cols, order, doc)
-    with open(paths["report.html"], "w", encoding="utf-8") as fh:
-        fh.write(render_html(a, doc, picture=p))
-    with open(paths["heatmap.png"], "wb") as fh:
-        # the same binning serves the PNG unless the page has more columns than it takes
-        fh.write(render_png(a, order=order, doc=doc, picture=p if p.cols <= PNG_MAX_WIDTH else None))
-    return paths
-
-
 def summary_lines(doc: dict[str, Any]) -> list[str]:
     """What the command prints: the findings, most severe first."""
     return [f"[{f['severity']}] {f['text']}" + (f" Remedy: {f['remedy']}." if f["remedy"] else "")
             for f in doc["findings"]]
 
 
-__all__ = ["render_html", "write_outputs", "summary_lines", "Recording", "web_asset", "Picture"]
+__all__ = ["render_html", "summary_lines", "Recording", "web_asset", "Picture"]

@@ -85,6 +85,10 @@ class Source(abc.ABC):
     #: the source gains nothing from polls closer than this (seconds); the sampler then
     #: sleeps that long instead of --sample-interval. NVML buffers its own samples.
     poll_interval: float | None = None
+    #: how far apart this source's samples are by nature, when more than the polls
+    #: (dcgm-exporter refreshes every --dcgm.interval); the engine counts a silence of
+    #: a few of these as a gap only then
+    sample_spacing: float | None = None
 
     @abc.abstractmethod
     def open(self) -> list[DeviceInfo]:

@@ -14,14 +14,13 @@ device list.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import statistics
 from typing import Any, Iterator
 
 from ..model import DeviceInfo, PollResult, Reading
 from .base import CountOn, Source
-from .logs import LogFormatError, LogStream, Record
+from .recorded import LogFormatError, LogStream, Record
 
 log = logging.getLogger("gpulse.replay")
 
@@ -121,8 +120,7 @@ class ReplaySource(Source):
         if self._stream is self.run:
             self._measure(rec)
         elif self._offset:
-            rec = dataclasses.replace(rec, t=rec.t + self._offset,
-                                      sample=dataclasses.replace(rec.sample, t=rec.sample.t + self._offset))
+            rec = rec.moved(self._offset)
         self._ahead.append(rec)
         return True
 
@@ -209,24 +207,26 @@ class ReplaySource(Source):
 
     def _readings(self, taken: list[Record]) -> list[Reading]:
         samples: dict[str, list] = {}
-        for r in taken:
-            self._latest[r.gpu] = r
+        for rec in taken:
+            r = rec.reading
+            self._latest[r.gpu] = rec
             if r.gauges:
                 self._gauges.setdefault(r.gpu, {}).update(r.gauges)
             if r.counters:
                 self._counters.setdefault(r.gpu, {}).update(self._count_on.counters(r.gpu, r.counters))
             if r.error is None:
-                samples.setdefault(r.gpu, []).append(r.sample)
+                samples.setdefault(r.gpu, []).extend(r.samples)
         out = []
         for gpu in self._devices:
             last = self._latest.get(gpu)
-            if last is not None and last.error is not None:
+            r = last.reading if last is not None else None
+            if r is not None and r.error is not None:
                 out.append(Reading(gpu, [], {}, dict(self._counters.get(gpu, {})), False,
-                                   f"recorded as {last.error!r} (line {last.line})", last.attribution))
+                                   f"recorded as {r.error!r} (line {last.line})", r.attribution))
                 continue
             out.append(Reading(gpu, samples.get(gpu, []), dict(self._gauges.get(gpu, {})),
                                dict(self._counters.get(gpu, {})), True, None,
-                               last.attribution if last else None, last.holds_workload if last else None))
+                               r.attribution if r else None, r.holds_workload if r else None))
         return out
 
     # -- the loop period

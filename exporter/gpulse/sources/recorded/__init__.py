@@ -1,0 +1,10 @@
+"""Recorded GPU logs -> time-ordered records per GPU, for replay and the post-mortem report.
+
+One module per format (smi_csv, dmon, smi_q, dcgm), named once in formats.FORMATS;
+stream.LogStream reads any of them as it is consumed; records.py is what comes out.
+"""
+from .formats import FORMATS, detect_format
+from .records import LogError, LogFormatError, Record, RecordedRun
+from .stream import LogStream, read_log
+
+__all__ = ["FORMATS", "LogError", "LogFormatError", "LogStream", "Record", "RecordedRun", "read_log", "detect_format"]

@@ -1,0 +1,100 @@
+"""What reading a recorded log yields: records, the run, and its problems."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ...model import DeviceInfo, Reading, Sample
+from ..base import SourceError
+
+# Keep at most this many detailed errors; the rest are only counted.
+MAX_ERRORS = 1000
+
+
+class LogFormatError(SourceError):
+    """The file cannot be replayed at all. str() is one line naming file (and line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogError:
+    path: str
+    line: int          # 1-based; 0 when the problem is the whole file
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message}" if self.line else f"{self.path}: {self.message}"
+
+
+@dataclass(slots=True)
+class Record:
+    """One GPU at one recorded instant: the Reading a live source would have returned
+    for it (its one sample in `samples`; `up` False and `error` set when the log says
+    the GPU could not be read), and the line of the log it came from."""
+
+    reading: Reading
+    line: int = 0
+
+    @property
+    def t(self) -> float:
+        return self.reading.samples[0].t
+
+    @property
+    def gpu(self) -> str:
+        return self.reading.gpu
+
+    @property
+    def sample(self) -> Sample:
+        return self.reading.samples[0]
+
+    def moved(self, dt: float) -> "Record":
+        """The same record dt seconds later (a clock step, a replay loop)."""
+        sample = dataclasses.replace(self.sample, t=self.sample.t + dt)
+        return Record(dataclasses.replace(self.reading, samples=[sample]), self.line)
+
+
+@dataclass
+class RecordedRun:
+    path: str
+    format: str
+    devices: list[DeviceInfo]
+    records: list[Record]              # ordered by t (stable: file order on ties)
+    errors: list[LogError]
+    error_count: int = 0               # errors found, including those beyond MAX_ERRORS
+    timed: bool = True                 # False when the log had no clock and times are inferred
+    has_sm_active: bool = False
+    nodes: tuple[str, ...] = ()        # hostnames the log names, first first
+    warnings: list[str] = field(default_factory=list)   # timestamp trouble, one line per kind
+
+    @property
+    def start(self) -> float | None:
+        return self.records[0].t if self.records else None
+
+    @property
+    def end(self) -> float | None:
+        return self.records[-1].t if self.records else None
+
+    def samples(self, gpu: str) -> list[Sample]:
+        return [r.sample for r in self.records if r.gpu == gpu]
+
+    def samples_by_gpu(self) -> dict[str, list[Sample]]:
+        out: dict[str, list[Sample]] = {d.gpu: [] for d in self.devices}
+        for r in self.records:
+            out.setdefault(r.gpu, []).append(r.sample)
+        return out
+
+
+class Problems:
+    """Collects per-line problems for one file; format readers add to it."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.items: list[LogError] = []
+        self.count = 0
+
+    def add(self, line: int, message: str) -> None:
+        self.count += 1
+        if len(self.items) < MAX_ERRORS:
+            self.items.append(LogError(self.path, line, message))
+
+    def fatal(self, line: int, message: str) -> LogFormatError:
+        return LogFormatError(str(LogError(self.path, line, message)))

@@ -1,0 +1,248 @@
+"""`nvidia-smi --query-gpu=... --format=csv[,nounits]` logs.
+
+Without an `index`/`uuid`/`pci.bus_id` column the GPUs are the rows of each sampling
+instant in order; how many rows make one instant is read from the timestamp rhythm
+(see rows_per_poll)."""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
+
+from ...model import DeviceInfo
+from ..cells import LOST, NOT_AVAILABLE, UNITS, CellError, is_gpu_index, parse_quantity, parse_smi_time
+from .records import Problems, Record
+from .smi import smi_record
+
+if TYPE_CHECKING:
+    from .stream import LogStream
+
+# First dotted component of every nvidia-smi --query-gpu field (as nvidia-smi prints the
+# header) plus the query aliases; a header column outside this vocabulary is reported.
+_SMI_PREFIXES = frozenset((
+    "accounting addressing_mode c2c clocks clocks_event_reasons clocks_event_reasons_counters "
+    "clocks_throttle_reasons compute_cap compute_mode count display_active display_attached "
+    "display_mode dramencryption driver_model driver_version ecc edpp_multiplier encoder "
+    "enforced fabric fan gom gpu_bus_id gpu_name gpu_recovery_action gpu_serial gpu_uuid gsp "
+    "hostname index inforom kmd_version memory mig module name pci pcie persistence_mode "
+    "platform power power_smoothing protected_memory pstate remapped_rows retired_pages serial "
+    "temperature timestamp utilization uuid vbios_version vgpu_device_capability "
+    "vgpu_driver_capability").split())
+
+_HEADER_CELL = re.compile(r"^([A-Za-z_][\w.]*)(?:\s*\[([^\]]*)\])?$")
+
+# column -> (field, expected unit, lo, hi in that unit)
+_SMI_FIELDS: dict[str, tuple[str, str | None, float | None, float | None]] = {
+    "timestamp": ("t", None, None, None),
+    "index": ("index", None, None, None),
+    "uuid": ("uuid", None, None, None), "gpu_uuid": ("uuid", None, None, None),
+    "name": ("model", None, None, None), "gpu_name": ("model", None, None, None),
+    "pci.bus_id": ("pci", None, None, None), "gpu_bus_id": ("pci", None, None, None),
+    "driver_version": ("driver", None, None, None),
+    "utilization.gpu": ("util", "%", 0, 100),
+    "power.draw": ("power", "W", 0, 10000),
+    "power.draw.average": ("power_avg", "W", 0, 10000),
+    "power.draw.instant": ("power_inst", "W", 0, 10000),
+    "memory.used": ("mem_used", "MiB", 0, 2 ** 24),
+    "memory.total": ("mem_total", "MiB", 0, 2 ** 24),
+    "temperature.gpu": ("temp", "C", -50, 250),
+    "temperature.memory": ("mtemp", "C", -50, 250),
+    "clocks.current.sm": ("sm_clock", "MHz", 0, 100000), "clocks.sm": ("sm_clock", "MHz", 0, 100000),
+    "clocks.current.memory": ("mem_clock", "MHz", 0, 100000), "clocks.mem": ("mem_clock", "MHz", 0, 100000),
+    "enforced.power.limit": ("limit_enforced", "W", 0, 10000),
+    "power.limit": ("limit", "W", 0, 10000),
+    "fan.speed": ("fan", "%", 0, 100),
+    "ecc.errors.corrected.volatile.total": ("ecc_corrected", None, 0, None),
+    "ecc.errors.uncorrected.volatile.total": ("ecc_uncorrected", None, 0, None),
+    "remapped_rows.correctable": ("remap_correctable", None, 0, None),
+    "remapped_rows.uncorrectable": ("remap_uncorrectable", None, 0, None),
+    "remapped_rows.pending": ("remap_pending", "bool", None, None),
+    "clocks_event_reasons_counters.sw_power_cap": ("thr:sw_power_cap", "us", 0, None),
+    "clocks_event_reasons_counters.sync_boost": ("thr:sync_boost", "us", 0, None),
+    "clocks_event_reasons_counters.sw_thermal_slowdown": ("thr:sw_thermal", "us", 0, None),
+    "clocks_event_reasons_counters.hw_thermal_slowdown": ("thr:hw_thermal", "us", 0, None),
+    "clocks_event_reasons_counters.hw_power_brake_slowdown": ("thr:hw_power_brake", "us", 0, None),
+}
+_TEXT_FIELDS = {"t", "index", "uuid", "model", "pci", "driver", "remap_pending"}
+
+
+def _smi_column_known(name: str) -> bool:
+    m = _HEADER_CELL.match(name.strip())
+    return bool(m) and m.group(1).split(".")[0].lower() in _SMI_PREFIXES
+
+
+@dataclass
+class _Column:
+    pos: int
+    field: str
+    unit: str | None
+    lo: float | None
+    hi: float | None
+    label: str
+
+
+def _smi_header(cells: list[str], line: int, err: Problems) -> list[_Column] | None:
+    """Columns gpulse uses from a --query-gpu header; None when the line is no header."""
+    if not any(_smi_column_known(c) for c in cells):
+        return None
+    cols = []
+    for pos, raw in enumerate(cells):
+        label = raw.strip()
+        m = _HEADER_CELL.match(label)
+        if not m or m.group(1).split(".")[0].lower() not in _SMI_PREFIXES:
+            err.add(line, f"unknown column {label!r} ignored (not an nvidia-smi --query-gpu field)")
+            continue
+        spec = _SMI_FIELDS.get(m.group(1))
+        if spec is None:
+            continue       # a real nvidia-smi field gpulse does not use
+        fld, unit, lo, hi = spec
+        head_unit = m.group(2)
+        if fld in _TEXT_FIELDS:
+            cols.append(_Column(pos, fld, unit, lo, hi, label))
+            continue
+        if head_unit is not None and head_unit != unit:
+            want = UNITS.get(unit or "", ("", 1.0))[0]
+            if head_unit in UNITS and UNITS[head_unit][0] == want and unit is not None:
+                # same dimension, other scale (KiB for MiB): convert the bounds along
+                k = UNITS[unit][1] / UNITS[head_unit][1]
+                cols.append(_Column(pos, fld, head_unit, None if lo is None else lo * k,
+                                    None if hi is None else hi * k, label))
+            else:
+                err.add(line, f"column {label!r}: unit [{head_unit}] is not {unit or 'unitless'}; column ignored")
+            continue
+        cols.append(_Column(pos, fld, unit, lo, hi, label))
+    return cols
+
+
+def _rows_per_poll(times: list[float]) -> int:
+    """How many consecutive rows one nvidia-smi poll writes, from the time rhythm alone.
+
+    Rows of one poll are written back to back (ms apart); the next poll comes a sampling
+    interval later. For the true row count N, the gap after every N-th row is the long
+    one, so at one phase of k mod N nearly all gaps are long; at any other N at most
+    half of them are. Score each candidate by its best phase's lower-quartile gap and
+    take the smallest N that scores at least half the best (N, 2N, 3N... all score).
+    One GPU: every gap is long and N = 1 wins.
+    """
+    gaps = [b - a for a, b in zip(times, times[1:])][:8192]
+    if len(gaps) < 4:
+        return 1
+    scores: dict[int, float] = {}
+    for n in range(1, min(64, len(gaps) // 3) + 1):
+        best = 0.0
+        for phase in range(n):
+            col = sorted(gaps[phase::n])
+            best = max(best, col[len(col) // 4])
+        scores[n] = best
+    top = max(scores.values())
+    if top <= 0:
+        return 1
+    return min(n for n, s in scores.items() if s >= 0.5 * top)
+
+
+def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator[tuple]:
+    """Data rows of a --query-gpu log in file order: (line, position, t, values, lost, key field)."""
+    cols: list[_Column] | None = None
+    ncells = 0
+    position = 0
+    header_line = 0
+    key_field: str | None = None
+    for i, raw in enumerate(lines, 1):
+        text = raw.strip()
+        if not text:
+            continue
+        cells = [c.strip() for c in text.split(",")]
+        if cols is None or (not text[0].isdigit() and _smi_column_known(cells[0])):
+            hdr = _smi_header(cells, i, err)
+            if hdr is None:
+                if cols is None:
+                    raise err.fatal(i, f"unknown header {text[:80]!r}: expected an nvidia-smi "
+                                       "--query-gpu=... --format=csv header such as "
+                                       "'timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]'")
+            else:
+                cols, ncells, header_line = hdr, len(cells), i
+                position = 0     # a new header: the logger restarted, instants start over
+                if not any(c.field in ("util", "power", "power_avg", "power_inst", "mem_used") for c in cols):
+                    raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")
+                has = {c.field for c in cols}
+                run.timed = "t" in has
+                key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
+                continue
+        pos = position
+        position += 1
+        if len(cells) != ncells:
+            what = "truncated line" if len(cells) < ncells else "too many fields (lines run together?)"
+            err.add(i, f"{what}: {len(cells)} fields, header on line {header_line} has {ncells}; row skipped")
+            continue
+        values: dict[str, Any] = {}
+        lost = None
+        for c in cols:
+            cell = cells[c.pos]
+            if c.field in _TEXT_FIELDS:
+                values[c.field] = None if NOT_AVAILABLE.match(cell) else cell
+                continue
+            if LOST.search(cell):
+                lost = cell.strip("[]")
+                continue
+            try:
+                values[c.field] = parse_quantity(cell, c.unit, c.lo, c.hi)
+            except CellError as e:
+                err.add(i, f"column {c.label!r}: {e}; value dropped")
+        t = None
+        if values.get("t") is not None:
+            try:
+                t = parse_smi_time(values["t"])
+            except CellError as e:
+                err.add(i, f"column 'timestamp': {e}; row skipped")
+                continue
+        if values:
+            yield i, pos, t, values, lost, key_field
+
+
+# rows read ahead to learn how many rows one poll writes (see _rows_per_poll)
+RHYTHM_ROWS = 8193
+
+
+def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream") -> Iterator[Record]:
+    rows = _smi_rows(lines, err, run)
+    ahead = list(itertools.islice(rows, RHYTHM_ROWS))
+    n_per_poll = _rows_per_poll([r[2] for r in ahead if r[2] is not None]) if run.timed else 1
+    names: dict[str, str] = {}
+    found = run.found
+    instant = -1
+    last_index = None
+    for line, pos, t, values, lost, key_field in itertools.chain(ahead, rows):
+        if key_field == "index":
+            raw_idx = values.get("index")
+            if raw_idx is None or not is_gpu_index(raw_idx):
+                err.add(line, f"column 'index': not a GPU index: {raw_idx!r}; row skipped")
+                continue
+            gpu = str(int(raw_idx))
+        elif key_field is not None:
+            ident = values.get(key_field)
+            if ident is None:
+                err.add(line, f"no {key_field} on this row; row skipped")
+                continue
+            gpu = names.setdefault(ident, str(len(names)))
+        else:
+            gpu = str(pos % n_per_poll)
+        if t is None:
+            # no clock in the log: one instant per round of GPUs, `interval` apart
+            idx = int(gpu.split("/")[0]) if gpu.isdecimal() else pos
+            if last_index is None or idx <= last_index:
+                instant += 1
+            last_index = idx
+            t = instant * interval
+        if gpu not in found:
+            found[gpu] = DeviceInfo(gpu=gpu, uuid=values.get("uuid") or "", model=values.get("model") or "",
+                                    pci_bus_id=values.get("pci") or "", driver=values.get("driver") or "")
+        yield smi_record(t, gpu, values, line, lost)
+
+
+def sniff(head: list[str]) -> bool:
+    """A --query-gpu header: comma-separated nvidia-smi field names."""
+    from .dcgm import sniff_csv
+    first = head[0]
+    return "," in first and not sniff_csv(first) and any(
+        _smi_column_known(c.strip().strip('"').lower()) for c in first.split(","))

@@ -1,0 +1,288 @@
+"""Recorded GPU logs -> time-ordered records per GPU, for replay and the post-mortem report.
+
+    stream = LogStream("ckpt1000.csv")        # format detected from the first lines
+    for rec in stream.records(): ...          # read as consumed; memory does not follow the file
+    stream.devices, stream.errors, stream.warnings()
+
+    run = read_log("ckpt1000.csv")            # the same, all in memory (tools and tests)
+    run.devices, run.records, run.samples("0"), run.errors
+
+Formats (`fmt`):
+  nvidia-smi-csv  `nvidia-smi --query-gpu=... --format=csv[,nounits]` logs. Without an
+                  `index`/`uuid`/`pci.bus_id` column the GPUs are the rows of each
+                  sampling instant in order; how many rows make one instant is read
+                  from the timestamp rhythm (see _rows_per_poll).
+  dmon            `nvidia-smi dmon [-o DT]` output.
+  nvidia-smi-q    `nvidia-smi -q [-l N]` text.
+  dcgm            dcgm-exporter output: exposition text (one or many scrapes), CSV
+                  exports, or Prometheus HTTP API JSON (see sources/recorded/dcgm.py).
+
+Bad input never stops the read: every line that cannot be used becomes one LogError
+naming file and line, and the rest is kept. Only a file with nothing usable in it
+(empty, unknown header) raises LogFormatError, whose message is that one line.
+Timestamps without a zone (nvidia-smi writes local time, unmarked) are read as UTC;
+only differences matter to the analysis.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import os
+import stat
+from typing import Iterable, Iterator
+
+from ...model import DeviceInfo, gpu_sort_key
+from .formats import FORMATS, detect_format, expected
+from .records import LogError, LogFormatError, Problems, Record, RecordedRun
+
+# A log is read line by line as it is consumed, so memory follows the reader's window,
+# not the file. Two things cannot stream and are capped instead (the other, API JSON, in recorded/dcgm.py):
+MAX_LINE = 1 << 20          # characters in one line: more is no text log (/dev/zero, a binary)
+# Rows of different GPUs are written up to ~1 s apart within one poll (a stalled query);
+# records are handed out in time order within this much recorded time.
+REORDER_S = 5.0
+REORDER_MAX = 200_000       # records held for that at most
+# Line numbers quoted per kind of timestamp trouble; the rest are counted.
+SHOW_LINES = 5
+# GPU entities one log may name (a whole cluster's worth); rows of more are skipped, so
+# per-GPU state, the engine and the report's picture stay bounded whatever the file says.
+MAX_GPUS = 4096
+
+
+class LogStream:
+    """One recorded log, read as `records()` is consumed: time-ordered records, the
+    devices, format, nodes and problems found so far. Reading it again means a new
+    LogStream (replay's loop does that).
+
+    Raises LogFormatError (one line) from the constructor when the file cannot be
+    opened or its format is unknown, and from records() when nothing in it is usable
+    or a cap is hit."""
+
+    def __init__(self, path: str, fmt: str = "auto", interval: float = 1.0):
+        self.path = path
+        self.interval = interval
+        self.err = Problems(path)
+        self.found: dict[str, DeviceInfo] = {}
+        self.timed = True
+        self.has_sm_active = False
+        self.nodes_found: list[str] = []
+        self.start: float | None = None
+        self.end: float | None = None
+        self.done = False
+        self.backwards: list[int] = []     # lines where a GPU's clock went back
+        self.n_backwards = 0
+        self.repeats: list[int] = []       # lines repeating a GPU's previous timestamp
+        self.n_repeats = 0
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+        if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "a device"
+            raise LogFormatError(f"{path}: is {what}, not a recorded log")
+        self.size = st.st_size if stat.S_ISREG(st.st_mode) else 0
+        try:
+            # utf-8-sig: a byte-order mark is no part of the first column's name
+            self._fh = open(path, encoding="utf-8-sig", errors="replace", newline="")
+        except OSError as e:
+            raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+        self._line_no = 0
+        self.chars_read = 0                # ~bytes for these ASCII logs: progress of a replay
+        try:
+            self.format, self._all_lines = self._detect(fmt)
+        except LogFormatError:
+            self.close()
+            raise
+
+    def _detect(self, fmt: str) -> tuple[str, Iterator[str]]:
+        """The format, from the first lines (or as given), and every line from the first."""
+        lines = self._lines()
+        head: list[str] = []
+        for ln in lines:
+            head.append(ln)
+            if len(head) >= 50 and any(h.strip() for h in head):
+                break
+        if not any(h.strip() for h in head):
+            raise self.err.fatal(1, "empty file: nothing to replay")
+        if fmt == "auto":
+            fmt = detect_format(head) or ""
+            if not fmt:
+                first_no, first = next((n, ln) for n, ln in enumerate(head, 1) if ln.strip())
+                raise self.err.fatal(first_no, f"unknown header {first.strip()[:80]!r}: expected {expected()}")
+        if fmt not in FORMATS:
+            raise LogFormatError(f"{self.path}: unknown log format {fmt!r} (one of: auto, {', '.join(FORMATS)})")
+        return fmt, itertools.chain(head, lines)
+
+    # -- what has been learnt so far
+
+    @property
+    def devices(self) -> list[DeviceInfo]:
+        return [self.found[k] for k in sorted(self.found, key=gpu_sort_key)]
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(self.nodes_found)
+
+    @property
+    def errors(self) -> list[LogError]:
+        return sorted(self.err.items, key=lambda e: e.line)
+
+    @property
+    def error_count(self) -> int:
+        return self.err.count
+
+    @property
+    def fraction(self) -> float:
+        """Share of the file read so far (0 when the size is unknown)."""
+        if self.done:
+            return 1.0
+        if not self.size or self._fh.closed:
+            return 0.0
+        try:
+            return min(1.0, os.lseek(self._fh.fileno(), 0, os.SEEK_CUR) / self.size)
+        except OSError:
+            return 0.0
+
+    def warnings(self) -> list[str]:
+        """One line per kind of timestamp trouble, with counts and the first lines."""
+        out = []
+        for n, lines, what in (
+                (self.n_backwards, self.backwards,
+                 "a GPU's timestamp goes backwards; the clock is taken to have stepped back and the rows after it "
+                 "are kept in order after the earlier ones"),
+                (self.n_repeats, self.repeats,
+                 "a row repeats its GPU's previous timestamp; the repeat is dropped")):
+            if n:
+                more = f" and {n - len(lines)} more" if n > len(lines) else ""
+                out.append(f"{self.path}: {n} time(s) {what} (line {', '.join(map(str, lines))}{more})")
+        return out
+
+    def close(self) -> None:
+        self._fh.close()
+
+    # -- reading
+
+    def _lines(self) -> Iterator[str]:
+        fh = self._fh
+        while True:
+            line = fh.readline(MAX_LINE + 1)
+            if not line:
+                return
+            self._line_no += 1
+            self.chars_read += len(line)
+            if len(line) > MAX_LINE and not line.endswith(("\n", "\r")):
+                raise self.err.fatal(self._line_no, f"a line longer than {MAX_LINE >> 20} MiB characters: "
+                                                     "not a text log")
+            # a byte-order mark (the file's, or one of a log appended to it) is no data
+            yield line.rstrip("\r\n").lstrip("\ufeff")
+
+    def records(self) -> Iterator[Record]:
+        """Every usable record, ordered by time (file order on ties)."""
+        try:
+            parsed = FORMATS[self.format].read(self._all_lines, self.err, self.interval, self)
+            n = 0
+            for rec in self._in_order(self._clock_steps(parsed)):
+                if self.start is None:
+                    self.start = rec.t
+                self.end = rec.t
+                n += 1
+                yield rec
+            if not n:
+                first_err = self.err.items[0] if self.err.items else None
+                why = f" (first problem: line {first_err.line}: {first_err.message})" if first_err else ""
+                raise self.err.fatal(0, f"no usable {self.format} rows{why}")
+            self.done = True
+        finally:
+            self.close()
+
+    def _clock_steps(self, recs: Iterable[Record]) -> Iterator[Record]:
+        """File order -> a clock that never steps back by more than REORDER_S.
+
+        A GPU's own rows are in time order in any real log; one going back by more
+        than the reorder window is a clock stepped back (NTP, a restart with another
+        zone): the rest of the file is moved so that row follows the GPU's previous one
+        by that GPU's last step, as if the clock had not moved. Sorting them in instead
+        would interleave two stretches of the run and change what it looks like."""
+        last: dict[str, float] = {}
+        step: dict[str, float] = {}
+        offset = 0.0
+        latest = -math.inf
+        for r in recs:
+            if r.gpu not in last and len(last) >= MAX_GPUS:
+                self.found.pop(r.gpu, None)
+                self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
+                continue
+            t = r.t + offset
+            prev = last.get(r.gpu)
+            if prev is not None and t < prev:
+                self._note_backwards(r.line)
+                if t < prev - REORDER_S:
+                    shift = max(latest, prev) - t + step.get(r.gpu, self.interval)
+                    offset += shift
+                    t += shift
+            if offset:
+                r = r.moved(t - r.t)
+            if prev is not None and t > prev:
+                step[r.gpu] = t - prev
+            last[r.gpu] = max(t, prev) if prev is not None else t
+            latest = max(latest, t)
+            yield r
+
+    def _in_order(self, recs: Iterable[Record]) -> Iterator[Record]:
+        """Time order within REORDER_S of recorded time; then one record per GPU and
+        instant (a repeated timestamp is a duplicated row)."""
+        heap: list[tuple[float, int, Record]] = []
+        latest = -math.inf
+        last: dict[str, float] = {}
+        failed: LogFormatError | None = None
+        try:
+            for seq, r in enumerate(recs):
+                heapq.heappush(heap, (r.t, seq, r))
+                latest = max(latest, r.t)
+                while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
+                    out = self._once(heapq.heappop(heap)[2], last)
+                    if out is not None:
+                        yield out
+        except LogFormatError as e:     # a cap hit: what was read before it still counts
+            failed = e
+        while heap:
+            out = self._once(heapq.heappop(heap)[2], last)
+            if out is not None:
+                yield out
+        if failed is not None:
+            raise failed
+
+    def _once(self, r: Record, last: dict[str, float]) -> Record | None:
+        prev = last.get(r.gpu)
+        if prev is not None and r.t <= prev:
+            if r.t == prev:
+                self.n_repeats += 1
+                if len(self.repeats) < SHOW_LINES:
+                    self.repeats.append(r.line)
+            else:           # only past REORDER_MAX: too far back to sort in
+                self._note_backwards(r.line)
+            return None
+        last[r.gpu] = r.t
+        return r
+
+    def _note_backwards(self, line: int) -> None:
+        self.n_backwards += 1
+        if len(self.backwards) < SHOW_LINES:
+            self.backwards.append(line)
+
+
+def read_log(path: str, fmt: str = "auto", interval: float = 1.0) -> RecordedRun:
+    """Read a whole recorded log into memory (tools and tests; replay and the report
+    stream it through LogStream). `interval` spaces instants when the log has no clock.
+
+    Raises LogFormatError (one line, naming file and line) when nothing in it can be
+    replayed; every lesser problem is in RecordedRun.errors and the rest is kept."""
+    stream = LogStream(path, fmt, interval)
+    records = list(stream.records())
+    return RecordedRun(path=path, format=stream.format, devices=stream.devices, records=records,
+                       errors=stream.errors, error_count=stream.error_count, timed=stream.timed,
+                       has_sm_active=stream.has_sm_active, nodes=stream.nodes, warnings=stream.warnings())
+
+
+__all__ = ["FORMATS", "LogError", "LogFormatError", "LogStream", "Record", "RecordedRun", "read_log", "detect_format"]

@@ -1,0 +1,137 @@
+"""The package's import graph: no circle, and the HTTP server library imported only by
+gpulse/http/. Read from the source (ast), so a deferred import inside a function
+counts as much as one at the top: a circle hidden in a function is still a circle."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PKG = ROOT / "exporter" / "gpulse"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in sorted(PKG.rglob("*.py")):
+        parts = ("gpulse",) + p.relative_to(PKG).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = p
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> list[tuple[str, int]]:
+    """(imported name, line) for every import in the module, relative ones resolved;
+    not those under `if TYPE_CHECKING:`, which never run."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
+                   for stmt in node.body for n in ast.walk(stmt)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            for a in node.names:
+                sub = f"{base}.{a.name}"
+                out.append((sub if sub in MODULES else base, node.lineno))
+    return out
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def graph() -> dict[str, set[str]]:
+    return {m: {dep for dep, _ in _imports(m, p) if dep in MODULES and dep != m} for m, p in MODULES.items()}
+
+
+def find_cycle(g: dict[str, set[str]]) -> list[str] | None:
+    """One circle of the graph as [a, b, ..., a], or None."""
+    state: dict[str, int] = {}      # 1 on the path, 2 done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for d in sorted(g[m]):
+            if state.get(d) == 1:
+                return path[path.index(d):] + [d]
+            if d not in state and (c := visit(d)):
+                return c
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(g):
+        if m not in state and (c := visit(m)):
+            return c
+    return None
+
+
+def test_finder_sees_a_circle():
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_graph_sees_relative_and_deferred_imports():
+    g = graph()
+    assert "gpulse.sources.dcgm.fields" in g["gpulse.sources.recorded.dcgm"]      # from ..dcgm.fields import
+    assert "gpulse.sources.recorded.dcgm" in g["gpulse.sources.recorded.formats"]  # from . import dcgm
+    assert "gpulse.sources.recorded.stream" not in g["gpulse.sources.recorded.dcgm"]  # only if TYPE_CHECKING
+    assert "gpulse.attribution" in g["gpulse.runtime"]                 # inside a function
+    assert len(g) > 50
+
+
+def test_no_import_circle():
+    cycle = find_cycle(graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+@pytest.mark.parametrize("library", ["tornado"])
+def test_server_library_only_in_http(library):
+    outside = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items() if not m.startswith("gpulse.http")
+               for dep, line in _imports(m, p) if dep == library or dep.startswith(library + ".")]
+    assert outside == []
+    assert any(dep.startswith(library) for m, p in MODULES.items() if m.startswith("gpulse.http")
+               for dep, _ in _imports(m, p)), f"gpulse/http/ no longer imports {library}: update this test"
+
+
+def test_test_support_stays_out_of_the_wheel():
+    """testing/ (fake kubelet, fake API server) is found by the tests, not by the
+    wheel's package discovery, and nothing in gpulse needs it."""
+    import tomllib
+
+    from setuptools import find_packages
+    root = PKG.parents[1]
+    find = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = find_packages(str(root / find["where"][0]))
+    assert "gpulse" in shipped and "gpulse.attribution" in shipped
+    assert [p for p in shipped if not p.startswith("gpulse")] == []
+    assert (root / "testing" / "fakekube.py").exists()
+    uses = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items()
+            for dep, line in _imports(m, p) if dep.split(".")[0] in ("testing", "tests", "conftest")]
+    assert uses == []
+
+
+def test_routes_read_only_what_the_sampler_publishes():
+    """The HTTP layer and the exposition read the Snapshot and health(), never the
+    sampler's engine, lock or the engine's trackers."""
+    private = {"engine", "lock", "trackers"}
+    reach = [f"{p.relative_to(PKG)}:{n.lineno} .{n.attr}" for m, p in MODULES.items()
+             if m.startswith("gpulse.http") or m == "gpulse.collector"
+             for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Attribute) and n.attr in private]
+    assert reach == []
