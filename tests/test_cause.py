@@ -42,11 +42,12 @@ def throttle(**reasons):
 def test_contract_names():
     assert CAUSES == ("throttling", "degraded_hardware", "more_work", "off_gpu", "unknown")
     assert set(REMEDIES) == set(CAUSES)
-    assert "rebalance" in REMEDIES["more_work"].lower() and "not more gpus" in REMEDIES["more_work"].lower()
+    assert "rebalance" in REMEDIES["more_work"] and "more GPUs or overclocking will not help" in REMEDIES["more_work"]
     for c in ("throttling", "degraded_hardware"):
         assert "rebalance" not in REMEDIES[c].lower().replace("do not rebalance", "")
     assert "dcgmi diag" in REMEDIES["degraded_hardware"]
     assert Verdict("off_gpu", (), ()).remedy == REMEDIES["off_gpu"]
+    assert Verdict("unknown", (), ("sm_clock",)).remedy.endswith("(missing here: sm_clock)")
 
 
 def test_thermal_throttling_with_its_evidence():

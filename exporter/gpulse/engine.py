@@ -135,6 +135,11 @@ class Engine:
         # per straggler candidate: (start of its deviating run, every group member's
         # cause signals then); the span's aggregates are now minus then
         self._marks: dict[str, tuple[float, dict[str, list[float]]]] = {}
+        # per confirmed straggler: (ticks until it is judged again, verdict). Once per
+        # analysis window: a span is at least straggler_min_span_seconds long, so a
+        # window more changes its figures little, and judging every tick would cost
+        # as much as the rest of the tick
+        self._verdicts: dict[str, tuple[int, cause.Verdict]] = {}
         self.call_errors: dict[str, int] = {}
         self.source_events: dict[tuple[str, str], int] = {}
         self.last_success_wall: float | None = None
@@ -350,6 +355,7 @@ class Engine:
             ))
         for k in [k for k in self._marks if k not in deviations or self.gpus[k].persistence.since is None]:
             del self._marks[k]
+            self._verdicts.pop(k, None)
         for gone in set(self.trackers) - set(members):   # the job ended: its series go too
             del self.trackers[gone]
             self._rhythm.pop(gone, None)
@@ -390,9 +396,16 @@ class Engine:
         if mark is None or mark[0] != since:
             mark = self._marks[k] = (since, {p: list(self.gpus[p].signals) for p in peers})
         if not confirmed:
+            self._verdicts.pop(k, None)
             return None
+        cached = self._verdicts.get(k)
+        if cached is not None and cached[0] > 0:
+            self._verdicts[k] = (cached[0] - 1, cached[1])
+            return cached[1]
         now = {p: self.gpus[p].signals for p in peers if p in mark[1]}
-        return cause.verdict(mark[1], now, k, list(now), self.power_averaged())
+        v = cause.verdict(mark[1], now, k, list(now), self.power_averaged())
+        self._verdicts[k] = (self.window_ticks - 1, v)
+        return v
 
     def history(self) -> dict[str, list[tuple[float, float | None, float | None]]]:
         """Per-GPU (t, busy, active) per tick — a copy, for the live page."""

@@ -38,17 +38,19 @@ from .thresholds import value
 
 CAUSES = ("throttling", "degraded_hardware", "more_work", "off_gpu", "unknown")
 
+# lower-case, no final stop: the report writes "Remedy: <remedy>."
 REMEDIES: dict[str, str] = {
-    "throttling": "Drain or cool the node: check the power cap, cooling and airflow of this GPU "
-                  "(do not rebalance the work; the GPU is slowed, not overloaded).",
-    "degraded_hardware": "Drain the node, run diagnostics (dcgmi diag -r 3), then reset or replace the GPU "
-                         "(do not rebalance the work onto a failing part).",
-    "more_work": "Rebalance the work: data or sequence-length bucketing, pipeline-stage or tensor-parallel "
-                 "sizing, dynamic load balancing (not more GPUs, not overclocking).",
-    "off_gpu": "Move host-side work (checkpointing, data loading, preprocessing) off the critical path: "
-               "make it asynchronous or spread it across ranks.",
-    "unknown": "The signals do not support a verdict: collect the missing signals named in the finding "
-               "(throttle reasons, SM clock, instant power) and look again.",
+    "throttling": "drain or cool the node: check this GPU's power cap, cooling and airflow (do not rebalance "
+                  "the work: the GPU is slowed, not overloaded)",
+    "degraded_hardware": "drain the node, run diagnostics (dcgmi diag -r 3), then reset or replace the GPU "
+                         "(do not rebalance the work onto a failing part)",
+    "more_work": "rebalance the work: data or sequence-length bucketing, pipeline-stage or tensor-parallel "
+                 "sizing, dynamic load balancing; more GPUs or overclocking will not help",
+    "off_gpu": "move the host-side work off the critical path: asynchronous checkpointing, more data-loader "
+               "workers and prefetching, or spread the host-side preprocessing over all ranks",
+    "unknown": "record the missing signals (throttle reasons: nvidia-smi clocks_event_reasons_counters.*; SM "
+               "clock: clocks.current.sm; power.draw.instant) and look again; meanwhile check clocks, throttling, "
+               "temperature and PCIe/NVLink errors before rebalancing",
 }
 
 # thermal or power reasons: the GPU is slowed to protect itself or to stay in its budget
@@ -76,6 +78,8 @@ class Verdict:
 
     @property
     def remedy(self) -> str:
+        if self.cause == "unknown" and self.missing:
+            return f"{REMEDIES['unknown']} (missing here: {', '.join(self.missing)})"
         return REMEDIES[self.cause]
 
 
@@ -292,3 +296,16 @@ def verdict(start: Mapping[str, Sequence[float]] | None, end: Mapping[str, Seque
     def agg(k: str) -> Aggregate:
         return aggregate(start.get(k) if start is not None else None, end[k])
     return classify(agg(gpu), [agg(k) for k in peers if k != gpu and k in end], power_averaged)
+
+
+def span_verdict(stretches: Mapping[str, Sequence[tuple[Sequence[float] | None, Sequence[float]]]],
+                 gpu: str, power_averaged: bool = False) -> Verdict:
+    """classify() of `gpu` over several stretches (a straggler's spans): per GPU of
+    the group, one (start, end) vector pair per stretch; the stretches add up."""
+    def agg(pairs: Sequence[tuple[Sequence[float] | None, Sequence[float]]]) -> Aggregate:
+        total = [0.0] * len(SLOTS)
+        for start, end in pairs:
+            for i, e in enumerate(end):
+                total[i] += e - (start[i] if start is not None else 0.0)
+        return aggregate(None, total)
+    return classify(agg(stretches[gpu]), [agg(v) for k, v in stretches.items() if k != gpu], power_averaged)
