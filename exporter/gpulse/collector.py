@@ -89,6 +89,10 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
             f.gauge("gpulse_gpu_straggler", "1 while the detection model confirms this GPU as a straggler "
                     "(deviating beyond straggler_z for straggler_min_span_seconds), else 0.", lab,
                     1.0 if v.straggler is not None else 0.0)
+            if v.cause is not None:
+                f.gauge("gpulse_gpu_straggler_cause", "1 for the cause the detection model gives a confirmed "
+                        "straggler (label cause: throttling, degraded_hardware, more_work, off_gpu, unknown); "
+                        "absent for other GPUs.", {**lab, "cause": v.cause.cause}, 1)
         if v.last_sample_wall is not None:
             f.gauge("gpulse_gpu_last_sample_timestamp_seconds", "Unix time of this GPU's latest sample.", lab, v.last_sample_wall)
         for kind, values, catalog in (("gauge", v.gauges, GAUGES), ("counter", v.counters, COUNTERS)):

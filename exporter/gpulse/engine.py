@@ -18,6 +18,7 @@ from statistics import median
 
 from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
                        load_balance, peer_deviation, spin_gate_watts)
+from .analysis import cause
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
 from .analysis.verdict import STRAGGLER_Z, Persistence, straggler_signal
@@ -47,6 +48,8 @@ class GpuView:
     last_sample_wall: float | None
     # (signal, z) while the GPU is a confirmed straggler (analysis.verdict), else None
     straggler: tuple[str, float] | None = None
+    # why, while it is one (analysis.cause over its span against its peers)
+    cause: cause.Verdict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history", "spacing", "persistence", "prev_sample", "edges", "sharp")
+                 "history", "spacing", "persistence", "prev_sample", "edges", "sharp", "signals")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -107,6 +110,8 @@ class _Gpu:
         self.prev_sample: Sample | None = None
         self.edges = 0
         self.sharp = 0
+        # cumulative cause signals (analysis.cause.accumulate), one update per tick
+        self.signals = cause.new_vector()
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
 
@@ -127,6 +132,14 @@ class Engine:
         self.gpus: dict[str, _Gpu] = {}
         self.trackers: dict[str, StallTracker] = {}
         self._rhythm: dict[str, tuple[int, tuple[float, float] | None]] = {}   # per group: (changes, rhythm)
+        # per straggler candidate: (start of its deviating run, every group member's
+        # cause signals then); the span's aggregates are now minus then
+        self._marks: dict[str, tuple[float, dict[str, list[float]]]] = {}
+        # per confirmed straggler: (ticks until it is judged again, verdict). Once per
+        # analysis window: a span is at least straggler_min_span_seconds long, so a
+        # window more changes its figures little, and judging every tick would cost
+        # as much as the rest of the tick
+        self._verdicts: dict[str, tuple[int, cause.Verdict]] = {}
         self.call_errors: dict[str, int] = {}
         self.source_events: dict[tuple[str, str], int] = {}
         self.last_success_wall: float | None = None
@@ -266,6 +279,7 @@ class Engine:
             g.win.add(tick)
             while len(g.window) > self.window_ticks:
                 g.win.sub(g.window.popleft())
+            cause.accumulate(g.signals, g.totals, g.gauges, g.counters)
             g.history.append((self.t or 0.0,
                               tick.busy / tick.sampled if tick.sampled > 0 else None,
                               tick.active / tick.sampled if tick.sampled > 0 else None))
@@ -279,6 +293,7 @@ class Engine:
 
         groups: list[GroupView] = []
         deviations: dict[str, tuple[float, float]] = {}
+        verdicts: dict[str, cause.Verdict] = {}
         for workload, keys in sorted(members.items()):
             up = [self.gpus[k] for k in keys if self.gpus[k].up]
             tracker = self.trackers.get(workload)
@@ -321,7 +336,11 @@ class Engine:
                     if ma is None:
                         mb, ma = median(busy.values()), median(active.values())
                     flag = straggler_signal(za, zb, active[k] - ma, busy.get(k, mb) - mb)
-                    deviations[k] = (zb, za, pers.update(self.t or 0.0, self.cfg.analysis_interval, flag))
+                    confirmed = pers.update(self.t or 0.0, self.cfg.analysis_interval, flag)
+                    deviations[k] = (zb, za, confirmed)
+                    v = self._cause(k, pers.since, list(active), confirmed is not None)
+                    if v is not None:
+                        verdicts[k] = v
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -334,6 +353,9 @@ class Engine:
                 load_balance=lb,
                 stall_period=self._period(workload, tracker),
             ))
+        for k in [k for k in self._marks if k not in deviations or self.gpus[k].persistence.since is None]:
+            del self._marks[k]
+            self._verdicts.pop(k, None)
         for gone in set(self.trackers) - set(members):   # the job ended: its series go too
             del self.trackers[gone]
             self._rhythm.pop(gone, None)
@@ -358,11 +380,32 @@ class Engine:
                 counters=g.counters,
                 last_sample_wall=g.last_wall,
                 straggler=dev[2] if dev else None,
+                cause=verdicts.get(k),
             ))
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),
                         call_errors=dict(self.call_errors), source_events=dict(self.source_events),
                         last_success_wall=self.last_success_wall)
+
+    def _cause(self, k: str, since: float | None, peers: list[str], confirmed: bool) -> cause.Verdict | None:
+        """Mark the group's cause signals when GPU k starts deviating; while it is a
+        confirmed straggler, the verdict over the span since then."""
+        if since is None:
+            return None
+        mark = self._marks.get(k)
+        if mark is None or mark[0] != since:
+            mark = self._marks[k] = (since, {p: list(self.gpus[p].signals) for p in peers})
+        if not confirmed:
+            self._verdicts.pop(k, None)
+            return None
+        cached = self._verdicts.get(k)
+        if cached is not None and cached[0] > 0:
+            self._verdicts[k] = (cached[0] - 1, cached[1])
+            return cached[1]
+        now = {p: self.gpus[p].signals for p in peers if p in mark[1]}
+        v = cause.verdict(mark[1], now, k, list(now), self.power_averaged())
+        self._verdicts[k] = (self.window_ticks - 1, v)
+        return v
 
     def history(self) -> dict[str, list[tuple[float, float | None, float | None]]]:
         """Per-GPU (t, busy, active) per tick — a copy, for the live page."""

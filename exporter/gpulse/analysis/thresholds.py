@@ -117,6 +117,17 @@ _TABLE = (
               "whole-run imbalance of real work worth a report finding"),
     Threshold("imbalance_high_ratio", 0.7, "ratio",
               "whole-run imbalance that makes the finding high severity"),
+    # -- straggler cause (analysis/cause.py) ------------------------------------
+    Threshold("cause_throttle_share_ratio", 0.1, "ratio",
+              "a throttle reason holding the straggler's clocks this share of its span more than its peers' is a cause"),
+    Threshold("cause_clock_gap_ratio", 0.05, "ratio",
+              "an SM clock this share below the peers' median is held down"),
+    Threshold("cause_temperature_gap_ratio", 0.1, "ratio",
+              "a temperature this share above the peers' median is at the thermal limit"),
+    Threshold("cause_power_limit_ratio", 0.95, "ratio",
+              "mean power at or above this share of the power limit is at the limit"),
+    Threshold("cause_pcie_replays_count", 10, "count",
+              "PCIe replays within a straggler span this many more than its peers' make a degraded link"),
     # -- paging (read by the generated Prometheus rules) -----------------------
     Threshold("stall_page_ratio", 0.10, "ratio",
               "share of the last 2 minutes a group spends in sync stalls before GpulseSyncStalls pages"),

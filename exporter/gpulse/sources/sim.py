@@ -13,11 +13,25 @@ utilisation it reaches while computing) and, at any instant, one of four states:
 
 Scenarios set the work levels and the timing of stalls and checkpoints; see
 SCENARIOS. `Scenario` is public so benchmarks can build labelled variants.
+
+The straggler-cause scenarios (`slow_cause` set) run in steps: every GPU computes
+for `peer_share` of each `step`, then spin-waits in the all-reduce until the slow GPU
+(`slow_gpu`) is done at `slow_share`. How the slow GPU is slow shows in the telemetry
+a real one would report (analysis/cause.py reads it):
+
+    throttled    SM clock 1410 MHz, hw_thermal and sw_power_cap time while it
+                 computes, power at its limit, running hot
+    hw-slowdown  SM clock 1200 MHz, hw_slowdown time, no thermal or power reason
+    link-errors  clocks as its peers, PCIe replays and corrected ECC errors rising
+    more-work    everything as its peers: it just has more to compute per step
+    off-gpu      off the GPU (checkpoint, data loading) for the first
+                 1 - peer_share of each step, then computing; the peers spin-wait
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from ..catalog import THROTTLE_REASONS
 from ..model import DeviceInfo, PollResult, Reading, Sample
 from .base import Source
 
@@ -48,6 +62,12 @@ class Scenario:
     lost_gpu: int | None = None
     lost_after: float = 0.0
     running: bool = True                   # False: no job at all (memory released)
+    # straggler-cause scenarios (see module doc)
+    slow_cause: str = ""
+    slow_gpu: int = 3
+    step: float = 2.0
+    peer_share: float = 0.55
+    slow_share: float = 0.95
 
 
 # Periods are chosen so a test sees several cycles in a few seconds (sync-stall) or
@@ -60,7 +80,20 @@ SCENARIOS: dict[str, Scenario] = {
     "checkpoint": Scenario("checkpoint", level=0.97, ckpt_period=30.0, ckpt_length=15.0, ckpt_offset=10.0),
     "gpu-lost": Scenario("gpu-lost", level=0.93, lost_gpu=-1, lost_after=10.0),
     "idle": Scenario("idle", running=False),
+    "straggler-throttled": Scenario("straggler-throttled", slow_cause="throttled"),
+    "straggler-hw-slowdown": Scenario("straggler-hw-slowdown", slow_cause="hw-slowdown"),
+    "straggler-link-errors": Scenario("straggler-link-errors", slow_cause="link-errors"),
+    "straggler-more-work": Scenario("straggler-more-work", slow_cause="more-work"),
+    "straggler-off-gpu": Scenario("straggler-off-gpu", slow_cause="off-gpu", peer_share=0.4),
 }
+
+# the slow GPU's SM clock while it computes, by cause (MHz); peers run at BOOST_MHZ
+SLOW_MHZ = {"throttled": 1410, "hw-slowdown": 1200}
+BOOST_MHZ = 1980
+# clock-event reasons the slow GPU reports while it computes, by cause
+SLOW_REASONS = {"throttled": ("hw_thermal", "sw_power_cap"), "hw-slowdown": ("hw_slowdown",)}
+PCIE_REPLAYS_PER_S = 40.0    # link-errors: a marginal link retries constantly
+ECC_CORRECTED_PER_S = 0.5
 
 IDLE_W = 70.0
 SPIN_W = 150.0
@@ -92,6 +125,10 @@ class SimSource(Source):
         self.last_t: float | None = None
         self.energy = [0.0] * self.n
         self.idle_throttle = [0.0] * self.n
+        # straggler-cause scenarios: every reason counted, and the link's error counters
+        self.throttle = [dict.fromkeys(THROTTLE_REASONS, 0.0) for _ in range(self.n)]
+        self.replays = [0.0] * self.n
+        self.ecc = [0.0] * self.n
         self.lost_reported = False
 
     def open(self) -> list[DeviceInfo]:
@@ -118,6 +155,13 @@ class SimSource(Source):
         sc = self.sc
         if not sc.running:
             return "none"
+        if sc.slow_cause:
+            phase = rel % sc.step / sc.step
+            if i != sc.slow_gpu:
+                return "compute" if phase < sc.peer_share else "spin"
+            if sc.slow_cause == "off-gpu":
+                return "off" if phase < 1 - sc.peer_share else "compute"
+            return "compute" if phase < sc.slow_share else "spin"
         if sc.ckpt_period and (rel - sc.ckpt_offset) >= 0:
             if (rel - sc.ckpt_offset) % sc.ckpt_period < sc.ckpt_length:
                 return "off" if i == 0 else "spin"
@@ -141,6 +185,8 @@ class SimSource(Source):
         if st == "compute":
             util = min(1.0, max(0.0, self.level_of(i) + noise))
             power = IDLE_W + util * (LIMIT_W - IDLE_W) * 0.85
+            if i == self.sc.slow_gpu and self.sc.slow_cause == "throttled":
+                power = LIMIT_W - 4 * _unit(self.seed, i, k, 2)   # held at its cap
         elif st == "dip":
             util = self.sc.dip_level + noise
             power = IDLE_W + util * (LIMIT_W - IDLE_W) * 0.85
@@ -176,7 +222,7 @@ class SimSource(Source):
             if idle:
                 self.idle_throttle[i] += dt
             temp = 32 + 48 * ((s.power_w or IDLE_W) - IDLE_W) / (LIMIT_W - IDLE_W)
-            readings.append(Reading(
+            reading = Reading(
                 str(i), samples=[s],
                 gauges={
                     "memory_used_bytes": s.memory_used_bytes or 0.0,
@@ -185,12 +231,37 @@ class SimSource(Source):
                     "power_limit_watts": LIMIT_W,
                     "temperature_celsius": round(temp, 1),
                     "memory_temperature_celsius": round(temp + 4, 1),
-                    "sm_clock_hertz": (345 if idle else 1980) * MHZ,
+                    "sm_clock_hertz": (345 if idle else BOOST_MHZ) * MHZ,
                     "memory_clock_hertz": 2619 * MHZ,
                 },
                 counters={
                     "energy_joules_total": self.energy[i],
                     "throttle_seconds_total": {("gpu_idle",): self.idle_throttle[i]},
                 },
-            ))
+            )
+            if self.sc.slow_cause:
+                self._slow_signals(i, reading, idle, dt, rel)
+            readings.append(reading)
         return PollResult(readings)
+
+    def _slow_signals(self, i: int, r: Reading, idle: bool, dt: float, rel: float) -> None:
+        """What the slow GPU of a straggler-cause scenario reports (see module doc)."""
+        sc = self.sc
+        thr = self.throttle[i]
+        thr["gpu_idle"] = self.idle_throttle[i]
+        slow = i == sc.slow_gpu
+        computing = self.state(i, rel) == "compute"
+        if slow and computing:
+            for reason in SLOW_REASONS.get(sc.slow_cause, ()):
+                thr[reason] += dt
+            if sc.slow_cause in SLOW_MHZ:
+                r.gauges["sm_clock_hertz"] = SLOW_MHZ[sc.slow_cause] * MHZ
+            if sc.slow_cause == "throttled":
+                r.gauges["temperature_celsius"] = round(r.gauges["temperature_celsius"] + 8, 1)
+        if slow and sc.slow_cause == "link-errors":
+            self.replays[i] += PCIE_REPLAYS_PER_S * dt
+            self.ecc[i] += ECC_CORRECTED_PER_S * dt
+        r.counters["throttle_seconds_total"] = {(k,): v for k, v in thr.items()}
+        r.counters["pcie_replays_total"] = float(int(self.replays[i]))
+        r.counters["ecc_errors_total"] = {("corrected",): float(int(self.ecc[i])), ("uncorrected",): 0.0}
+        r.gauges["remapping_pending"] = 0.0

@@ -1,0 +1,311 @@
+"""Why a straggler is slow: its own signals over its span against its peers'.
+
+Pure and clock-free. The engine (live) and the report (afterwards) keep, per GPU, a
+cumulative signal vector (`accumulate`, one call per analysis tick); the difference
+of two vectors is the GPU's `Aggregate` over that stretch (`aggregate`), and
+`classify` compares the straggler's aggregate with its peers' (median) to name the
+cause. Every number comes from analysis/thresholds.py; docs/activity.md ("Why a
+straggler is slow") states the rules.
+
+Rules, first match wins (a throttled or degraded GPU is never told to rebalance):
+  throttling         a thermal or power throttle reason held its clocks down for
+                     >= cause_throttle_share_ratio of the span more than its peers';
+                     without throttle reasons from the source: SM clock below the
+                     peers by cause_clock_gap_ratio with temperature or power at the limit
+  degraded_hardware  hw_slowdown that share more than peers, a row remapping pending,
+                     uncorrectable ECC errors or XID errors in the span, PCIe replays
+                     rising by cause_pcie_replays_count more than peers', or (hot, with
+                     throttle reasons known) SM clock below peers with no reason set
+  (then by direction: busy below the peers' median by straggler_gap_ratio is cold,
+   busy or active above it is hot, active below it with busy level is light)
+  off_gpu            cold while the peers spin-wait (>= spin_wait_share_ratio of their
+                     busy time): its rank is busy off the GPU and the others wait
+  more_work          hot with clocks in line (throttle reasons known, or SM clock
+                     within cause_clock_gap_ratio of peers): busy longer per step; or
+                     cold/light while peers really compute: it gets less work
+  unknown            otherwise; `missing` names what would decide it (throttle_reasons,
+                     sm_clock, instant_power when 1 s-averaged power hides spin-waiting)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import median
+from typing import Any, Mapping, Sequence
+
+from ..catalog import THROTTLE_REASONS
+from .thresholds import value
+
+CAUSES = ("throttling", "degraded_hardware", "more_work", "off_gpu", "unknown")
+
+# lower-case, no final stop: the report writes "Remedy: <remedy>."
+REMEDIES: dict[str, str] = {
+    "throttling": "drain or cool the node: check this GPU's power cap, cooling and airflow (do not rebalance "
+                  "the work: the GPU is slowed, not overloaded)",
+    "degraded_hardware": "drain the node, run diagnostics (dcgmi diag -r 3), then reset or replace the GPU "
+                         "(do not rebalance the work onto a failing part)",
+    "more_work": "rebalance the work: data or sequence-length bucketing, pipeline-stage or tensor-parallel "
+                 "sizing, dynamic load balancing; more GPUs or overclocking will not help",
+    "off_gpu": "move the host-side work off the critical path: asynchronous checkpointing, more data-loader "
+               "workers and prefetching, or spread the host-side preprocessing over all ranks",
+    "unknown": "record the missing signals (throttle reasons: nvidia-smi clocks_event_reasons_counters.*; SM "
+               "clock: clocks.current.sm; power.draw.instant) and look again; meanwhile check clocks, throttling, "
+               "temperature and PCIe/NVLink errors before rebalancing",
+}
+
+# thermal or power reasons: the GPU is slowed to protect itself or to stay in its budget
+THERMAL_POWER = ("sw_power_cap", "sw_thermal", "hw_thermal", "hw_power_brake")
+
+# The cumulative vector, one slot per name. busy..sampled: the engine's integrals
+# (seconds); *_n: ticks a gauge was present, with its sum beside it; counters as the
+# source counts them (NaN while the source has not reported the family).
+SLOTS = (("busy", "active", "spin_wait", "sampled",
+          "clock_n", "clock", "temp_n", "temp", "power_n", "power", "limit_n", "limit",
+          "pending_n", "pending", "pcie_replays", "ecc_uncorrected", "xid")
+         + tuple("thr:" + r for r in THROTTLE_REASONS))
+_I = {n: i for i, n in enumerate(SLOTS)}
+_GAUGES = (("clock", "sm_clock_hertz"), ("temp", "temperature_celsius"), ("power", "power_watts"),
+           ("limit", "power_limit_watts"), ("pending", "remapping_pending"))
+_THR0 = _I["thr:" + THROTTLE_REASONS[0]]
+NAN = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    cause: str
+    evidence: tuple[str, ...]
+    missing: tuple[str, ...]
+
+    @property
+    def remedy(self) -> str:
+        if self.cause == "unknown" and self.missing:
+            return f"{REMEDIES['unknown']} (missing here: {', '.join(self.missing)})"
+        return REMEDIES[self.cause]
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """One GPU over one stretch; None where the source did not report the signal."""
+    busy: float | None = None          # share of the sampled time
+    active: float | None = None
+    spin_wait: float | None = None
+    seconds: float = 0.0               # sampled seconds
+    sm_clock_hz: float | None = None   # means over the stretch's ticks
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    remapping_pending: bool | None = None
+    pcie_replays: float | None = None  # counted within the stretch
+    ecc_uncorrected: float | None = None
+    xid: float | None = None
+    throttle: Mapping[str, float] | None = None   # seconds by reason; None: no reasons from the source
+
+
+def new_vector() -> list[float]:
+    v = [0.0] * len(SLOTS)
+    for n in ("pcie_replays", "ecc_uncorrected", "xid") + tuple("thr:" + r for r in THROTTLE_REASONS):
+        v[_I[n]] = NAN
+    return v
+
+
+def accumulate(v: list[float], totals: Any, gauges: Mapping[str, Any], counters: Mapping[str, Any]) -> None:
+    """Bring a GPU's vector up to this tick: `totals` its cumulative Integrals,
+    `gauges`/`counters` its latest Reading values (catalog keys)."""
+    v[0], v[1], v[2], v[3] = totals.busy, totals.active, totals.spin_wait, totals.sampled
+    for slot, key in _GAUGES:
+        x = gauges.get(key)
+        if x is not None:
+            i = _I[slot]
+            v[i - 1] += 1.0
+            v[i] += x
+    x = counters.get("pcie_replays_total")
+    if x is not None and not isinstance(x, dict):
+        v[_I["pcie_replays"]] = x
+    ecc = counters.get("ecc_errors_total")
+    if isinstance(ecc, dict):
+        v[_I["ecc_uncorrected"]] = ecc.get(("uncorrected",), 0.0)
+    xid = counters.get("xid_errors_total")
+    if isinstance(xid, dict):
+        v[_I["xid"]] = sum(xid.values())
+    thr = counters.get("throttle_seconds_total")
+    if isinstance(thr, dict):
+        for j, r in enumerate(THROTTLE_REASONS):
+            v[_THR0 + j] = thr.get((r,), 0.0)
+
+
+def aggregate(start: Sequence[float] | None, end: Sequence[float]) -> Aggregate:
+    """The stretch between two vectors of one GPU (start None: since the beginning)."""
+    d = [e - (s if start is not None else 0.0) for s, e in zip(start or [0.0] * len(end), end)]
+    sampled = d[3]
+
+    def share(i: int) -> float | None:
+        return d[i] / sampled if sampled > 0 else None
+
+    def mean(slot: str) -> float | None:
+        i = _I[slot]
+        return d[i] / d[i - 1] if d[i - 1] > 0 else None
+
+    def count(slot: str) -> float | None:
+        i = _I[slot]
+        if math.isnan(end[i]):
+            return None
+        if start is not None and math.isnan(start[i]):
+            # a family that appears only with its first event (XID) counted from zero
+            return end[i] if slot == "xid" else None
+        return max(0.0, d[i])
+
+    thr = None
+    if not math.isnan(end[_THR0]) and (start is None or not math.isnan(start[_THR0])):
+        thr = {r: max(0.0, d[_THR0 + j]) for j, r in enumerate(THROTTLE_REASONS)}
+    pending = mean("pending")
+    return Aggregate(busy=share(0), active=share(1), spin_wait=share(2), seconds=sampled,
+                     sm_clock_hz=mean("clock"), temperature_c=mean("temp"), power_w=mean("power"),
+                     power_limit_w=mean("limit"), remapping_pending=None if pending is None else pending > 0,
+                     pcie_replays=count("pcie_replays"), ecc_uncorrected=count("ecc_uncorrected"),
+                     xid=count("xid"), throttle=thr)
+
+
+# ---------------------------------------------------------------- the verdict
+
+def _med(xs: list[float | None]) -> float | None:
+    ys = [x for x in xs if x is not None]
+    return median(ys) if ys else None
+
+
+def _throttle_share(a: Aggregate, reason: str) -> float:
+    return min(1.0, a.throttle.get(reason, 0.0) / a.seconds) if a.throttle and a.seconds > 0 else 0.0
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%"
+
+
+def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = False) -> Verdict:
+    """The cause of straggler `s` against its peers (see module doc)."""
+    evidence: list[str] = []
+    missing: list[str] = []
+    gap = value("straggler_gap_ratio")
+    clock_gap = value("cause_clock_gap_ratio")
+    share_min = value("cause_throttle_share_ratio")
+
+    clock, peer_clock = s.sm_clock_hz, _med([p.sm_clock_hz for p in peers])
+    clock_low = None
+    if clock is not None and peer_clock:
+        clock_low = clock <= (1 - clock_gap) * peer_clock
+    clock_text = (f"sm clock {clock / 1e6:.0f} MHz vs peers {peer_clock / 1e6:.0f} MHz"
+                  if clock is not None and peer_clock else None)
+    at_limit = []
+    if s.temperature_c is not None:
+        pt = _med([p.temperature_c for p in peers])
+        if pt is not None and s.temperature_c >= (1 + value("cause_temperature_gap_ratio")) * pt:
+            at_limit.append(f"temperature {s.temperature_c:.0f} °C vs peers {pt:.0f} °C")
+    if s.power_w is not None and s.power_limit_w:
+        if s.power_w >= value("cause_power_limit_ratio") * s.power_limit_w:
+            at_limit.append(f"power {s.power_w:.0f} W at its {s.power_limit_w:.0f} W limit")
+
+    # -- throttling
+    known = s.throttle is not None
+    excess = {}
+    if known:
+        for r in THERMAL_POWER + ("hw_slowdown",):
+            x = _throttle_share(s, r) - (_med([_throttle_share(p, r) for p in peers if p.throttle is not None]) or 0.0)
+            if x >= share_min:
+                excess[r] = _throttle_share(s, r)
+    thermal = {r: x for r, x in excess.items() if r in THERMAL_POWER}
+    if thermal:
+        evidence += [f"{r} throttle {_pct(x)} of span" for r, x in sorted(thermal.items(), key=lambda kv: -kv[1])]
+        evidence += ([clock_text] if clock_text else []) + at_limit
+        return Verdict("throttling", tuple(evidence), ())
+    if not known and clock_low and at_limit:
+        evidence += [clock_text] + at_limit
+        return Verdict("throttling", tuple(evidence), ("throttle_reasons",))
+
+    # -- degraded hardware
+    if "hw_slowdown" in excess:
+        evidence.append(f"hw_slowdown throttle {_pct(excess['hw_slowdown'])} of span, no thermal or power reason")
+    if s.remapping_pending:
+        evidence.append("row remapping pending")
+    if s.ecc_uncorrected:
+        evidence.append(f"{s.ecc_uncorrected:.0f} uncorrectable ECC errors in span")
+    if s.xid:
+        evidence.append(f"{s.xid:.0f} XID errors in span")
+    if s.pcie_replays is not None:
+        pr = _med([p.pcie_replays for p in peers]) or 0.0
+        if s.pcie_replays - pr >= value("cause_pcie_replays_count"):
+            evidence.append(f"{s.pcie_replays:.0f} PCIe replays in span vs peers {pr:.0f}")
+
+    # -- direction of the deviation
+    busy_gap = active_gap = None
+    if s.busy is not None:
+        mb = _med([p.busy for p in peers])
+        busy_gap = None if mb is None else s.busy - mb
+    if s.active is not None:
+        ma = _med([p.active for p in peers])
+        active_gap = None if ma is None else s.active - ma
+    cold = busy_gap is not None and busy_gap <= -gap
+    hot = not cold and ((active_gap is not None and active_gap >= gap) or (busy_gap is not None and busy_gap >= gap))
+    light = not cold and not hot and active_gap is not None and active_gap <= -gap
+
+    if evidence:
+        if hot and clock_low and clock_text:
+            evidence.append(clock_text)
+        return Verdict("degraded_hardware", tuple(evidence), ())
+    if hot and known and clock_low:
+        return Verdict("degraded_hardware", (clock_text + ", no throttle reason set",), ())
+
+    peer_spin = _med([p.spin_wait / p.busy if p.spin_wait is not None and p.busy else None for p in peers])
+    peers_spin = peer_spin is not None and peer_spin >= value("spin_wait_share_ratio")
+    spin_text = f"peers spin-wait {_pct(peer_spin)} of their busy time" if peer_spin is not None else None
+    if hot:
+        evidence.append(f"active {_pct(s.active or 0.0)} vs peers {_pct((s.active or 0.0) - (active_gap or 0.0))}"
+                        if active_gap is not None else f"busy {_pct(s.busy or 0.0)} above peers")
+        if known:
+            evidence.append("no thermal, power or slowdown throttle reason")
+        if clock_text:
+            evidence.append(clock_text)
+        if known or clock_low is False:
+            if spin_text and peer_spin >= value("spin_wait_mention_ratio"):
+                evidence.append(spin_text)
+            return Verdict("more_work", tuple(evidence), ())
+        missing += ["throttle_reasons"] + ([] if clock_text else ["sm_clock"])
+        return Verdict("unknown", tuple(evidence), tuple(missing))
+    if cold or light:
+        what = "busy" if cold else "active"
+        mine = s.busy if cold else s.active
+        g = busy_gap if cold else active_gap
+        evidence.append(f"{what} {_pct(mine or 0.0)} vs peers {_pct((mine or 0.0) - (g or 0.0))}")
+        if s.power_w is not None:
+            evidence.append(f"power {s.power_w:.0f} W" + (f" vs peers {_med([p.power_w for p in peers]):.0f} W"
+                                                          if _med([p.power_w for p in peers]) is not None else ""))
+        if cold and peers_spin:
+            evidence.append(spin_text)
+            return Verdict("off_gpu", tuple(evidence), ())
+        if power_averaged:
+            # 1 s-averaged power reads short spin-waits as work: the peers may be waiting
+            return Verdict("unknown", tuple(evidence), ("instant_power",))
+        if spin_text:
+            evidence.append(spin_text)
+        evidence.append("peers compute while it waits: it gets less work")
+        return Verdict("more_work", tuple(evidence), ())
+    return Verdict("unknown", ("no deviation from the peers over the span",), ())
+
+
+def verdict(start: Mapping[str, Sequence[float]] | None, end: Mapping[str, Sequence[float]],
+            gpu: str, peers: Sequence[str], power_averaged: bool = False) -> Verdict:
+    """classify() of `gpu` over the stretch between two per-GPU vector sets."""
+    def agg(k: str) -> Aggregate:
+        return aggregate(start.get(k) if start is not None else None, end[k])
+    return classify(agg(gpu), [agg(k) for k in peers if k != gpu and k in end], power_averaged)
+
+
+def span_verdict(stretches: Mapping[str, Sequence[tuple[Sequence[float] | None, Sequence[float]]]],
+                 gpu: str, power_averaged: bool = False) -> Verdict:
+    """classify() of `gpu` over several stretches (a straggler's spans): per GPU of
+    the group, one (start, end) vector pair per stretch; the stretches add up."""
+    def agg(pairs: Sequence[tuple[Sequence[float] | None, Sequence[float]]]) -> Aggregate:
+        total = [0.0] * len(SLOTS)
+        for start, end in pairs:
+            for i, e in enumerate(end):
+                total[i] += e - (start[i] if start is not None else 0.0)
+        return aggregate(None, total)
+    return classify(agg(stretches[gpu]), [agg(v) for k, v in stretches.items() if k != gpu], power_averaged)

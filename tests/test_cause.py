@@ -1,0 +1,206 @@
+"""The cause of a straggler (analysis/cause.py): classify() on hand-built span
+aggregates, the cumulative vectors it is computed from, and every straggler-cause
+sim scenario through the real engine in virtual time."""
+import math
+
+import pytest
+
+from gpulse.analysis import cause
+from gpulse.analysis.cause import CAUSES, REMEDIES, Aggregate, Verdict, classify
+from gpulse.analysis.integrate import Integrals
+from gpulse.analysis.thresholds import value
+from gpulse.catalog import THROTTLE_REASONS
+from gpulse.config import test_config
+from gpulse.engine import run_offline
+from gpulse.sources.sim import SCENARIOS, SimSource
+
+NO_THROTTLE = dict.fromkeys(THROTTLE_REASONS, 0.0)
+SPAN = 300.0
+
+
+def peer(**over):
+    """A healthy peer over a 300 s span: computes 55 % of each step, spin-waits the rest."""
+    base = dict(busy=0.97, active=0.52, spin_wait=0.45, seconds=SPAN, sm_clock_hz=1980e6,
+                temperature_c=70.0, power_w=380.0, power_limit_w=700.0, remapping_pending=False,
+                pcie_replays=0.0, ecc_uncorrected=0.0, xid=0.0, throttle=dict(NO_THROTTLE))
+    base.update(over)
+    return Aggregate(**base)
+
+
+def hot(**over):
+    """The straggler computing 90 % of each step, as healthy as its peers unless told."""
+    return peer(**{"busy": 0.96, "active": 0.90, "spin_wait": 0.06, "power_w": 540.0, **over})
+
+
+PEERS = [peer() for _ in range(7)]
+
+
+def throttle(**reasons):
+    return {**NO_THROTTLE, **{r: share * SPAN for r, share in reasons.items()}}
+
+
+def test_contract_names():
+    assert CAUSES == ("throttling", "degraded_hardware", "more_work", "off_gpu", "unknown")
+    assert set(REMEDIES) == set(CAUSES)
+    assert "rebalance" in REMEDIES["more_work"] and "more GPUs or overclocking will not help" in REMEDIES["more_work"]
+    for c in ("throttling", "degraded_hardware"):
+        assert "rebalance" not in REMEDIES[c].lower().replace("do not rebalance", "")
+    assert "dcgmi diag" in REMEDIES["degraded_hardware"]
+    assert Verdict("off_gpu", (), ()).remedy == REMEDIES["off_gpu"]
+    assert Verdict("unknown", (), ("sm_clock",)).remedy.endswith("(missing here: sm_clock)")
+
+
+def test_thermal_throttling_with_its_evidence():
+    v = classify(hot(sm_clock_hz=1410e6, temperature_c=88.0, power_w=698.0,
+                     throttle=throttle(hw_thermal=0.62)), PEERS)
+    assert v.cause == "throttling" and v.missing == ()
+    assert "hw_thermal throttle 62% of span" in v.evidence
+    assert "sm clock 1410 MHz vs peers 1980 MHz" in v.evidence
+    assert any(e.startswith("temperature 88 °C") for e in v.evidence)
+    assert any(e.startswith("power 698 W at its 700 W limit") for e in v.evidence)
+
+
+def test_power_cap_shared_by_every_gpu_is_no_cause():
+    # every GPU of the group sits at its power cap half the time: that is the
+    # cluster's budget, not this GPU's problem; it has more work
+    peers = [peer(throttle=throttle(sw_power_cap=0.5)) for _ in range(7)]
+    v = classify(hot(throttle=throttle(sw_power_cap=0.55)), peers)
+    assert v.cause == "more_work"
+
+
+def test_throttled_gpu_is_never_told_to_rebalance():
+    # however much more work it seems to have, and whichever way it deviates
+    for s in (hot(throttle=throttle(sw_power_cap=0.3)),
+              hot(active=0.99, busy=0.99, throttle=throttle(hw_thermal=0.2)),
+              peer(busy=0.4, active=0.3, spin_wait=0.0, throttle=throttle(sw_thermal=0.5)),
+              hot(throttle=None, sm_clock_hz=1500e6, power_w=699.0)):
+        v = classify(s, PEERS)
+        assert v.cause == "throttling", (s, v)
+        assert "rebalance" not in REMEDIES[v.cause].lower().replace("do not rebalance", "")
+
+
+def test_throttling_without_throttle_reasons_says_they_are_missing():
+    v = classify(hot(throttle=None, sm_clock_hz=1500e6, temperature_c=85.0), [peer(throttle=None)] * 7)
+    assert v.cause == "throttling" and v.missing == ("throttle_reasons",)
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"throttle": throttle(hw_slowdown=0.4), "sm_clock_hz": 1200e6}, "hw_slowdown throttle 40% of span"),
+    ({"remapping_pending": True}, "row remapping pending"),
+    ({"ecc_uncorrected": 2.0}, "2 uncorrectable ECC errors in span"),
+    ({"xid": 1.0}, "1 XID errors in span"),
+    ({"pcie_replays": 500.0}, "500 PCIe replays in span vs peers 0"),
+    ({"sm_clock_hz": 1500e6}, "sm clock 1500 MHz vs peers 1980 MHz, no throttle reason set"),
+])
+def test_degraded_hardware(over, words):
+    v = classify(hot(**over), PEERS)
+    assert v.cause == "degraded_hardware" and v.missing == ()
+    assert any(e.startswith(words) for e in v.evidence), v.evidence
+
+
+def test_a_few_replays_every_gpu_sees_are_no_cause():
+    peers = [peer(pcie_replays=100.0) for _ in range(7)]
+    n = 100 + value("cause_pcie_replays_count") - 1
+    assert classify(hot(pcie_replays=n), peers).cause == "more_work"
+    assert classify(hot(pcie_replays=n + 1), peers).cause == "degraded_hardware"
+
+
+def test_more_work_when_clocks_and_health_are_in_line():
+    v = classify(hot(), PEERS)
+    assert v.cause == "more_work" and v.missing == ()
+    assert "active 90% vs peers 52%" in v.evidence
+    assert "sm clock 1980 MHz vs peers 1980 MHz" in v.evidence
+    assert any(e.startswith("peers spin-wait") for e in v.evidence)
+
+
+def test_clock_in_line_rules_out_throttling_without_reasons():
+    v = classify(hot(throttle=None), [peer(throttle=None)] * 7)
+    assert v.cause == "more_work"
+
+
+def test_hot_straggler_without_clocks_or_reasons_is_unknown_and_says_why():
+    v = classify(hot(throttle=None, sm_clock_hz=None), [peer(throttle=None, sm_clock_hz=None)] * 7)
+    assert v.cause == "unknown" and v.missing == ("throttle_reasons", "sm_clock")
+    # a lower clock without reasons or a limit reached: throttled or degraded, undecided
+    v = classify(hot(throttle=None, sm_clock_hz=1500e6), [peer(throttle=None)] * 7)
+    assert v.cause == "unknown" and v.missing == ("throttle_reasons",)
+
+
+def test_cold_straggler_while_peers_spin_wait_is_off_gpu():
+    v = classify(peer(busy=0.39, active=0.37, spin_wait=0.0, power_w=75.0, sm_clock_hz=900e6),
+                 [peer(busy=0.97, active=0.38, spin_wait=0.59) for _ in range(7)])
+    assert v.cause == "off_gpu"
+    assert "busy 39% vs peers 97%" in v.evidence
+    assert any(e.startswith("peers spin-wait 61%") for e in v.evidence)
+
+
+def test_cold_straggler_whose_peers_compute_gets_less_work():
+    # the seed case's other half: peers really compute (no spin-wait) -> work distribution
+    peers = [peer(busy=0.99, active=0.99, spin_wait=0.0) for _ in range(7)]
+    v = classify(peer(busy=0.12, active=0.12, spin_wait=0.0, power_w=134.0), peers)
+    assert v.cause == "more_work"
+    # with 1 s-averaged power the peers' spin-waiting may be hidden: say so
+    v = classify(peer(busy=0.12, active=0.12, spin_wait=0.0, power_w=134.0), peers, power_averaged=True)
+    assert v.cause == "unknown" and v.missing == ("instant_power",)
+
+
+def test_no_deviation_over_the_span_is_unknown():
+    v = classify(peer(), PEERS)
+    assert v.cause == "unknown" and v.missing == ()
+
+
+def _vector(busy, active, spin, sampled, gauges, counters):
+    v = cause.new_vector()
+    cause.accumulate(v, Integrals(busy, active, spin, 0.0, sampled), gauges, counters)
+    return v
+
+
+def test_aggregate_is_the_difference_of_two_vectors():
+    g = {"sm_clock_hertz": 1400e6, "temperature_celsius": 80.0, "power_watts": 690.0,
+         "power_limit_watts": 700.0, "remapping_pending": 0.0}
+    a = _vector(10, 8, 1, 10, g, {"throttle_seconds_total": {("hw_thermal",): 5.0},
+                                  "pcie_replays_total": 3.0})
+    b = list(a)
+    for _ in range(3):   # three more ticks
+        cause.accumulate(b, Integrals(40, 30, 5, 0.0, 40), {**g, "sm_clock_hertz": 1200e6},
+                         {"throttle_seconds_total": {("hw_thermal",): 20.0}, "pcie_replays_total": 13.0,
+                          "xid_errors_total": {("79",): 1.0}})
+    agg = cause.aggregate(a, b)
+    assert agg.seconds == 30 and agg.busy == 1.0 and agg.active == pytest.approx(22 / 30)
+    assert agg.sm_clock_hz == pytest.approx(1200e6)
+    assert agg.throttle["hw_thermal"] == 15.0 and agg.throttle["sw_power_cap"] == 0.0
+    assert agg.pcie_replays == 10.0
+    assert agg.xid == 1.0               # first seen within the stretch: counted from zero
+    assert agg.ecc_uncorrected is None  # never reported: unknown, not zero
+    assert agg.remapping_pending is False
+    # a source without throttle reasons leaves them unknown
+    assert cause.aggregate(None, _vector(1, 1, 0, 1, {}, {})).throttle is None
+    assert math.isnan(cause.new_vector()[cause.SLOTS.index("xid")])
+
+
+EXPECTED = {   # scenario -> (straggler GPU, cause)
+    "straggler-throttled": ("3", "throttling"),
+    "straggler-hw-slowdown": ("3", "degraded_hardware"),
+    "straggler-link-errors": ("3", "degraded_hardware"),
+    "straggler-more-work": ("3", "more_work"),
+    "straggler-off-gpu": ("3", "off_gpu"),
+    "straggler": ("1", "more_work"),
+}
+
+
+def test_every_cause_scenario_is_registered():
+    assert {n for n in SCENARIOS if n.startswith("straggler-")} == {n for n in EXPECTED if n != "straggler"}
+
+
+@pytest.mark.parametrize("scenario", sorted(EXPECTED))
+def test_sim_scenario_through_the_engine(scenario):
+    gpu, want = EXPECTED[scenario]
+    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=8)
+    confirm = value("straggler_min_span_seconds")
+    seen = {}
+    for _, snap in run_offline(SimSource(cfg), cfg, until=confirm + cfg.analysis_window + 30):
+        for v in snap.gpus:
+            assert (v.cause is None) == (v.straggler is None), (snap.t, v.info.gpu)
+            if v.cause is not None:
+                seen.setdefault(v.info.gpu, set()).add(v.cause.cause)
+    assert seen == {gpu: {want}}
