@@ -298,6 +298,14 @@ def verdict(start: Mapping[str, Sequence[float]] | None, end: Mapping[str, Seque
     return classify(agg(gpu), [agg(k) for k in peers if k != gpu and k in end], power_averaged)
 
 
+def describe(cause: str, evidence: Sequence[str], missing: Sequence[str] = ()) -> str:
+    """One sentence for people: 'Cause: throttling (hw_thermal throttle 62% of span; ...).'"""
+    words = cause.replace("_", " ")
+    ev = f" ({'; '.join(evidence)})" if evidence else ""
+    miss = f"; missing: {', '.join(missing)}" if missing else ""
+    return f"Cause: {words}{ev}{miss}."
+
+
 def span_verdict(stretches: Mapping[str, Sequence[tuple[Sequence[float] | None, Sequence[float]]]],
                  gpu: str, power_averaged: bool = False) -> Verdict:
     """classify() of `gpu` over several stretches (a straggler's spans): per GPU of

@@ -12,10 +12,13 @@ ticks costs about 30 MB.
 """
 from __future__ import annotations
 
+import bisect
+import math
 from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from ..analysis import cause
 from ..analysis.coidle import Episode
 from ..engine import Engine, Snapshot
 from ..sources.logs import gpu_sort_key
@@ -24,6 +27,10 @@ NAN = float("nan")
 
 # The per-tick integrals kept for every GPU (seconds within the tick).
 FIELDS = ("busy", "active", "spin_wait", "idle", "sampled")
+# The engine's cumulative cause signals (analysis.cause) are kept every this many
+# seconds, not every tick: a straggler span is minutes long, so its ends move by at
+# most this much, and 26 doubles a tick would cost 64 GPUs x 4 h about 190 MB.
+SIGNALS_EVERY_SECONDS = 10.0
 
 
 @dataclass
@@ -40,7 +47,24 @@ class GpuTrack:
     dev_busy: array = field(default_factory=lambda: array("f"))     # engine's windowed robust z
     dev_active: array = field(default_factory=lambda: array("f"))
     prev: tuple[float, ...] | None = None
+    # analysis.cause vectors (len(cause.SLOTS) values each) at ticks signal_ticks,
+    # and the one at the end of the run
+    signals: array = field(default_factory=lambda: array("d"))
+    signal_ticks: array = field(default_factory=lambda: array("l"))
+    signals_end: list[float] | None = None
 
+    def signals_at(self, i: int, end: bool) -> list[float] | None:
+        """The cause vector at or before tick i (end: at or after; the run's last one
+        past the final checkpoint); None before the first."""
+        n = len(self.signals) // max(1, len(cause.SLOTS))
+        ticks = self.signal_ticks
+        j = bisect.bisect_left(ticks, i) if end else bisect.bisect_right(ticks, i) - 1
+        if j >= n:
+            return self.signals_end
+        if j < 0:
+            return None
+        w = len(cause.SLOTS)
+        return list(self.signals[j * w:(j + 1) * w])
 
     def pad(self, n: int) -> None:
         for name in FIELDS + ("dev_busy", "dev_active"):
@@ -102,6 +126,22 @@ class Recording:
         """'GPU 3' on one node, 'node-b GPU 3' when the run spans several."""
         return f"{g.node} GPU {g.gpu}" if self.multi_node and g.node else f"GPU {g.gpu}"
 
+    def cause_of(self, key: str, peers: list[str], spans: list[tuple[float, float]]) -> "cause.Verdict":
+        """analysis.cause of GPU `key` against `peers` over time spans (start, end)."""
+        stretches: dict[str, list[tuple[list[float] | None, list[float]]]] = {}
+        for k in [key] + [p for p in peers if p != key]:
+            g = self.gpus.get(k)
+            if g is None:
+                continue
+            for a, b in spans:
+                i0 = bisect.bisect_left(self.times, a)
+                end = g.signals_at(bisect.bisect_left(self.times, b), end=True)
+                if end is not None:
+                    stretches.setdefault(k, []).append((g.signals_at(i0 - 1, end=False), end))
+        if key not in stretches:
+            return cause.Verdict("unknown", ("no signals recorded over the span",), ())
+        return cause.span_verdict(stretches, key, self.power_averaged)
+
     def ordered_gpus(self) -> list[GpuTrack]:
         return sorted(self.gpus.values(), key=lambda g: (gpu_sort_key(g.node + ":" + g.gpu)))
 
@@ -113,6 +153,7 @@ class Collector:
         self.rec = rec
         self.node_and_gpu = node_and_gpu
         self._last_t: float | None = None
+        self._every = max(1, math.ceil(SIGNALS_EVERY_SECONDS / rec.interval - 1e-9))
 
     def add(self, engine: Engine, snap: Snapshot) -> None:
         rec = self.rec
@@ -147,6 +188,10 @@ class Collector:
             g.dev_busy.append(NAN if v.deviation_busy is None else v.deviation_busy)
             g.dev_active.append(NAN if v.deviation_active is None else v.deviation_active)
             g.prev = cur
+            eg = engine.gpus.get(k)
+            if eg is not None and i % self._every == 0:
+                g.signals.extend(eg.signals)
+                g.signal_ticks.append(i)
         for gv in snap.groups:
             gr = rec.groups.get(gv.workload)
             if gr is None:
@@ -194,6 +239,10 @@ def collect(pairs: Iterable[tuple[Engine, Snapshot]], rec: Recording,
         for gr in rec.groups.values():
             _take_pending(engine, gr)
         rec.power_averaged = engine.power_averaged()
+        for k, g in rec.gpus.items():
+            eg = engine.gpus.get(k)
+            if eg is not None:
+                g.signals_end = list(eg.signals)
     if rec.ticks and not any(g.sampled[i] > 0 for g in rec.gpus.values() for i in range(rec.ticks)):
         rec.notes.append("no GPU delivered two samples in a row: nothing to integrate")
     return rec

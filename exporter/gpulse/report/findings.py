@@ -68,7 +68,7 @@ SPIN_WAITING = value("spin_wait_share_ratio")
 STALL_NOTABLE = value("stall_notable_ratio")
 IMBALANCE_NOTABLE = value("imbalance_notable_ratio")
 MISSING_MIN = value("missing_min_seconds")
-SCHEMA_ID = "gpulse-findings/2"
+SCHEMA_ID = "gpulse-findings/3"
 
 
 @dataclass
@@ -102,6 +102,7 @@ class Finding:
     text: str
     remedy: str = ""
     spans: list[tuple[float, float]] = field(default_factory=list)   # (start, end) in input time
+    cause: Any = None       # analysis.cause.Verdict of a straggler or imbalance finding
 
 
 def _nanmean(xs: list[float]) -> float:
@@ -411,10 +412,14 @@ class Analysis:
         F = self.findings
         pattern_findings = [(p, f) for p in self.patterns if (f := self._pattern_words(p)) is not None]
         for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
-            F.append(self._one_cause(st, self._straggler_words(st), pattern_findings))
+            gr = self.rec.groups.get(st["workload"])
+            f = _with_cause(self._straggler_words(st), self.rec.cause_of(st["key"], gr.gpus if gr else [], st["spans"]))
+            F.append(self._one_cause(st, f, pattern_findings))
         imb = self._imbalance_words()
         if imb:
-            F.append(imb)
+            # the busiest GPU against the rest: its ranks share one cause
+            acts = {k: s["active_fraction"] for k, s in self.gpu_stats.items() if s["active_fraction"] is not None}
+            F.append(_with_cause(imb, self.rec.cause_of(max(acts, key=acts.get), list(acts), imb.spans)))
         F.extend(f for _, f in pattern_findings)
         F.extend(self._missing_words())
         F.extend(self._phase_words())
@@ -678,7 +683,10 @@ class Analysis:
             "stragglers": [],
             "imbalance": {k: (round(v, 6) if v is not None else None) for k, v in self.imbalance.items()},
             "findings": [{"kind": f.kind, "severity": f.severity, "text": f.text, "remedy": f.remedy,
-                          "spans": _spans(f.spans)} for f in self.findings],
+                          "spans": _spans(f.spans),
+                          **({"cause": f.cause.cause, "evidence": list(f.cause.evidence),
+                              "missing": list(f.cause.missing)} if f.cause is not None else {})}
+                         for f in self.findings],
             "recommendations": [],
             "notes": list(rec.notes),
         }
@@ -723,6 +731,12 @@ class Analysis:
                 seen.add(f.remedy)
                 doc["recommendations"].append(f.remedy)
         return doc
+
+
+def _with_cause(f: Finding, v: Any) -> Finding:
+    """The finding with its cause (analysis.cause.Verdict); the cause's remedy replaces the general one."""
+    f.cause, f.remedy = v, v.remedy
+    return f
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from .. import palette
 from ..analysis import imbalance as imbalance_of
+from ..analysis.cause import describe
 from . import heatmap
 from .clock import Clock, clock_of, elapsed
 from .collect import GpuTrack, Recording
@@ -350,6 +351,8 @@ def _findings_html(p: Picture) -> str:
     items = []
     for n, f in enumerate(p.findings, 1):
         remedy = f"<span class='remedy'>{_esc(f['remedy'])}</span>" if f["remedy"] else ""
+        if "cause" in f:
+            remedy = f"<span class='cause'>{_esc(describe(f['cause'], f['evidence'], f['missing']))}</span>" + remedy
         spans = next((sp for k, sp in p.spans if k == n), [])
         when = ("<span class='when'>when: " + "; ".join(_esc(_span_text(p, a, b)) for a, b in spans[:5])
                 + (f"; and {len(spans) - 5} more" if len(spans) > 5 else "") + "</span>") if spans else ""
@@ -544,7 +547,9 @@ def write_outputs(a: Analysis, out_dir: str, max_cols: int = MAX_COLUMNS, order:
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
     """What the command prints: the findings, most severe first."""
-    return [f"[{f['severity']}] {f['text']}" + (f" Remedy: {f['remedy']}." if f["remedy"] else "")
+    return [f"[{f['severity']}] {f['text']}"
+            + (" " + describe(f["cause"], f["evidence"], f["missing"]) if "cause" in f else "")
+            + (f" Remedy: {f['remedy']}." if f["remedy"] else "")
             for f in doc["findings"]]
 
 
