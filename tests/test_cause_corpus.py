@@ -6,7 +6,8 @@ logs, the seed case; one log format, the 1 s-averaged power the real logs carry)
 Each case's log goes through the real CLI (`python -m gpulse report`); its
 findings.json must name the labelled cause for the labelled GPU, with evidence, the
 cause's remedy, and, for a case whose log lacks the deciding signals, "unknown"
-naming what is missing. The generators are checked too: same bytes on every run,
+naming what is missing; replayed through the exporter's engine, the live
+`gpulse_gpu_straggler_cause` gauge must say the same. The generators are checked too: same bytes on every run,
 read by gpulse's log reader without complaint.
 """
 from __future__ import annotations
@@ -111,3 +112,17 @@ def test_report_names_the_labelled_cause(built, reports, name):
     if f["cause"] in ("throttling", "degraded_hardware"):
         # a slowed or failing GPU is never told to rebalance its work
         assert not f["remedy"].lower().startswith("rebalance"), (name, f["remedy"])
+
+
+@pytest.mark.parametrize("name", ["pai-throttled-power-avg", "pai-hw-slowdown-avg", "pai-more-work-avg",
+                                  "pai-hot-plain-avg", "h100/ckpt50"])
+def test_live_gauge_says_what_the_report_says(built, reports, name):
+    # the log replayed through the exporter's engine and collector (what
+    # `gpulse serve --source replay` serves): gpulse_gpu_straggler_cause for the
+    # straggler carries the report's cause, and no other GPU gets one
+    sys.path.insert(0, str(ROOT / "bench"))
+    from cause_matrix import live_cause
+    c = built[name]
+    cause, detail = live_cause(c)
+    assert cause == _finding(reports[name], c.gpu)["cause"], (name, detail)
+    assert set(detail["reads"]) == {cause} and not detail["other_gpus"], (name, detail)
