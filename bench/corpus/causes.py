@@ -60,7 +60,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .cases import (DATA, H100, LEAD, STARTUP, Truth, _frame, _startup, levels,
+from .cases import (DATA, H100, LEAD, Truth, _frame, _startup, levels,
                     pai_rows, seed_imbalance, truth_of)
 from .smi import COMPUTE, IDLE, SPIN, Extra, Levels, Timeline, write_log
 
@@ -199,8 +199,7 @@ def pai_window(cold: bool = False, scale: float = SCALE, allreduce: float = 0.05
         last.update(rows[it])
     iters = [it for it in iters if FIRST <= it <= LAST]
     slow: list[tuple[float, float]] = []
-    tl = Timeline(len(workers), 0.0)
-    tl.end = 1e9
+    tl = Timeline(len(workers), float("inf"))     # the end is known once the steps are laid out
     t = _startup(tl, LEAD)
     for k, it in enumerate(iters):
         last.update(rows[it])
@@ -224,9 +223,7 @@ def pai_window(cold: bool = False, scale: float = SCALE, allreduce: float = 0.05
                 else:
                     slow.append((t, end))
             t = end
-    tl.end = t + 2.0 + 20.0
-    for g in range(tl.gpus):
-        tl.seg[g] = [s for s in tl.seg[g] if s[0] < tl.end]
+    tl.end = t + 2.0 + 20.0                      # exit, then an idle tail
     _frame(tl, t)
     return tl, slow
 
@@ -257,9 +254,6 @@ def h100_with_health(name: str, out: Path, cap: Capture, lv: Levels, seed: int) 
 
 
 # -- the cases ---------------------------------------------------------------------------
-
-HOT = ("more_work", "throttling")   # what a hot straggler without clocks could be
-
 
 def build(out: Path, quick: bool = False) -> list[CauseCase]:
     """Write every cause case under `out` and causes.json; deterministic."""
