@@ -149,22 +149,17 @@ def test_no_deviation_over_the_span_is_unknown():
     assert v.cause == "unknown" and v.missing == ()
 
 
-def _vector(busy, active, spin, sampled, gauges, counters):
-    v = cause.new_vector()
-    cause.accumulate(v, Integrals(busy, active, spin, 0.0, sampled), gauges, counters)
-    return v
-
-
 def test_aggregate_is_the_difference_of_two_vectors():
     g = {"sm_clock_hertz": 1400e6, "temperature_celsius": 80.0, "power_watts": 690.0,
          "power_limit_watts": 700.0, "remapping_pending": 0.0}
-    a = _vector(10, 8, 1, 10, g, {"throttle_seconds_total": {("hw_thermal",): 5.0},
-                                  "pcie_replays_total": 3.0})
-    b = list(a)
+    sums = cause.new_vector()
+    cause.accumulate(sums, g)
+    a = cause.vector(sums, Integrals(10, 8, 1, 0.0, 10), {"throttle_seconds_total": {("hw_thermal",): 5.0},
+                                                         "pcie_replays_total": 3.0})
     for _ in range(3):   # three more ticks
-        cause.accumulate(b, Integrals(40, 30, 5, 0.0, 40), {**g, "sm_clock_hertz": 1200e6},
-                         {"throttle_seconds_total": {("hw_thermal",): 20.0}, "pcie_replays_total": 13.0,
-                          "xid_errors_total": {("79",): 1.0}})
+        cause.accumulate(sums, {**g, "sm_clock_hertz": 1200e6})
+    b = cause.vector(sums, Integrals(40, 30, 5, 0.0, 40), {"throttle_seconds_total": {("hw_thermal",): 20.0},
+                                                          "pcie_replays_total": 13.0, "xid_errors_total": {("79",): 1.0}})
     agg = cause.aggregate(a, b)
     assert agg.seconds == 30 and agg.busy == 1.0 and agg.active == pytest.approx(22 / 30)
     assert agg.sm_clock_hz == pytest.approx(1200e6)
@@ -174,8 +169,8 @@ def test_aggregate_is_the_difference_of_two_vectors():
     assert agg.ecc_uncorrected is None  # never reported: unknown, not zero
     assert agg.remapping_pending is False
     # a source without throttle reasons leaves them unknown
-    assert cause.aggregate(None, _vector(1, 1, 0, 1, {}, {})).throttle is None
-    assert math.isnan(cause.new_vector()[cause.SLOTS.index("xid")])
+    assert cause.aggregate(None, cause.vector(cause.new_vector(), Integrals(1, 1, 0, 0, 1), {})).throttle is None
+    assert math.isnan(b[cause.SLOTS.index("ecc_uncorrected")])
 
 
 EXPECTED = {   # scenario -> (straggler GPU, cause)

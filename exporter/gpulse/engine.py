@@ -110,7 +110,7 @@ class _Gpu:
         self.prev_sample: Sample | None = None
         self.edges = 0
         self.sharp = 0
-        # cumulative cause signals (analysis.cause.accumulate), one update per tick
+        # running gauge sums of the cause signals (analysis.cause.accumulate), one update per tick
         self.signals = cause.new_vector()
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
@@ -279,7 +279,7 @@ class Engine:
             g.win.add(tick)
             while len(g.window) > self.window_ticks:
                 g.win.sub(g.window.popleft())
-            cause.accumulate(g.signals, g.totals, g.gauges, g.counters)
+            cause.accumulate(g.signals, g.gauges)
             g.history.append((self.t or 0.0,
                               tick.busy / tick.sampled if tick.sampled > 0 else None,
                               tick.active / tick.sampled if tick.sampled > 0 else None))
@@ -387,6 +387,11 @@ class Engine:
                         call_errors=dict(self.call_errors), source_events=dict(self.source_events),
                         last_success_wall=self.last_success_wall)
 
+    def signals(self, k: str) -> list[float]:
+        """GPU k's cumulative cause signals now (analysis.cause.vector)."""
+        g = self.gpus[k]
+        return cause.vector(g.signals, g.totals, g.counters)
+
     def _cause(self, k: str, since: float | None, peers: list[str], confirmed: bool) -> cause.Verdict | None:
         """Mark the group's cause signals when GPU k starts deviating; while it is a
         confirmed straggler, the verdict over the span since then."""
@@ -394,7 +399,7 @@ class Engine:
             return None
         mark = self._marks.get(k)
         if mark is None or mark[0] != since:
-            mark = self._marks[k] = (since, {p: list(self.gpus[p].signals) for p in peers})
+            mark = self._marks[k] = (since, {p: self.signals(p) for p in peers})
         if not confirmed:
             self._verdicts.pop(k, None)
             return None
@@ -402,7 +407,7 @@ class Engine:
         if cached is not None and cached[0] > 0:
             self._verdicts[k] = (cached[0] - 1, cached[1])
             return cached[1]
-        now = {p: self.gpus[p].signals for p in peers if p in mark[1]}
+        now = {p: self.signals(p) for p in peers if p in mark[1]}
         v = cause.verdict(mark[1], now, k, list(now), self.power_averaged())
         self._verdicts[k] = (self.window_ticks - 1, v)
         return v

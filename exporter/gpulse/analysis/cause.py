@@ -102,22 +102,29 @@ class Aggregate:
 
 
 def new_vector() -> list[float]:
-    v = [0.0] * len(SLOTS)
-    for n in ("pcie_replays", "ecc_uncorrected", "xid") + tuple("thr:" + r for r in THROTTLE_REASONS):
-        v[_I[n]] = NAN
-    return v
+    """A GPU's running gauge sums, for accumulate(); vector() makes the full one."""
+    return [0.0] * len(SLOTS)
 
 
-def accumulate(v: list[float], totals: Any, gauges: Mapping[str, Any], counters: Mapping[str, Any]) -> None:
-    """Bring a GPU's vector up to this tick: `totals` its cumulative Integrals,
-    `gauges`/`counters` its latest Reading values (catalog keys)."""
-    v[0], v[1], v[2], v[3] = totals.busy, totals.active, totals.spin_wait, totals.sampled
+def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
+    """One analysis tick of a GPU's gauges (catalog keys) into its running sums. The
+    only per-tick cost: integrals and counters are cumulative already, vector() reads
+    them when a span is marked or judged."""
     for slot, key in _GAUGES:
         x = gauges.get(key)
         if x is not None:
             i = _I[slot]
             v[i - 1] += 1.0
             v[i] += x
+
+
+def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> list[float]:
+    """The cumulative vector of a GPU now: its running gauge sums, `totals` its
+    cumulative Integrals, `counters` its latest Reading counters (NaN where absent)."""
+    v = list(sums)
+    v[0], v[1], v[2], v[3] = totals.busy, totals.active, totals.spin_wait, totals.sampled
+    for n in ("pcie_replays", "ecc_uncorrected", "xid"):
+        v[_I[n]] = NAN
     x = counters.get("pcie_replays_total")
     if x is not None and not isinstance(x, dict):
         v[_I["pcie_replays"]] = x
@@ -128,9 +135,9 @@ def accumulate(v: list[float], totals: Any, gauges: Mapping[str, Any], counters:
     if isinstance(xid, dict):
         v[_I["xid"]] = sum(xid.values())
     thr = counters.get("throttle_seconds_total")
-    if isinstance(thr, dict):
-        for j, r in enumerate(THROTTLE_REASONS):
-            v[_THR0 + j] = thr.get((r,), 0.0)
+    for j, r in enumerate(THROTTLE_REASONS):
+        v[_THR0 + j] = thr.get((r,), 0.0) if isinstance(thr, dict) else NAN
+    return v
 
 
 def aggregate(start: Sequence[float] | None, end: Sequence[float]) -> Aggregate:

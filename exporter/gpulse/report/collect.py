@@ -188,9 +188,8 @@ class Collector:
             g.dev_busy.append(NAN if v.deviation_busy is None else v.deviation_busy)
             g.dev_active.append(NAN if v.deviation_active is None else v.deviation_active)
             g.prev = cur
-            eg = engine.gpus.get(k)
-            if eg is not None and i % self._every == 0:
-                g.signals.extend(eg.signals)
+            if i % self._every == 0 and k in engine.gpus:
+                g.signals.extend(engine.signals(k))
                 g.signal_ticks.append(i)
         for gv in snap.groups:
             gr = rec.groups.get(gv.workload)
@@ -240,9 +239,8 @@ def collect(pairs: Iterable[tuple[Engine, Snapshot]], rec: Recording,
             _take_pending(engine, gr)
         rec.power_averaged = engine.power_averaged()
         for k, g in rec.gpus.items():
-            eg = engine.gpus.get(k)
-            if eg is not None:
-                g.signals_end = list(eg.signals)
+            if k in engine.gpus:
+                g.signals_end = engine.signals(k)
     if rec.ticks and not any(g.sampled[i] > 0 for g in rec.gpus.values() for i in range(rec.ticks)):
         rec.notes.append("no GPU delivered two samples in a row: nothing to integrate")
     return rec
