@@ -228,6 +228,7 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="shorter runs, one log format (a few minutes on 2 cores)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    ap.add_argument("--causes", action="store_true", help="then the straggler-cause confusion matrix (cause_matrix.py)")
     args = ap.parse_args()
     out_dir = Path(args.out)
     t0 = time.perf_counter()
@@ -276,6 +277,10 @@ def main() -> int:
         cases=[dict(name=r["name"], truth=r["truth"].__dict__, verdicts={k: v.__dict__ for k, v in r["verdicts"].items()})
                for r in rows]), indent=1, default=str), encoding="utf-8")
     print(f"\nwrote {out_dir / 'detection.json'}; total {time.perf_counter() - t0:.0f} s")
+    if args.causes:
+        from cause_matrix import run as cause_matrix
+        print("\nstraggler causes:")
+        cause_matrix(out_dir, args.quick, args.workers)
     return 0
 
 

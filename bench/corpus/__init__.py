@@ -5,6 +5,11 @@
 writes one nvidia-smi CSV log per case and `labels.json` (the ground truth of every
 case, see cases.py). The generators read ../shared/data at run time; nothing of it
 is copied into the repository. The same command writes the same files.
+
+    .venv/bin/python -m bench.corpus --causes --out bench/out/causes [--quick]
+
+writes the straggler-cause cases instead (causes.py: logs with clock, throttle,
+temperature and health columns, and `causes.json` with each case's cause).
 """
 from __future__ import annotations
 

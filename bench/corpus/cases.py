@@ -244,16 +244,21 @@ def seed_imbalance(seed: int, train: float = 1500.0) -> Timeline:
 PAI_SCALE = 2.0
 
 
-def pai_job(job: int, max_train: float, scale: float = PAI_SCALE, allreduce: float = 0.05) -> tuple[Timeline, dict]:
-    """One Alibaba PAI job: worker w computes b[w, i] / 1000 * scale seconds, spin-waits
-    for the slowest worker, then all workers all-reduce for `allreduce` of the step.
-    A recorded row stands for the iterations up to the next recorded one."""
+def pai_rows(job: int) -> tuple[dict[int, dict[int, float]], list[int], list[int]]:
+    """An Alibaba PAI job's recorded mini-batch times: {iteration: {worker: time}},
+    the iterations in order, the workers."""
     rows: dict[int, dict[int, float]] = {}
     with open(PAI / f"job_{job}_norm.csv", encoding="utf-8") as f:
         for r in csv.DictReader(f):
             rows.setdefault(int(r["time"]), {})[int(r["worker"])] = float(r["batch_time_norm"])
-    iters = sorted(rows)
-    workers = sorted({w for v in rows.values() for w in v})
+    return rows, sorted(rows), sorted({w for v in rows.values() for w in v})
+
+
+def pai_job(job: int, max_train: float, scale: float = PAI_SCALE, allreduce: float = 0.05) -> tuple[Timeline, dict]:
+    """One Alibaba PAI job: worker w computes b[w, i] / 1000 * scale seconds, spin-waits
+    for the slowest worker, then all workers all-reduce for `allreduce` of the step.
+    A recorded row stands for the iterations up to the next recorded one."""
+    rows, iters, workers = pai_rows(job)
     last = {w: 500.0 for w in workers}
     tl = Timeline(len(workers), LEAD + STARTUP + max_train + TAIL)
     t = _startup(tl, LEAD)

@@ -124,13 +124,29 @@ def _stamp(epoch: float, t: float) -> str:
     return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(whole)) + f".{ms:03d}"
 
 
+class Extra:
+    """More --query-gpu columns for a log (clocks, throttle reasons, temperature...).
+    `header` lists them; `watts(gpu, t, watts)` may change a row's power (a GPU held
+    at its power limit); `cells(gpu, t, state, busy, watts)` gives the row's values.
+    Its own random generator, so a log without extras is the same as before."""
+
+    header: tuple[str, ...] = ()
+
+    def watts(self, gpu: int, t: float, watts: float) -> float:
+        return watts
+
+    def cells(self, gpu: int, t: float, state: str, busy: float, watts: float) -> list[str]:
+        return []
+
+
 def write_log(path: str, tl: Timeline, lv: Levels, fmt: str, seed: int,
-              epoch: str = "2026/03/02 10:00:00", query_stall_rate: float = 0.002) -> int:
+              epoch: str = "2026/03/02 10:00:00", query_stall_rate: float = 0.002,
+              extra: Extra | None = None) -> int:
     """Sample the timeline into an nvidia-smi CSV at `path`; returns the rows written."""
     tl.close()
     rng = random.Random(seed)
     t0 = calendar.timegm(time.strptime(epoch, "%Y/%m/%d %H:%M:%S"))
-    lines = [FORMATS[fmt]]
+    lines = [", ".join((FORMATS[fmt], *extra.header)) if extra else FORMATS[fmt]]
     t = rng.uniform(0.0, POLL)
     n = 0
     while t < tl.end - 1.2:
@@ -145,6 +161,8 @@ def write_log(path: str, tl: Timeline, lv: Levels, fmt: str, seed: int,
             else:
                 _, watts = tl.mean(g, row_t - 0.02, row_t, lv)
             watts *= 1.0 + rng.gauss(0.0, 0.015)
+            if extra:
+                watts = extra.watts(g, row_t, watts)
             util = int(round(100 * min(1.0, max(0.0, busy + (rng.gauss(0.0, 0.01) if 0 < busy < 1 else 0.0)))))
             held = tl.state(g, row_t) != OFF
             mib = (lv.job_mib + rng.randint(-64, 64)) if held else (lv.free_mib + (91 if g == 0 else 0))
@@ -152,6 +170,8 @@ def write_log(path: str, tl: Timeline, lv: Levels, fmt: str, seed: int,
             if fmt == "instant":
                 cells.append(str(g))
             cells += [f"{watts:.2f} W", f"{util} %", f"{int(mib)} MiB"]
+            if extra:
+                cells += extra.cells(g, row_t, tl.state(g, row_t), busy, watts)
             lines.append(", ".join(cells))
             n += 1
         t = max(t + POLL + rng.gauss(0.0, 0.001), row_t + 0.002)
