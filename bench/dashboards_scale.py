@@ -153,23 +153,18 @@ def wait_loaded(proc: subprocess.Popen, om: Path) -> None:
         raise SystemExit(f"dashboards_scale: promtool create-blocks-from openmetrics failed: {err.strip()[-500:]}")
 
 
-def build(gpus: int, hours: float, work: Path, scratch: Path) -> tuple[Prometheus, int, int, int]:
-    nodes = math.ceil(gpus / GPUS_PER_NODE)
-    cluster = Cluster(nodes)
-    end = int(time.time()) // BLOCK_S * BLOCK_S
-    start = end - int(hours * 3600)
-    data = work / "data"
-    series = 0
-    t0 = time.monotonic()
-    # One file per hour of data, promtool loading one while Python writes the
-    # next (two cores); hour files never straddle a 2 h block, so each becomes
-    # one block and no two blocks overlap.
+def load_windows(write, start: int, end: int, data: Path, scratch: Path, tag: str) -> list:
+    """Backfill [start, end) into the TSDB at `data`: write(path, w0, w1) writes the
+    OpenMetrics of one hour, returning anything; the list of what it returned. One
+    file per hour of data, promtool loading one while Python writes the next (two
+    cores); hour files never straddle a 2 h block, so each becomes one block and no
+    two blocks overlap."""
+    out = []
     loading: tuple[subprocess.Popen, Path] | None = None
     try:
         for w0 in range(start, end, WINDOW_S):
-            om = scratch / f"gpulse-{gpus}-{w0}.om"
-            n, _ = cluster.write_window(om, w0, w0 + WINDOW_S)
-            series = max(series, n)
+            om = scratch / f"{tag}-{w0}.om"
+            out.append(write(om, w0, w0 + WINDOW_S))
             if loading:
                 wait_loaded(*loading)
             loading = (subprocess.Popen([need("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(om),
@@ -182,6 +177,18 @@ def build(gpus: int, hours: float, work: Path, scratch: Path) -> tuple[Prometheu
             loading[0].kill()
             loading[0].wait()
             loading[1].unlink(missing_ok=True)
+    return out
+
+
+def build(gpus: int, hours: float, work: Path, scratch: Path) -> tuple[Prometheus, int, int, int]:
+    nodes = math.ceil(gpus / GPUS_PER_NODE)
+    cluster = Cluster(nodes)
+    end = int(time.time()) // BLOCK_S * BLOCK_S
+    start = end - int(hours * 3600)
+    data = work / "data"
+    t0 = time.monotonic()
+    series = max(n for n, _ in load_windows(lambda om, w0, w1: cluster.write_window(om, w0, w1), start, end,
+                                            data, scratch, f"gpulse-{gpus}"))
     print(f"  {gpus} GPUs: {series} scraped series, {hours:g} h backfilled in {time.monotonic() - t0:.0f} s",
           flush=True)
     prom = Prometheus(data, work)
@@ -300,6 +307,17 @@ def report(runs: list[dict]) -> None:
           f"{heat[0][2]} rows (target 20 MB)")
 
 
+def sizes_and_hours(args, prog: str) -> list[int]:
+    """The --gpus list, after checking it and --hours (whole hours: see load_windows)."""
+    try:
+        sizes = [int(x) for x in args.gpus.split(",")]
+    except ValueError:
+        raise SystemExit(f"{prog}: --gpus: expected numbers like 128,1024, got {args.gpus!r}") from None
+    if args.hours <= 0 or args.hours * 3600 % WINDOW_S:
+        raise SystemExit(f"{prog}: --hours must be a whole number of hours, got {args.hours:g}")
+    return sizes
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="128,1024", help="cluster sizes, the first is the baseline (default %(default)s)")
@@ -308,12 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the TSDB directories")
     ap.add_argument("--only", default="", metavar="TEXT", help="only the targets whose dashboard / panel name has TEXT")
     args = ap.parse_args(argv)
-    try:
-        sizes = [int(x) for x in args.gpus.split(",")]
-    except ValueError:
-        raise SystemExit(f"dashboards_scale: --gpus: expected numbers like 128,1024, got {args.gpus!r}") from None
-    if args.hours <= 0 or args.hours * 3600 % WINDOW_S:
-        raise SystemExit(f"dashboards_scale: --hours must be a whole number of hours, got {args.hours:g}")
+    sizes = sizes_and_hours(args, "dashboards_scale")
     scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
     print(f"dashboards at scale: {args.hours:g} h at a {SCRAPE} scrape interval, queries as Grafana sends them "
           f"for a {WIDTH_PX}-px panel, median of {args.repeat}", flush=True)

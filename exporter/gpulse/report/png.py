@@ -22,10 +22,20 @@ class Canvas:
 
     def fill(self, x: int, y: int, w: int, h: int, rgb: RGB) -> None:
         x0, x1 = max(0, x), min(self.width, x + w)
-        if x1 <= x0:
+        y0, y1 = max(0, y), min(self.height, y + h)
+        if x1 <= x0 or y1 <= y0:
+            return
+        if y1 - y0 > 3 * (x1 - x0):
+            # tall and narrow (a span edge across a thousand rows): one strided copy
+            # per byte column instead of a slice per row
+            stride, n = self.width * 3, y1 - y0
+            for xx in range(x0, x1):
+                for c in range(3):
+                    off = (y0 * self.width + xx) * 3 + c
+                    self.px[off:off + (n - 1) * stride + 1:stride] = bytes((rgb[c],)) * n
             return
         line = bytes(rgb) * (x1 - x0)
-        for yy in range(max(0, y), min(self.height, y + h)):
+        for yy in range(y0, y1):
             off = (yy * self.width + x0) * 3
             self.px[off:off + len(line)] = line
 

@@ -13,13 +13,18 @@ folded into the next step that has one. The result is replayed through the same
 Engine as a live node, with `active` as the real-work measure.
 
 Long ranges are split so no request asks for more than --max-points points per
-series (Prometheus refuses more than 11,000).
+series (Prometheus refuses more than 11,000). A job of a thousand GPUs over hours is
+millions of points: each series is kept as one array of floats on the step grid
+(`Grid`, 8 bytes a step), each answer is dropped once copied in, and samples are
+made only for the steps the engine is about to ingest, so memory follows the grid,
+not the JSON or the number of samples.
 """
 from __future__ import annotations
 
 import json
 import math
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -36,6 +41,38 @@ GPU_SERIES = {
     "memory_total": "gpulse_gpu_memory_total_bytes",
 }
 PROM_MAX_POINTS = 11_000
+NAN = float("nan")
+
+
+class Grid:
+    """One series on the query's step grid: value k at start + k * step, NaN where
+    Prometheus returned none. Reads like the {t: v} mapping it replaces (`get`,
+    `values`), keyed by the rounded timestamps query_range returns."""
+
+    __slots__ = ("start", "step", "a")
+
+    def __init__(self, start: float, step: float, n: int):
+        self.start, self.step = start, step
+        self.a = array("d", [NAN]) * n
+
+    def index(self, t: float) -> int:
+        return int(round((t - self.start) / self.step))
+
+    def put_all(self, values: list) -> None:
+        """query_range's [[t, "v"], ...], in one loop (a million points at fleet size)."""
+        a, start, step, n = self.a, self.start, self.step, len(self.a)
+        for t, v in values:
+            k = int(round((float(t) - start) / step))
+            if 0 <= k < n:
+                a[k] = float(v)
+
+    def get(self, t: float, default: float | None = None) -> float | None:
+        k = self.index(t)
+        v = self.a[k] if 0 <= k < len(self.a) else NAN
+        return default if v != v else v
+
+    def values(self) -> list[float]:
+        return [v for v in self.a if v == v]
 
 
 @dataclass(frozen=True)
@@ -176,21 +213,26 @@ def chunks(start: float, end: float, step: float, max_points: int) -> list[tuple
 
 def fetch(client: PromClient, sel: str, start: float, end: float, step: float, max_points: int = PROM_MAX_POINTS,
           progress: Callable[[str], None] | None = None) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
-    """{name: {(node, gpu): {"points": {t: v}, "workload": str}}} for every GPU_SERIES name."""
+    """{name: {(node, gpu): {"points": Grid, "workload": str}}} for every GPU_SERIES name."""
     parts = chunks(start, end, step, max(2, min(max_points, PROM_MAX_POINTS)))
+    n = steps(start, end, step)
     total = len(parts) * len(GPU_SERIES)
     done = 0
     out: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
     for name, metric in GPU_SERIES.items():
         per: dict[tuple[str, str], dict[str, Any]] = {}
         for a, b in parts:
-            for series in client.query_range(metric + sel, a, b, step):
+            result = client.query_range(metric + sel, a, b, step)
+            while result:              # consumed as copied: one answer's objects at a time
+                series = result.pop()
                 labels = series.get("metric", {})
                 key = (labels.get("node", ""), labels.get("gpu", ""))
-                slot = per.setdefault(key, {"points": {}, "workload": ""})
+                slot = per.get(key)
+                if slot is None:
+                    slot = per[key] = {"points": Grid(start, step, n), "workload": ""}
                 slot["workload"] = labels.get("workload", slot["workload"])
-                for t, v in series.get("values", []):
-                    slot["points"][round(float(t), 3)] = float(v)
+                slot["points"].put_all(series.get("values", []))
+            del result
             done += 1
             if progress is not None:
                 progress(f"fetched {done}/{total} ranges ({name}, {_iso(a)} .. {_iso(b)})")
@@ -198,32 +240,56 @@ def fetch(client: PromClient, sel: str, start: float, end: float, step: float, m
     return out
 
 
+def steps(start: float, end: float, step: float) -> int:
+    """Steps of the grid start, start + step, .. up to end."""
+    return int(math.floor((end - start) / step + 1e-9)) + 1
+
+
 def _iso(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 class PromRangeSource(Source):
-    """Fetched range data replayed as samples: one sample per step per GPU."""
+    """Fetched range data replayed as samples: one sample per step per GPU, made
+    when the engine asks for the steps they fall in."""
 
     name = "prometheus"
     has_sm_active = True          # `active` from the exporter is the real-work measure
-    STEPS_PER_POLL = 64
+    # One step a poll: run_offline splits a poll at every analysis tick (one a step
+    # here), copying the rest of each GPU's samples each time, quadratic in the poll.
+    STEPS_PER_POLL = 1
 
     def __init__(self, data: dict[str, dict[tuple[str, str], dict[str, Any]]], start: float, end: float, step: float):
         self.step = step
-        self.times = [start + k * step for k in range(int(math.floor((end - start) / step + 1e-9)) + 1)]
+        self.times = [start + k * step for k in range(steps(start, end, step))]
         nodes = sorted({n for n, _ in data.get("sampled", {})})
         self.first_node = nodes[0] if nodes else ""
         self.keys: dict[tuple[str, str], str] = {}
         for node, gpu in sorted(data.get("sampled", {}), key=lambda k: (k[0] != self.first_node, k[0], _num(k[1]))):
             self.keys[(node, gpu)] = gpu if node == self.first_node else f"{node}:{gpu}"
-        self.samples = {self.keys[k]: self._samples(data, k) for k in self.keys}
+        self.grids = {self.keys[k]: tuple(self._aligned(data.get(name, {}).get(k, {}).get("points"), start, step)
+                                          for name in ("busy", "active", "sampled", "memory"))
+                      for k in self.keys}
         self.workloads = {self.keys[k]: data["sampled"][k]["workload"] for k in self.keys}
         mt = data.get("memory_total", {})
-        self.mem_total = {self.keys[k]: max(mt[k]["points"].values()) for k in self.keys if k in mt and mt[k]["points"]}
-        self._pos = {k: 0 for k in self.samples}
+        self.mem_total = {self.keys[k]: max(mt[k]["points"].values()) for k in self.keys
+                          if k in mt and mt[k]["points"].values()}
+        self._prev: dict[str, tuple[float, float, float] | None] = {k: None for k in self.grids}
+        # what every reading of a GPU carries besides samples, built once
+        self._fixed = {k: ({"workload": self.workloads[k]} if self.workloads.get(k) else None,
+                           {"memory_total_bytes": self.mem_total[k]} if k in self.mem_total else {})
+                       for k in self.grids}
         self._k = 0
         self._done = False
+
+    def _aligned(self, points: Any, start: float, step: float) -> array:
+        """The series as an array on this source's step grid (NaN: no value)."""
+        if isinstance(points, Grid) and points.start == start and points.step == step \
+                and len(points.a) == len(self.times):
+            return points.a
+        if not points:
+            return array("d", [NAN]) * len(self.times)
+        return array("d", (NAN if (v := points.get(round(t, 3))) is None else v for t in self.times))
 
     def node_and_gpu(self, key: str) -> tuple[str, str]:
         if ":" in key:
@@ -231,49 +297,46 @@ class PromRangeSource(Source):
             return node, gpu
         return self.first_node, key
 
-    def _samples(self, data: dict[str, Any], k: tuple[str, str]) -> list[Sample]:
-        def pts(name: str) -> dict[float, float]:
-            return data.get(name, {}).get(k, {}).get("points", {})
-        busy, active, sampled, mem = pts("busy"), pts("active"), pts("sampled"), pts("memory")
+    def _samples(self, key: str, k0: int, k1: int) -> list[Sample]:
+        """Samples of steps k0..k1-1: each step's counter increases over the sampled
+        time since the previous step that had a scrape."""
+        busy, active, sampled, mem = self.grids[key]
+        prev = self._prev[key]
+        times = self.times
         out: list[Sample] = []
-        prev: tuple[float, float, float] | None = None
-        for t in self.times:
-            key = round(t, 3)
-            cur = (busy.get(key), active.get(key), sampled.get(key))
-            if None in cur:
+        for k in range(k0, k1):
+            b, a, s = busy[k], active[k], sampled[k]
+            if b != b or a != a or s != s:
                 continue
+            m = mem[k]
+            m = None if m != m else m
             if prev is not None:
-                d = [c - p if c >= p else c for c, p in zip(cur, prev)]   # reset: the new value is the increase
-                if d[2] <= 0:
+                pb, pa, ps = prev
+                # reset: the new value is the increase
+                db, da, ds = (b - pb if b >= pb else b), (a - pa if a >= pa else a), (s - ps if s >= ps else s)
+                if ds <= 0:
                     continue                      # no scrape in between: fold into the next step
-                out.append(Sample(t=t, util=_clamp(d[0] / d[2]), sm_active=_clamp(d[1] / d[2]),
-                                  memory_used_bytes=mem.get(key)))
+                out.append(Sample(t=times[k], util=_clamp(db / ds), sm_active=_clamp(da / ds),
+                                  memory_used_bytes=m))
             else:
-                out.append(Sample(t=t, util=None, memory_used_bytes=mem.get(key)))   # anchor
-            prev = cur
+                out.append(Sample(t=times[k], util=None, memory_used_bytes=m))   # anchor
+            prev = (b, a, s)
+        self._prev[key] = prev
         return out
 
     def open(self) -> list[DeviceInfo]:
-        return [DeviceInfo(gpu=k) for k in self.samples]
+        return [DeviceInfo(gpu=k) for k in self.grids]
 
     @property
     def finished(self) -> bool:
         return self._done
 
     def poll(self, now: float) -> PollResult:
-        k_end = self._k + self.STEPS_PER_POLL
-        limit = self.times[min(k_end, len(self.times)) - 1] if self.times else 0.0
+        k0, k1 = self._k, min(self._k + self.STEPS_PER_POLL, len(self.times))
         readings = []
-        for key, samples in self.samples.items():
-            i = self._pos[key]
-            j = i
-            while j < len(samples) and samples[j].t <= limit:
-                j += 1
-            self._pos[key] = j
-            attr = {"workload": self.workloads[key]} if self.workloads.get(key) else None
-            gauges = {"memory_total_bytes": self.mem_total[key]} if key in self.mem_total else {}
-            readings.append(Reading(key, samples[i:j], gauges, {}, True, None, attr))
-        self._k = k_end
+        for key, (attr, gauges) in self._fixed.items():
+            readings.append(Reading(key, self._samples(key, k0, k1), gauges, {}, True, None, attr))
+        self._k = k1
         if self._k >= len(self.times):
             self._done = True
         return PollResult(readings)
