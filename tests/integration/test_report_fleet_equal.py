@@ -76,7 +76,7 @@ def recording(source, step):
 
 
 def as_grids(data, start, end):
-    from gpulse.report.prom import Grid, steps
+    from gpulse.sources.prom import Grid, steps
     out = {}
     for name, per in data.items():
         out[name] = {}
@@ -98,7 +98,7 @@ def same(a: float, b: float) -> bool:
 
 def test_grid_path_equals_the_plain_path_on_real_traces(job, monkeypatch):
     from gpulse.report.findings import analyse
-    from gpulse.report.prom import PromRangeSource
+    from gpulse.sources.prom import PromRangeSource
     data, end = job
     fleet = recording(PromRangeSource(as_grids(data, 0.0, end), 0.0, end, STEP), STEP)
 
@@ -128,7 +128,7 @@ def test_grid_path_equals_the_plain_path_on_real_traces(job, monkeypatch):
 
 
 def test_grid_reads_like_the_mapping_it_replaces():
-    from gpulse.report.prom import Grid
+    from gpulse.sources.prom import Grid
     g = Grid(1000.0, 15.0, 4)
     g.put_all([[1000, "1"], [1030.0, "3.5"], [1075, "9"], [985, "7"]])   # the last two: off the grid
     assert [g.get(t) for t in (1000.0, 1015.0, 1030.0, 1045.0)] == [1.0, None, 3.5, None]
