@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 import bench.corpus.causes as causes  # noqa: E402
 
 from gpulse.analysis.cause import REMEDIES  # noqa: E402
-from gpulse.sources.logs import read_log  # noqa: E402
+from gpulse.sources.recorded import read_log  # noqa: E402
 
 NAMES = ("pai-more-work-avg", "pai-throttled-thermal-avg", "pai-throttled-power-avg", "pai-hw-slowdown-avg",
          "pai-ecc-avg", "pai-cold-rank-avg", "pai-hot-plain-avg", "pai-cold-rank-plain-avg",

@@ -37,7 +37,7 @@ from gpulse.collector import snapshot_families
 from gpulse.config import test_config
 from gpulse.engine import run_offline
 from gpulse.report.render import web_asset
-from gpulse.sources.dcgm import _THROTTLE_BITS
+from gpulse.sources.dcgm.fields import _THROTTLE_BITS
 from gpulse.sources.replay import ReplaySource
 from gpulse.sources.sim import SimSource
 
