@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+from ..analysis.coidle import UTIL_WINDOW
 from ..model import DeviceInfo, PollResult
 
 
@@ -85,6 +86,9 @@ class Source(abc.ABC):
     #: the source gains nothing from polls closer than this (seconds); the sampler then
     #: sleeps that long instead of --sample-interval. NVML buffers its own samples.
     poll_interval: float | None = None
+    #: how far back a sample's utilisation reaches (seconds): NVML-style utilisation
+    #: averages over the driver's sample period, at least 1/6 s (analysis.coidle)
+    util_window: float = UTIL_WINDOW
 
     @abc.abstractmethod
     def open(self) -> list[DeviceInfo]:
