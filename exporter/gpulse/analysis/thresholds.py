@@ -115,11 +115,9 @@ _TABLE = (
     Threshold("straggler_peers_busy_ratio", 0.8, "ratio",
               "peers this busy around an idle straggler are waiting for it (else it just gets too little work)"),
     Threshold("imbalance_alert_ratio", 0.3, "ratio",
-              "(max - min) / max of active fractions beyond which a group is imbalanced"),
+              "(max - min) / max of active fractions beyond which a group is imbalanced (a 5-minute window or the whole run)"),
     Threshold("imbalance_min_active_ratio", 0.2, "ratio",
               "the busiest GPU must be at least this active for imbalance to count"),
-    Threshold("imbalance_notable_ratio", 0.5, "ratio",
-              "whole-run imbalance of real work worth a report finding"),
     Threshold("imbalance_high_ratio", 0.7, "ratio",
               "whole-run imbalance that makes the finding high severity"),
     # -- paging (read by the generated Prometheus rules) -----------------------

@@ -66,7 +66,7 @@ WORK_BUSY = value("work_busy_ratio")
 WORK_SUSTAIN = value("work_sustain_seconds")
 SPIN_WAITING = value("spin_wait_share_ratio")
 STALL_NOTABLE = value("stall_notable_ratio")
-IMBALANCE_NOTABLE = value("imbalance_notable_ratio")
+IMBALANCE = value("imbalance_alert_ratio")
 MISSING_MIN = value("missing_min_seconds")
 SCHEMA_ID = "gpulse-findings/2"
 
@@ -506,11 +506,14 @@ class Analysis:
         return Finding("straggler", sev, text, remedy, spans)
 
     def _imbalance_words(self) -> Finding | None:
+        # the pager's definition over the whole run: the same spread, the same busiest-GPU guard
         imb = self.imbalance.get("whole_run")
-        if imb is None or imb < IMBALANCE_NOTABLE:
+        if imb is None or not imb > IMBALANCE:
             return None
         acts = {k: s["active_fraction"] for k, s in self.gpu_stats.items() if s["active_fraction"] is not None}
         hi_v, lo_v = max(acts.values()), min(acts.values())
+        if not hi_v > value("imbalance_min_active_ratio"):
+            return None
         mid = (hi_v + lo_v) / 2
         hi = sorted((k for k, v in acts.items() if v >= mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
         lo = sorted((k for k, v in acts.items() if v < mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
