@@ -97,3 +97,33 @@ def test_one_idle_sample_is_a_stall_only_when_the_samples_average_a_window():
     inst.advance(runs(), 20.0)
     assert nvml.stalls_total == 1 and nvml.stall_seconds == pytest.approx(0.1 + UTIL_WINDOW)
     assert inst.stalls_total == 0 and inst.stall_seconds == pytest.approx(0.1)
+
+
+def test_report_and_pager_share_one_imbalance_threshold(tmp_path, lv):
+    # GPUs 0-1 compute throughout, GPUs 2-3 for 1.2 s of every 2 s (idle otherwise):
+    # (1 - 0.6) / 1 = 0.4 over every window and over the whole run, between the pager's
+    # 0.3 and the 0.5 the report used to ask for
+    tl = smi.Timeline(4, 10.0 + 60.0 + 360.0 + 20.0)
+    a = cases._startup(tl, 10.0)
+    stop = a + 360.0
+    for g in range(4):
+        t = a
+        while t < stop:
+            if g < 2:
+                tl.add(g, t, t + 2.0, smi.COMPUTE)
+            else:
+                tl.add(g, t, t + 1.2, smi.COMPUTE)
+                tl.add(g, t + 1.2, t + 2.0, smi.IDLE)
+            t += 2.0
+    cases._frame(tl, stop)
+    path = tmp_path / "imbalance-0.4.csv"
+    smi.write_log(str(path), tl, lv, "instant", 5)
+    doc = analyse(from_log(str(path))).as_json()
+    assert 0.3 < doc["imbalance"]["whole_run"] < 0.5
+    [f] = [f for f in doc["findings"] if f["kind"] == "imbalance"]
+    assert "GPUs 0 and 1" in f["text"] and "GPUs 2 and 3" in f["text"]
+    c = test_config(source="replay", replay__file=str(path), replay__speed=0)
+    imb = [snap.groups[0].imbalance for _, snap in run_offline(ReplaySource(c), c)
+           if snap.groups and snap.groups[0].holding and snap.groups[0].imbalance is not None]
+    # the exporter's gauge, which GpulseWorkloadImbalance reads, holds above the same threshold
+    assert sorted(imb)[len(imb) // 2] > value("imbalance_alert_ratio")
