@@ -8,8 +8,8 @@
    - report:  `gpulse report --input case.csv`, read from findings.json;
    - live:    the same log through the exporter's engine (`run_offline` over the
               replay source, what `gpulse serve --source replay` runs): its exact
-              counters, its stall-period gauge, its confirmed-straggler gauge
-              (gpulse_gpu_straggler) and its imbalance gauge held for PERSIST seconds;
+              counters, its confirmed-straggler gauge (gpulse_gpu_straggler),
+              its stall-period and imbalance gauges held for PERSIST seconds;
    - alerts:  the exporter's series scraped every 15 s (rendered by the real
               collector) in ONE promtool unit-test file, each case its own `node`,
               evaluated with the shipped rules (prometheus/rules, unchanged); the

@@ -122,7 +122,9 @@ def observe(path: str, node: str) -> Observed:
         if (stall_at is None and g.holding and held > 0 and (b[1] - a[1]) / held >= ratio
                 and b[3] - hist[j10][3] >= episodes):
             stall_at = t
-        if g.stall_period is not None:
+        # like every live gauge verdict here, the period gauge must hold PERSIST seconds
+        pers.see("period", g.stall_period is not None, t)
+        if g.stall_period is not None and t - pers.since["period"] >= PERSIST:
             periods.append(g.stall_period)
         for v in snap.gpus:
             # the exporter's own confirmation (gpulse_gpu_straggler), which already persists
