@@ -26,7 +26,7 @@ stretch of about L − one sample spacing, shorter still when the rows of one po
 written milliseconds apart (row skew). An episode is therefore counted when its
 observed length plus half the sample spacing (`grid`, the caller's measured spacing)
 reaches min_stall: a 0.3 s stall seen as 0.19 s counts under --min-stall 0.2s, a
-single 0.1 s co-idle sample does not.
+single 0.1 s co-idle sample does not (unless the samples average a window, below).
 
 Averaging window: NVML utilisation is the share of the driver's last sample period in
 which a kernel ran, and that period is at least 1/6 s (between 1/6 s and 1 s depending
