@@ -90,10 +90,11 @@ def observe(path: str, node: str) -> Observed:
     cfg = test_config(source="replay", replay__file=str(path), replay__speed=0, node_name=node)
     src = ReplaySource(cfg)
     ratio, episodes = value("stall_page_ratio"), value("stall_recurring_episodes")
-    z_lim, imb_lim, imb_min = value("straggler_z"), value("imbalance_alert_ratio"), value("imbalance_min_active_ratio")
+    imb_lim, imb_min = value("imbalance_alert_ratio"), value("imbalance_min_active_ratio")
     hist: list[tuple[float, float, float, int]] = []     # t, stall s, holding s, episodes
     periods: list[float] = []
     pers = _Persist()
+    confirmed: dict[str, float] = {}     # gpu -> first tick gpulse_gpu_straggler read 1
     stall_at = None
     series: dict[str, list] = {}
     n = 0
@@ -121,11 +122,14 @@ def observe(path: str, node: str) -> Observed:
         if (stall_at is None and g.holding and held > 0 and (b[1] - a[1]) / held >= ratio
                 and b[3] - hist[j10][3] >= episodes):
             stall_at = t
-        if g.stall_period is not None:
+        # like every live gauge verdict here, the period gauge must hold PERSIST seconds
+        pers.see("period", g.stall_period is not None, t)
+        if g.stall_period is not None and t - pers.since["period"] >= PERSIST:
             periods.append(g.stall_period)
         for v in snap.gpus:
-            dev = max((abs(z) for z in (v.deviation_active, v.deviation_busy) if z is not None), default=0.0)
-            pers.see("gpu" + v.info.gpu, g.holding and dev >= z_lim, t)
+            # the exporter's own confirmation (gpulse_gpu_straggler), which already persists
+            if v.straggler is not None and g.holding:
+                confirmed.setdefault(v.info.gpu, t)
         acts = [v.active_ratio for v in snap.gpus if v.active_ratio is not None]
         pers.see("imbalance", g.holding and bool(acts) and max(acts) > imb_min
                  and (g.imbalance or 0.0) > imb_lim, t)
@@ -149,7 +153,7 @@ def observe(path: str, node: str) -> Observed:
         col.extend([None] * (n - len(col)))
     live = Verdict(stall=stall_at is not None, stall_at=stall_at,
                    period=sorted(periods)[len(periods) // 2] if periods else None,
-                   stragglers={k[3:]: t for k, t in pers.first.items() if k.startswith("gpu")},
+                   stragglers=confirmed,
                    imbalance="imbalance" in pers.first, imbalance_at=pers.first.get("imbalance"))
     return Observed(node, hist[-1][0] if hist else 0.0, live, series, n)
 
@@ -164,10 +168,13 @@ def report_verdict(path: str) -> Verdict:
             raise SystemExit(f"gpulse report failed on {path}: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
         doc = json.loads((Path(out) / "findings.json").read_text(encoding="utf-8"))
     work = doc["run"]["work_seconds"] or 0.0
-    recurring = sum(p["stalled_seconds"] for p in doc["stall_patterns"]
-                    if p["count"] >= value("stall_recurring_episodes"))
+    ratio = value("stall_page_ratio")
+    recurring = [p for p in doc["stall_patterns"] if p["count"] >= value("stall_recurring_episodes")]
+    # over the whole work, or over the stretch a pattern covers (a pattern inside a long run)
+    stall = work > 0 and (sum(p["stalled_seconds"] for p in recurring) / work >= ratio
+                          or any((p["span_share"] or 0.0) >= ratio for p in recurring))
     kinds = {f["kind"] for f in doc["findings"]}
-    return Verdict(stall=work > 0 and recurring / work >= value("stall_page_ratio"),
+    return Verdict(stall=stall,
                    period=doc["stall_period_seconds"],
                    stragglers={str(s["gpu"]): 0.0 for s in doc["stragglers"]},
                    imbalance="imbalance" in kinds)

@@ -14,6 +14,7 @@ temperature and health columns, and `causes.json` with each case's cause).
 from __future__ import annotations
 
 import json
+import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -25,14 +26,17 @@ from .cases import DATA, Case, cases, levels  # noqa: E402
 from .smi import write_log  # noqa: E402
 
 
-def build(out: Path, quick: bool = False) -> list[tuple[Case, Path]]:
-    """Write every case's log under `out`; returns (case, path) pairs."""
+def build(out: Path, quick: bool = False, select: str | None = None) -> list[tuple[Case, Path]]:
+    """Write every case's log under `out` (only those whose name matches the regular
+    expression `select`, when given); returns (case, path) pairs."""
     if not (DATA / "traces").is_dir():
         raise SystemExit(f"corpus: the recorded data is missing: {DATA}/traces (see its README.md)")
     out.mkdir(parents=True, exist_ok=True)
     lv = levels()
     built, labels = [], {}
     for c in cases(quick):
+        if select is not None and not re.search(select, c.name):
+            continue
         if c.source is not None:
             path = c.source
         else:

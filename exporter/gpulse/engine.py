@@ -123,8 +123,9 @@ class _Gpu:
 
 class Engine:
     def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str, attributor: Any = None,
-                 sample_spacing: float | None = None, history: bool = True):
+                 sample_spacing: float | None = None, history: bool = True, util_window: float = 0.0):
         self.cfg = cfg
+        self.util_window = util_window    # the source's utilisation averaging window (analysis.coidle)
         self.node = cfg.node_name
         self.source_name = source_name
         self.attributor = attributor
@@ -248,11 +249,13 @@ class Engine:
                 mem = s.memory_used_bytes if s.memory_used_bytes is not None else g.gauges.get("memory_used_bytes")
                 holds = mem is not None and mem >= hold_min
             inactive = act < self.idle_thr
+            idle = util < self.idle_thr
             last = g.runs[-1] if g.runs else None
-            if last is not None and last.end == prev and last.inactive == inactive and last.holds == holds:
+            if (last is not None and last.end == prev and last.inactive == inactive and last.holds == holds
+                    and last.idle == idle):
                 last.end = s.t
             else:
-                g.runs.append(Run(prev, s.t, inactive, holds))
+                g.runs.append(Run(prev, s.t, inactive, holds, idle))
 
     @staticmethod
     def _power_edge(g: "_Gpu", s: Sample, ps: Sample) -> None:
@@ -308,7 +311,7 @@ class Engine:
             up = [self.gpus[k] for k in keys if self.gpus[k].up]
             tracker = self.trackers.get(workload)
             if tracker is None:
-                tracker = self.trackers[workload] = StallTracker(self.cfg.min_stall)
+                tracker = self.trackers[workload] = StallTracker(self.cfg.min_stall, window=self.util_window)
             observed = [g for g in up if g.last_t is not None]
             if observed and not (unassigned_is_idle and workload == ""):
                 until = min(g.last_t for g in observed)
@@ -482,7 +485,8 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
     its recorded start then stamps snapshots as a live exporter would have).
     """
     devices = source.open()
-    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=False)
+    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=False,
+                    util_window=source.util_window)
     step = poll_step or cfg.sample_interval
     now = 0.0
     next_tick: float | None = None

@@ -74,7 +74,8 @@ class Sampler:
     def start(self) -> None:
         """Open the source (SourceError propagates: fatal) and start polling."""
         devices = self.source.open()
-        self.engine = Engine(self.cfg, devices, self.source.name, self.attributor, self.source.sample_spacing)
+        self.engine = Engine(self.cfg, devices, self.source.name, self.attributor, self.source.sample_spacing,
+                             util_window=self.source.util_window)
         log.info("source %s: %d GPU entities", self.source.name, len(devices))
         self._thread = threading.Thread(target=self._run, name="gpulse-sampler", daemon=True)
         self._thread.start()

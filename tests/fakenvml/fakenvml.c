@@ -294,6 +294,15 @@ static double util_at(const struct dev *d, double t) {
     return u < 0 ? 0 : u > 1 ? 1 : u;
 }
 
+/* The busy share of (a, b], as the driver reports utilisation: the share of its
+ * sample period in which a kernel ran, not the state at the sample instant. */
+static double util_over(const struct dev *d, double a, double b) {
+    enum { STEPS = 32 };
+    double sum = 0;
+    for (int i = 1; i <= STEPS; i++) sum += util_at(d, a + (b - a) * i / STEPS);
+    return sum / STEPS;
+}
+
 static double fn_eval(const struct dev *d, const fn_t *f, double t) {
     switch (f->kind) {
     case FN_CONST: return f->v;
@@ -1186,7 +1195,7 @@ static void ring_fill_locked(struct dev *d, ring_t *r, int type) {
         unsigned long long ts = (unsigned long long)(epoch_us + (long long)llround(tk * 1e6));
         if (type == NVML_GPU_UTILIZATION_SAMPLES) {
             if (in_nosamples(d, tk)) continue;
-            ring_push(r, ts, (unsigned)lround(util_at(d, tk) * 100.0));
+            ring_push(r, ts, (unsigned)lround(util_over(d, tk - sample_period, tk) * 100.0));
         } else {
             ring_push(r, ts, (unsigned)lround(prop_at(d, P_POWER, tk) * 1000.0));
         }

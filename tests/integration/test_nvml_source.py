@@ -77,6 +77,12 @@ def square(tau, period, duty, high, low, phase):
     return high if x < duty * period else low
 
 
+def square_mean(tau, **shape):
+    """A utilisation sample at tau: the wave's mean over the driver period before it
+    (the fake's 32 points)."""
+    return sum(square(tau - PERIOD + PERIOD * i / 32, **shape) for i in range(1, 33)) / 32
+
+
 # ---------------------------------------------------------------- discovery
 
 
@@ -138,7 +144,7 @@ def test_get_samples_reads_every_driver_sample_once(nvml):
         assert ss[0].t - (t_open - READ_INTERVAL) == pytest.approx(0, abs=PERIOD + 0.05)
         assert ss[-1].t - t_open > 1.0                   # and later reads continue from there
         for s in ss:
-            assert s.util == pytest.approx(square(s.t - o.epoch, **shape), abs=0.005)
+            assert s.util == pytest.approx(square_mean(s.t - o.epoch, **shape), abs=0.006)
             assert t_open - READ_INTERVAL - PERIOD < s.t <= t_end
 
 
@@ -193,9 +199,12 @@ def test_power_is_matched_to_each_sample_by_time(nvml):
         power 0 follow idle=70 max=690
     """)
     ss = samples(o.drive(1.8), "0")
-    assert len({s.util for s in ss}) == 2          # both levels were seen
+    shape = dict(period=1.0, duty=0.45, high=0.95, low=0.05, phase=0.05)
+    levels = {square(s.t - o.epoch, **shape) for s in ss}
+    assert levels == {0.95, 0.05}                  # both levels were seen
     for s in ss:
-        assert s.power_w == pytest.approx(70 + s.util * 620, abs=0.01)
+        # power at the sample's own instant (utilisation is its period's mean)
+        assert s.power_w == pytest.approx(70 + square(s.t - o.epoch, **shape) * 620, abs=0.01)
         assert s.memory_used_bytes == 60e9
 
 

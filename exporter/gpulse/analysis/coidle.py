@@ -26,7 +26,22 @@ stretch of about L − one sample spacing, shorter still when the rows of one po
 written milliseconds apart (row skew). An episode is therefore counted when its
 observed length plus half the sample spacing (`grid`, the caller's measured spacing)
 reaches min_stall: a 0.3 s stall seen as 0.19 s counts under --min-stall 0.2s, a
-single 0.1 s co-idle sample does not.
+single 0.1 s co-idle sample does not (unless the samples average a window, below).
+
+Averaging window: NVML utilisation is the share of the driver's last sample period in
+which a kernel ran, and that period is at least 1/6 s (between 1/6 s and 1 s depending
+on the product, nvmlDeviceGetUtilizationRates). A sample reading idle says the GPU was
+idle over the window (t − w, t]; the sample before it, read active, says the stall began
+in the window before that. For a stall starting uniformly in that window the expected
+start lies w + Δ/2 before the first idle sample (Δ: sample spacing) and the expected end
+Δ/2 after the last one, so the observed stretch (from the previous sample to the last idle
+one) is short by w on average, whatever the spacing: a 0.3 s stall polled every 100 ms
+through a 1/6 s window reads ~0.18 s. Each closed stretch therefore gets `window` (the
+source's averaging window, util_window_seconds for NVML-style utilisation, 0 for instantaneous
+samples) added to its length and to the stalled seconds when every member's utilisation
+read idle through it (a GPU spin-waiting is inactive by its power, which is not
+averaged that way: such a stretch gets nothing), so the stall share is unbiased
+for short stalls and negligibly changed for long ones.
 
 Why `warmed`: a job that has allocated memory but not started computing (loading data,
 compiling, the first minutes of a run, with the odd blip of activity) is not stalling;
@@ -58,6 +73,7 @@ class Run:
     end: float
     inactive: bool
     holds: bool
+    idle: bool = True    # inactive because utilisation read idle (not busy at low power)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +83,7 @@ class Episode:
     stalled: float       # stalled seconds within it
 
 
+UTIL_WINDOW = value("util_window_seconds")    # NVML utilisation's averaging window (module doc)
 WARMUP_ACTIVE = value("warmup_active_seconds")
 MERGE_RATIO = value("stall_merge_ratio")
 MAX_MERGE_GAP = value("stall_merge_gap_seconds")
@@ -78,9 +95,10 @@ MAX_MERGED = value("stall_merged_max_seconds")   # merging stops here, so a grou
 class StallTracker:
     """Co-inactivity state of one peer group; feed it with advance()."""
 
-    def __init__(self, min_stall: float, keep_episodes: int = 256, grid: float = 0.0):
+    def __init__(self, min_stall: float, keep_episodes: int = 256, grid: float = 0.0, window: float = 0.0):
         self.min_stall = min_stall
         self.grid = grid          # sample spacing; the caller may update it as it measures it
+        self.window = window      # how far back each sample's utilisation reaches (see module doc)
         self.stall_seconds = 0.0
         self.stalls_total = 0
         self.holding_seconds = 0.0
@@ -90,6 +108,7 @@ class StallTracker:
         self._active_since_hold = 0.0
         self._open_start: float | None = None   # the stalled stretch in progress
         self._open_len = 0.0
+        self._open_idle = True                    # every member's utilisation read idle throughout
         self._pending: list[Episode] = []         # closed, may still merge with what follows
         self.changes = 0          # bumped whenever recent_episodes() may have changed
 
@@ -123,40 +142,44 @@ class StallTracker:
         if until <= lo:
             return
         n = len(runs)
-        # events: (time, member, inactive, holds); a member's state between its runs is a gap
-        events: list[tuple[float, int, bool, bool]] = []
+        # events: (time, member, inactive, holds, idle); a member's state between its runs is a gap
+        events: list[tuple[float, int, bool, bool, bool]] = []
         for i, member in enumerate(runs):
             for r in member:
                 if r.end <= lo or r.start >= until:
                     continue
-                events.append((max(r.start, lo), i, r.inactive, r.holds))
+                events.append((max(r.start, lo), i, r.inactive, r.holds, r.inactive and r.idle))
                 if r.end < until:
-                    events.append((r.end, i, False, False))  # gap unless the next run starts here
+                    events.append((r.end, i, False, False, False))  # gap unless the next run starts here
         # stable sort: a member's gap marker stays before its next run starting at the same instant
         events.sort(key=lambda e: e[0])
         inactive = [False] * n
         holds = [False] * n
+        idle = [False] * n
         n_inactive = 0
         n_holds = 0
+        n_idle = 0
         t = lo
         k = 0
         while k < len(events):
             te = events[k][0]
             if te > t:
-                self._segment(t, te, n_inactive == n and n > 0, n_holds > 0, n_inactive < n)
+                self._segment(t, te, n_inactive == n and n > 0, n_holds > 0, n_inactive < n, n_idle == n)
                 t = te
             # apply every event at this instant
             while k < len(events) and events[k][0] == te:
-                _, i, ina, hol = events[k]
+                _, i, ina, hol, idl = events[k]
                 n_inactive += int(ina) - int(inactive[i])
                 n_holds += int(hol) - int(holds[i])
-                inactive[i], holds[i] = ina, hol
+                n_idle += int(idl) - int(idle[i])
+                inactive[i], holds[i], idle[i] = ina, hol, idl
                 k += 1
         if until > t:
-            self._segment(t, until, n_inactive == n and n > 0, n_holds > 0, n_inactive < n)
+            self._segment(t, until, n_inactive == n and n > 0, n_holds > 0, n_inactive < n, n_idle == n)
         self.processed_until = until
 
-    def _segment(self, a: float, b: float, all_inactive: bool, holding: bool, someone_active: bool) -> None:
+    def _segment(self, a: float, b: float, all_inactive: bool, holding: bool, someone_active: bool,
+                 all_idle: bool = False) -> None:
         dt = b - a
         if not holding:
             # the job released its memory: a stall in progress is the job ending, not a
@@ -175,6 +198,8 @@ class StallTracker:
             if self._open_start is None:
                 self._open_start = a
                 self._open_len = 0.0
+                self._open_idle = True
+            self._open_idle = self._open_idle and all_idle
             self._open_len += dt
             self.stall_seconds += dt
             return
@@ -191,7 +216,12 @@ class StallTracker:
         between neighbours is short against them (a merge can enable another)."""
         p = self._pending
         self.changes += 1
-        p.append(Episode(self._open_start, end - self._open_start, self._open_len))
+        # the averaging window hides the stall's first moments (module doc); only
+        # utilisation is averaged, so a stretch where some GPU was busy at idle-level
+        # power (judged on power, not on a window) gets nothing
+        w = self.window if self._open_idle else 0.0
+        self.stall_seconds += w
+        p.append(Episode(self._open_start - w, end - self._open_start + w, self._open_len + w))
         self._open_start = None
         self._open_len = 0.0
         while len(p) >= 2:
@@ -218,5 +248,6 @@ class StallTracker:
         return duration + 0.5 * self.grid >= self.min_stall * (1 - 1e-6)
 
     def recent_episodes(self) -> list[Episode]:
-        """Counted episodes plus those still waiting to be final (for the period)."""
-        return list(self.episodes) + list(self._pending)
+        """Counted episodes plus those still waiting to be final that will count (for
+        the period: a rhythm of stretches under --min-stall is not a stall rhythm)."""
+        return list(self.episodes) + [e for e in self._pending if self.counts(e.duration)]

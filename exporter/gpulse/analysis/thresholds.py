@@ -43,6 +43,11 @@ _TABLE = (
               "an episode is final (counted) at the latest this long after it ended"),
     Threshold("stall_family_factor", 3.0, "factor",
               "episodes within this factor of each other's length form one stall pattern"),
+    Threshold("util_window_seconds", 1 / 6, "seconds",
+              "NVML utilisation averages over at least this (the driver's sample period, 1/6 to 1 s by product): "
+              "a co-idle stretch reads this much shorter than its stall"),
+    Threshold("stall_min_span_seconds", 120.0, "seconds",
+              "a stall pattern covering this long is also judged by its share of that time (the page's 2-minute window)"),
     Threshold("warmup_active_seconds", 5.0, "seconds",
               "a group that holds a workload must have worked this long before co-idle time is a stall"),
     # -- stall rhythm ---------------------------------------------------------
@@ -110,11 +115,9 @@ _TABLE = (
     Threshold("straggler_peers_busy_ratio", 0.8, "ratio",
               "peers this busy around an idle straggler are waiting for it (else it just gets too little work)"),
     Threshold("imbalance_alert_ratio", 0.3, "ratio",
-              "(max - min) / max of active fractions beyond which a group is imbalanced"),
+              "(max - min) / max of active fractions beyond which a group is imbalanced (a 5-minute window or the whole run)"),
     Threshold("imbalance_min_active_ratio", 0.2, "ratio",
               "the busiest GPU must be at least this active for imbalance to count"),
-    Threshold("imbalance_notable_ratio", 0.5, "ratio",
-              "whole-run imbalance of real work worth a report finding"),
     Threshold("imbalance_high_ratio", 0.7, "ratio",
               "whole-run imbalance that makes the finding high severity"),
     # -- straggler cause (analysis/cause.py) ------------------------------------

@@ -66,7 +66,7 @@ WORK_BUSY = value("work_busy_ratio")
 WORK_SUSTAIN = value("work_sustain_seconds")
 SPIN_WAITING = value("spin_wait_share_ratio")
 STALL_NOTABLE = value("stall_notable_ratio")
-IMBALANCE_NOTABLE = value("imbalance_notable_ratio")
+IMBALANCE = value("imbalance_alert_ratio")
 MISSING_MIN = value("missing_min_seconds")
 SCHEMA_ID = "gpulse-findings/3"
 
@@ -293,8 +293,12 @@ class Analysis:
             offs = [tuple(e.off) for e in fam if e.off]
             common_off = max(set(offs), key=offs.count) if offs else ()
             spinners = [e for e in fam if e.waiting]
+            covered = sum(b - a for a, b in _union(spans))
             self.patterns.append({
                 "count": len(fam),
+                # its share of the stretches it covers, once they are long enough to judge
+                "span_share": (sum(e.stalled for e in fam) / covered
+                               if covered >= value("stall_min_span_seconds") else None),
                 "duration_seconds": median(e.duration for e in fam),
                 "stalled_seconds": sum(e.stalled for e in fam),
                 "period_seconds": median(periods) if periods else None,
@@ -405,8 +409,9 @@ class Analysis:
     # ------------------------------------------------------------ words
 
     def work_seconds(self, workload: str | None = None) -> float:
-        return sum(self.tick_end(s.b) - self.tick_start(s.a) for s in self.spans
-                   if s.kind == "work" and (workload is None or s.workload == workload))
+        """Seconds some group (or `workload`) worked: groups working at once count once."""
+        return sum(b - a for a, b in _union([(self.tick_start(s.a), self.tick_end(s.b)) for s in self.spans
+                                             if s.kind == "work" and (workload is None or s.workload == workload)]))
 
     def _words(self) -> None:
         F = self.findings
@@ -506,11 +511,14 @@ class Analysis:
         return Finding("straggler", sev, text, remedy, spans)
 
     def _imbalance_words(self) -> Finding | None:
+        # the pager's definition over the whole run: the same spread, the same busiest-GPU guard
         imb = self.imbalance.get("whole_run")
-        if imb is None or imb < IMBALANCE_NOTABLE:
+        if imb is None or not imb > IMBALANCE:
             return None
         acts = {k: s["active_fraction"] for k, s in self.gpu_stats.items() if s["active_fraction"] is not None}
         hi_v, lo_v = max(acts.values()), min(acts.values())
+        if not hi_v > value("imbalance_min_active_ratio"):
+            return None
         mid = (hi_v + lo_v) / 2
         hi = sorted((k for k, v in acts.items() if v >= mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
         lo = sorted((k for k, v in acts.items() if v < mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
@@ -529,9 +537,10 @@ class Analysis:
     def _pattern_words(self, p: dict[str, Any]) -> Finding | None:
         work = self.work_seconds()
         share = p["stalled_seconds"] / work if work > 0 else 0.0
+        local = p["span_share"]
         d = p["duration_seconds"]
         period = p["period_seconds"]
-        if period is None and share < STALL_NOTABLE:
+        if period is None and max(share, local or 0.0) < STALL_NOTABLE:
             return None
         who = ""
         if p["off_gpu"]:
@@ -550,8 +559,11 @@ class Analysis:
             cause = "the whole job waits together without a steady rhythm (input pipeline, I/O, host-side work)"
         rhythm = f" every ~{_secs(period)}" if period else ""
         times = f"{p['count']} time{'s' if p['count'] != 1 else ''}"
-        p["summary"] = f"~{_secs(d)}{rhythm} ({times}, {_pct(share)} of the work time)"
-        text = (f"All GPUs stall together for ~{_secs(d)}{rhythm} ({times}, {_pct(share)} of the work time)"
+        # a pattern confined to part of a long run costs its own stretch more than the run
+        during = (f"{_pct(local)} of the time from {self._when(p['spans'][0][0])} to {self._when(p['spans'][-1][1])}, "
+                  if local is not None and _pct(local) != _pct(share) else "")
+        p["summary"] = f"~{_secs(d)}{rhythm} ({times}, {during}{_pct(share)} of the work time)"
+        text = (f"All GPUs stall together for ~{_secs(d)}{rhythm} ({times}, {during}{_pct(share)} of the work time)"
                 f"{who}: {cause}.")
         if p["off_gpu"] or (period is not None and period >= value("period_checkpoint_seconds")):
             remedy = ("make checkpointing asynchronous (snapshot to host memory, write in the background), "
@@ -561,7 +573,8 @@ class Analysis:
                       "computation (bucketed all-reduce) or use larger steps")
         else:
             remedy = "profile a stall (torch profiler, nsys) to see what every rank waits on"
-        sev = "high" if share >= value("stall_high_ratio") else "medium" if share >= STALL_NOTABLE or period else "info"
+        worst = max(share, local or 0.0)
+        sev = "high" if worst >= value("stall_high_ratio") else "medium" if worst >= STALL_NOTABLE or period else "info"
         return Finding("sync_stall", sev, text, remedy, p["spans"])
 
     def _missing_words(self) -> list[Finding]:
@@ -714,6 +727,7 @@ class Analysis:
             doc["stall_patterns"].append({
                 "count": p["count"], "duration_seconds": round(p["duration_seconds"], 3),
                 "stalled_seconds": round(p["stalled_seconds"], 3),
+                "span_share": round(p["span_share"], 6) if p["span_share"] is not None else None,
                 "period_seconds": round(p["period_seconds"], 3) if p["period_seconds"] is not None else None,
                 "off_gpu": [self._gpu_ref(k) for k in p["off_gpu"]], "workloads": p["workloads"],
                 "spans": _spans(p["spans"]),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+from ..analysis.coidle import UTIL_WINDOW
 from ..model import DeviceInfo, PollResult
 
 
@@ -89,6 +90,9 @@ class Source(abc.ABC):
     #: (dcgm-exporter refreshes every --dcgm.interval); the engine counts a silence of
     #: a few of these as a gap only then
     sample_spacing: float | None = None
+    #: how far back a sample's utilisation reaches (seconds): NVML-style utilisation
+    #: averages over the driver's sample period, at least 1/6 s (analysis.coidle)
+    util_window: float = UTIL_WINDOW
 
     @abc.abstractmethod
     def open(self) -> list[DeviceInfo]:
