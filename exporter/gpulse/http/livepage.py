@@ -5,8 +5,8 @@
 
 Both are App.extra_routes, so they go through the same handler as /metrics: the same
 TLS, basic auth, request cap and timeouts. The data is what the latest Snapshot
-publishes: each GPU's per-tick history, each group's stall episodes and open stall;
-a request never touches the GPU library or the engine.
+publishes: each GPU's per-tick history and straggler cause, each group's stall
+episodes and open stall; a request never touches the GPU library or the engine.
 
 Stall fraction over the window = the part of the window covered by the peer group's
 stall episodes (the StallTracker's, plus a stall in progress), divided by the window.
@@ -108,8 +108,13 @@ class LivePage:
                                 "active": v.active_ratio})
             if v.straggler is not None:    # the engine's verdict (analysis.verdict), as in the report
                 signal, z = v.straggler
+                # why, as the snapshot publishes it (analysis.cause); None until judged
+                why = v.cause
                 doc["stragglers"].append({"gpu": v.info.gpu, "signal": signal, "z": round(z, 2),
-                                          "direction": "busier" if z > 0 else "idler"})
+                                          "direction": "busier" if z > 0 else "idler",
+                                          "cause": why.cause if why else None,
+                                          "remedy": why.remedy if why else None,
+                                          "evidence": list(why.evidence) if why else []})
         return doc
 
 

@@ -21,6 +21,16 @@
   gpulse.modeOptions(mode, pal);
   document.getElementById("legend-text").textContent = pal.legend.cells + "; " + pal.legend.no_data;
 
+  // the engine names a straggler's cause once it has judged its span (analysis/cause.py)
+  var NOT_JUDGED = "cause not judged yet";
+  function causeTag(s) {
+    var c = document.createElement("span");
+    c.className = "cause";
+    c.textContent = s.cause || NOT_JUDGED;
+    c.title = s.cause ? s.cause + ": " + s.remedy : "the exporter names the cause once it has confirmed the straggler";
+    return c;
+  }
+
   function pct(x) { return x === null || x === undefined ? "–" : (100 * x).toFixed(1) + " %"; }
   function setText(id, v) { document.getElementById(id).textContent = v; }
 
@@ -35,7 +45,10 @@
       var d = document.createElement("div");
       d.className = "row-label" + (marks[name] ? " straggler" : "");
       d.style.height = ROW + "px";
-      if (marks[name]) d.appendChild(gpulse.badge(pal, marks[name].direction));
+      if (marks[name]) {
+        d.appendChild(gpulse.badge(pal, marks[name].direction));
+        d.appendChild(causeTag(marks[name]));
+      }
       d.appendChild(document.createTextNode(name));
       labels.appendChild(d);
     });
@@ -62,6 +75,18 @@
     setText("stall-period", g.stall_period ? g.stall_period.toFixed(1) + " s" : "none");
     setText("stragglers", last.stragglers.length ? last.stragglers.map(function (s) {
       return "GPU " + s.gpu + " (" + (s.direction === "idler" ? "cold" : "hot") + ")"; }).join(", ") : "none");
+    var causes = document.getElementById("causes");
+    causes.textContent = "";
+    last.stragglers.forEach(function (s) {
+      var li = document.createElement("li");
+      li.setAttribute("data-gpu", s.gpu);
+      var b = document.createElement("b");
+      b.textContent = "GPU " + s.gpu + ": " + (s.cause || NOT_JUDGED);
+      li.appendChild(b);
+      li.appendChild(document.createTextNode(s.cause ? " — " + s.remedy +
+        (s.evidence.length ? ". Evidence: " + s.evidence.join("; ") : "") : ""));
+      causes.appendChild(li);
+    });
     setText("minutes-label", String(last.minutes));
     setText("status", (last.stale ? "STALE · " : "") + "updated " + new Date().toLocaleTimeString());
     document.body.setAttribute("data-ready", "1");
