@@ -90,7 +90,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history", "spacing", "persistence", "prev_sample", "edges", "sharp", "signals")
+                 "history", "spacing", "persistence", "prev_sample", "prev2_sample", "edges", "sharp", "signals")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -113,6 +113,7 @@ class _Gpu:
         self.persistence = Persistence()       # live straggler confirmation
         # does power follow utilisation steps within a sample, or is it an average?
         self.prev_sample: Sample | None = None
+        self.prev2_sample: Sample | None = None
         self.edges = 0
         self.sharp = 0
         # running gauge sums of the cause signals (analysis.cause.accumulate), one update per tick
@@ -232,10 +233,10 @@ class Engine:
                 continue                          # first sample after start or a gap: anchor only
             dt = s.t - prev
             g.spacing = dt
-            ps, g.prev_sample = g.prev_sample, s
+            pps, ps, g.prev_sample, g.prev2_sample = g.prev2_sample, g.prev_sample, s, g.prev_sample
             if (ps is not None and s.util is not None and ps.util is not None
                     and abs(s.util - ps.util) >= POWER_EDGE):
-                self._power_edge(g, s, ps)
+                self._power_edge(g, s, ps, pps, gate_w)
             act = activity_of(s, self.activity_mode, gate_w)
             util = s.util if s.util is not None else act
             if util is None:
@@ -258,20 +259,36 @@ class Engine:
                 g.runs.append(Run(prev, s.t, inactive, holds, idle))
 
     @staticmethod
-    def _power_edge(g: "_Gpu", s: Sample, ps: Sample) -> None:
-        """A utilisation step: did power follow it within the same sample?"""
+    def _power_edge(g: "_Gpu", s: Sample, ps: Sample, pps: Sample | None, gate_w: float | None) -> None:
+        """A utilisation step between ps and s: did power follow it within a sample?
+
+        Only a step whose busy side draws working power (at or above the spin gate)
+        must move power: a step into or out of a spin-wait (busy at idle-level power)
+        moves none, whatever the source averages. Utilisation is itself averaged over
+        a longer window than instantaneous power, so power may have moved one sample
+        before the step: the move is taken from the sample before ps as well."""
         swing = (g.max_power or 0.0) - (g.idle_floor or 0.0)
-        if swing > 0 and s.power_w is not None and ps.power_w is not None:
-            g.edges += 1
-            g.sharp += abs(s.power_w - ps.power_w) >= POWER_EDGE * swing
+        if swing <= 0 or gate_w is None or s.power_w is None or ps.power_w is None:
+            return
+        busy_side = s if (s.util or 0.0) > (ps.util or 0.0) else ps
+        if busy_side.power_w is None or busy_side.power_w < gate_w:
+            return
+        move = abs(s.power_w - ps.power_w)
+        if pps is not None and pps.power_w is not None:
+            move = max(move, abs(s.power_w - pps.power_w))
+        g.edges += 1
+        g.sharp += move >= POWER_EDGE * swing
 
     def power_averaged(self) -> bool:
         """Whether the source's power lags utilisation steps by more than a sample —
         an average such as nvidia-smi's 1 s power.draw — so that spin-waits shorter
         than that average cannot be told from work by the power gate."""
-        edges = sum(g.edges for g in self.gpus.values())
-        sharp = sum(g.sharp for g in self.gpus.values())
-        return edges >= value("power_edges_min_count") and sharp < value("power_sharp_share_ratio") * edges
+        # each GPU judges its own edges and the median GPU decides, so that one GPU's
+        # many steps (a straggler's) do not speak for the whole source
+        judged = [g for g in self.gpus.values() if g.edges]
+        if sum(g.edges for g in judged) < value("power_edges_min_count"):
+            return False
+        return median(g.sharp / g.edges for g in judged) < value("power_sharp_share_ratio")
 
     # ------------------------------------------------------------------ analyze
 

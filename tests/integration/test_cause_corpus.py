@@ -68,7 +68,7 @@ def test_cases_are_deterministic_and_read_cleanly(built, tmp_path):
         assert again[name].path.read_bytes() == built[name].path.read_bytes(), name
     run = read_log(str(built["pai-throttled-thermal-avg"].path))
     assert run.format == "nvidia-smi-csv" and not run.errors
-    rows = [r for r in run.records if r.gpu == "6" and r.counters.get("throttle_seconds_total")]
+    rows = [r.reading for r in run.records if r.gpu == "6" and r.reading.counters.get("throttle_seconds_total")]
     # the injected reason counter climbs over the slow span, in seconds by reason
     thr = [r.counters["throttle_seconds_total"][("hw_thermal",)] for r in rows]
     assert thr[-1] - thr[0] > 100
@@ -84,16 +84,7 @@ def _finding(doc: dict, gpu: str) -> dict | None:
     return None
 
 
-# The PAI cold rank is off the GPU 35-45 % of its slow steps while its peers read
-# 100 % busy; their spin-waits are under spin_wait_share_ratio (0.5) of their busy
-# time, so the classifier answers "unknown" (missing instant_power) although the
-# report's own straggler finding says the rank's work is off the GPU.
-COLD_GAP = pytest.mark.xfail(strict=True, reason="cold rank whose peers spin-wait under half their busy time: "
-                             "cause.classify needs peers_spin >= spin_wait_share_ratio")
-
-
-@pytest.mark.parametrize("name", [pytest.param(n, marks=COLD_GAP) if n.startswith("pai-cold-rank") else n
-                                  for n in NAMES])
+@pytest.mark.parametrize("name", NAMES)
 def test_report_names_the_labelled_cause(built, reports, name):
     c, doc = built[name], reports[name]
     assert doc["schema"] == "gpulse-findings/3"

@@ -18,8 +18,9 @@ Rules, first match wins (a throttled or degraded GPU is never told to rebalance)
                      throttle reasons known) SM clock below peers with no reason set
   (then by direction: busy below the peers' median by straggler_gap_ratio is cold,
    busy or active above it is hot, active below it with busy level is light)
-  off_gpu            cold while the peers spin-wait (>= spin_wait_share_ratio of their
-                     busy time): its rank is busy off the GPU and the others wait
+  off_gpu            cold while the peers wait for it: they spin-wait (busy at partial
+                     power, blocked in the collective) at least cause_peers_wait_ratio
+                     of the busy time it lacks against them; its rank is busy off the GPU
   more_work          hot with clocks in line (throttle reasons known, or SM clock
                      within cause_clock_gap_ratio of peers): busy longer per step; or
                      cold/light while peers really compute: it gets less work
@@ -261,7 +262,12 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
         return Verdict("degraded_hardware", (clock_text + ", no throttle reason set",), ())
 
     peer_spin = _med([p.spin_wait / p.busy if p.spin_wait is not None and p.busy else None for p in peers])
-    peers_spin = peer_spin is not None and peer_spin >= value("spin_wait_share_ratio")
+    # peers waiting for a cold straggler spin-wait (busy at partial power, blocked in
+    # the collective) for much of the time it is missing from the GPU; peers that
+    # compute meanwhile do not wait for it: it gets less work
+    peer_wait = _med([p.spin_wait for p in peers])
+    peers_wait = (cold and peer_wait is not None
+                  and peer_wait >= value("cause_peers_wait_ratio") * -busy_gap)
     spin_text = f"peers spin-wait {_pct(peer_spin)} of their busy time" if peer_spin is not None else None
     if hot:
         evidence.append(f"active {_pct(s.active or 0.0)} vs peers {_pct((s.active or 0.0) - (active_gap or 0.0))}"
@@ -284,8 +290,8 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
         if s.power_w is not None:
             evidence.append(f"power {s.power_w:.0f} W" + (f" vs peers {_med([p.power_w for p in peers]):.0f} W"
                                                           if _med([p.power_w for p in peers]) is not None else ""))
-        if cold and peers_spin:
-            evidence.append(spin_text)
+        if cold and peers_wait:
+            evidence += [spin_text, f"they wait {_pct(peer_wait)} of the time for its {_pct(-busy_gap)} less busy time"]
             return Verdict("off_gpu", tuple(evidence), ())
         if power_averaged:
             # 1 s-averaged power reads short spin-waits as work: the peers may be waiting

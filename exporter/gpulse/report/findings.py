@@ -418,7 +418,8 @@ class Analysis:
         pattern_findings = [(p, f) for p in self.patterns if (f := self._pattern_words(p)) is not None]
         for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
             gr = self.rec.groups.get(st["workload"])
-            f = _with_cause(self._straggler_words(st), self.rec.cause_of(st["key"], gr.gpus if gr else [], st["spans"]))
+            v = self.rec.cause_of(st["key"], gr.gpus if gr else [], st["spans"])
+            f = _with_cause(self._straggler_words(st, v.cause), v)
             F.append(self._one_cause(st, f, pattern_findings))
         imb = self._imbalance_words()
         if imb:
@@ -470,7 +471,9 @@ class Analysis:
         f.spans = _union(f.spans + [s for _, pf in same for s in pf.spans])
         return f
 
-    def _straggler_words(self, st: dict[str, Any]) -> Finding:
+    def _straggler_words(self, st: dict[str, Any], why: str) -> Finding:
+        """The straggler's sentence; `why` is its analysis.cause verdict, the one
+        judge of whether an idle straggler's peers wait for it or out-compute it."""
         k = st["key"]
         gr = self.rec.groups.get(st["workload"])
         peers = [p for p in (gr.gpus if gr else []) if p != k]
@@ -489,18 +492,19 @@ class Analysis:
         if st["direction"] == "idler":
             power = (f" at idle-level power (spin-waiting {_pct(peer_spin)} of the time)"
                      if peer_busy > 0 and peer_spin >= SPIN_WAITING * peer_busy else "")
-            if peer_busy >= value("straggler_peers_busy_ratio"):
+            if why == "off_gpu":
                 text = (f"{self.label(k)} was idle {_pct(me['idle_fraction'])} {what} while "
                         f"{self.labels(peers)} read {_pct(peer_busy)} busy{power}, i.e. waiting for it: "
                         f"rank {rank} is the bottleneck and its work is off the GPU (checkpointing, data loading, "
                         "host-side preprocessing).")
-                remedy = ("move that work off the critical path: asynchronous checkpointing, more data-loader "
-                          "workers and prefetching, or spread the host-side work over all ranks")
+            elif why == "more_work":
+                text = (f"{self.label(k)} was busy only {_pct(me['busy_fraction'])} {what} against "
+                        f"{_pct(peer_busy)} for {self.labels(peers)}, which compute meanwhile: it gets too "
+                        "little work.")
             else:
                 text = (f"{self.label(k)} was busy only {_pct(me['busy_fraction'])} {what} against "
-                        f"{_pct(peer_busy)} for {self.labels(peers)}: it gets too little work.")
-                remedy = "rebalance the work across ranks (shard sizes, parallel layout)"
-            return Finding("straggler", sev, text, remedy, spans)
+                        f"{_pct(peer_busy)} for {self.labels(peers)}.")
+            return Finding("straggler", sev, text, "", spans)   # the cause's remedy is set by _with_cause
         peer_act = median(stats[p]["active_fraction"] or 0.0 for p in peers)
         wait = f", spending {_pct(peer_spin)} of the time spin-waiting" if peer_spin >= value("spin_wait_mention_ratio") else ""
         text = (f"{self.label(k)} worked {_pct(me['active_fraction'])} {what} against {_pct(peer_act)} "

@@ -131,6 +131,32 @@ def test_cold_straggler_while_peers_spin_wait_is_off_gpu():
     assert any(e.startswith("peers spin-wait 61%") for e in v.evidence)
 
 
+def test_cold_straggler_whose_peers_wait_under_half_their_busy_time_is_off_gpu():
+    # Alibaba PAI worker 6 off the GPU ~37 % of its slow steps: peers read 100 % busy
+    # and spin-wait 42 % of it, under spin_wait_share_ratio, yet they wait out what it
+    # lacks; with 1 s-averaged power too (the spin-waits seen are evidence enough)
+    peers = [peer(busy=1.0, active=0.58, spin_wait=0.42) for _ in range(9)]
+    straggler = peer(busy=0.63, active=0.59, spin_wait=0.04, power_w=311.0)
+    assert 0.42 < value("spin_wait_share_ratio")
+    for averaged in (False, True):
+        v = classify(straggler, peers, power_averaged=averaged)
+        assert v.cause == "off_gpu", (averaged, v)
+        assert "they wait 42% of the time for its 37% less busy time" in v.evidence
+
+
+def test_cold_straggler_whose_peers_barely_wait_gets_less_work():
+    # the same cold straggler, but its peers compute through what it lacks (they spin
+    # only in the all-reduce): peers waiting, not a share of their busy time, decides
+    peers = [peer(busy=1.0, active=0.94, spin_wait=0.06) for _ in range(9)]
+    v = classify(peer(busy=0.63, active=0.6, spin_wait=0.03, power_w=300.0), peers)
+    assert v.cause == "more_work" and v.evidence[-1].endswith("it gets less work")
+    # the threshold is the boundary: waiting just under / at half its deficit
+    lack, ratio = 1.0 - 0.63, value("cause_peers_wait_ratio")
+    for wait, want in (((ratio - 0.01) * lack, "more_work"), (ratio * lack + 1e-9, "off_gpu")):
+        ps = [peer(busy=1.0, active=1.0 - wait, spin_wait=wait) for _ in range(9)]
+        assert classify(peer(busy=0.63, active=0.6, spin_wait=0.03), ps).cause == want, wait
+
+
 def test_cold_straggler_whose_peers_compute_gets_less_work():
     # the seed case's other half: peers really compute (no spin-wait) -> work distribution
     peers = [peer(busy=0.99, active=0.99, spin_wait=0.0) for _ in range(7)]
