@@ -98,6 +98,7 @@ def test_real_log_cut_inside_a_checkpoint_stall_counts_it_open(tmp, ckpt50):
     assert 0.4 * last["duration_seconds"] <= tail["duration_seconds"] <= 0.6 * last["duration_seconds"]
     assert [g["gpu"] for g in tail["off_gpu"]] == ["0"]
     assert phase_kinds(doc)[-1] == "work"            # cut while working: no exit seen
+    assert [n for n in doc["notes"] if "ends inside a sync stall of GPUs 0–7" in n]
     assert doc["stall_period_seconds"] == pytest.approx(full["stall_period_seconds"], rel=0.05)
     # the live exporter: in the same stall since the same moment, the same stalled
     # seconds; its counter holds every episode but the open one (and those that
@@ -164,5 +165,6 @@ def test_gpus_idle_with_memory_held_longer_than_a_stall_are_the_exit(tmp):
     path, stalls = idle_stalls_log(tmp, "idle-held.csv", 0.0, exits=False, held_tail=held)
     doc = report(path)
     assert not any(e["open"] for e in doc["stall_episodes"])
+    assert not [n for n in doc["notes"] if "ends inside a sync stall" in n]
     assert phase_kinds(doc)[-1] == "exit"
     assert len(doc["stall_episodes"]) == len(stalls) - 1    # the last "stall" never ended: it is the exit

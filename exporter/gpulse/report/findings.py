@@ -709,7 +709,10 @@ class Analysis:
                               "missing": list(f.cause.missing)} if f.cause is not None else {})}
                          for f in self.findings],
             "recommendations": [],
-            "notes": list(rec.notes),
+            "notes": list(rec.notes) + [
+                f"The record ends inside a sync stall of {self.labels(e.gpus)}, {_secs(e.duration)} long so far, "
+                "with memory still held: it counts as an open episode, its length a lower bound."
+                for e in self.episodes if e.open],
         }
         for g in rec.ordered_gpus():
             st = self.gpu_stats.get(g.key, {})
