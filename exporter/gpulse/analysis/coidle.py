@@ -51,6 +51,14 @@ job ending: its seconds were already counted live, but it is not an episode. Eve
 episode that had already ended is final at that moment and counted, so a rhythm keeps
 its last cycles instead of losing everything that was still waiting to merge.
 
+End of a log: a stall still in progress when the record stops (`final_episodes`) is an
+*open* episode, cut by the end of the record rather than ended by work, when every
+member still holds its memory and the stretch has lasted at most stall_open_max_seconds.
+A job that exits releases its memory (the rule above: any member releasing it is the job
+ending), so memory still held on every GPU says the job was still there, in the middle of
+a stall, when logging stopped. A co-idle stretch with memory held for longer than any
+stall the recordings show is the job done or hung, no stall that can be timed.
+
 The merge, pending and warm-up lengths are stall_merge_ratio, stall_merge_gap_seconds,
 stall_merged_max_seconds, stall_pending_seconds and warmup_active_seconds in
 analysis/thresholds.py.
@@ -81,6 +89,7 @@ class Episode:
     start: float
     duration: float      # from the first to the last stalled moment
     stalled: float       # stalled seconds within it
+    open: bool = False   # still in progress when the record ended (module doc)
 
 
 UTIL_WINDOW = value("util_window_seconds")    # NVML utilisation's averaging window (module doc)
@@ -88,6 +97,7 @@ WARMUP_ACTIVE = value("warmup_active_seconds")
 MERGE_RATIO = value("stall_merge_ratio")
 MAX_MERGE_GAP = value("stall_merge_gap_seconds")
 MAX_PENDING = value("stall_pending_seconds")   # an episode is counted at the latest this long after it ended
+OPEN_MAX = value("stall_open_max_seconds")    # longest stall still open at the end of a log
 MAX_MERGED = value("stall_merged_max_seconds")   # merging stops here, so a group stalled most of the time
                                                  # still produces episodes (and a period)
 
@@ -109,6 +119,7 @@ class StallTracker:
         self._open_start: float | None = None   # the stalled stretch in progress
         self._open_len = 0.0
         self._open_idle = True                    # every member's utilisation read idle throughout
+        self._all_hold = False                    # every member held memory in the latest segment
         self._pending: list[Episode] = []         # closed, may still merge with what follows
         self.changes = 0          # bumped whenever recent_episodes() may have changed
 
@@ -164,7 +175,8 @@ class StallTracker:
         while k < len(events):
             te = events[k][0]
             if te > t:
-                self._segment(t, te, n_inactive == n and n > 0, n_holds > 0, n_inactive < n, n_idle == n)
+                self._segment(t, te, n_inactive == n and n > 0, n_holds > 0, n_inactive < n, n_idle == n,
+                              n_holds == n)
                 t = te
             # apply every event at this instant
             while k < len(events) and events[k][0] == te:
@@ -175,12 +187,14 @@ class StallTracker:
                 inactive[i], holds[i], idle[i] = ina, hol, idl
                 k += 1
         if until > t:
-            self._segment(t, until, n_inactive == n and n > 0, n_holds > 0, n_inactive < n, n_idle == n)
+            self._segment(t, until, n_inactive == n and n > 0, n_holds > 0, n_inactive < n, n_idle == n,
+                          n_holds == n)
         self.processed_until = until
 
     def _segment(self, a: float, b: float, all_inactive: bool, holding: bool, someone_active: bool,
-                 all_idle: bool = False) -> None:
+                 all_idle: bool = False, all_hold: bool = False) -> None:
         dt = b - a
+        self._all_hold = all_hold
         if not holding:
             # the job released its memory: a stall in progress is the job ending, not a
             # sync stall episode; those that ended before are final
@@ -224,14 +238,7 @@ class StallTracker:
         p.append(Episode(self._open_start - w, end - self._open_start + w, self._open_len + w))
         self._open_start = None
         self._open_len = 0.0
-        while len(p) >= 2:
-            x, y = p[-2], p[-1]
-            gap = y.start - (x.start + x.duration)
-            if gap >= min(MAX_MERGE_GAP, MERGE_RATIO * max(x.duration, y.duration)):
-                break
-            if y.start + y.duration - x.start > MAX_MERGED:
-                break
-            p[-2:] = [Episode(x.start, y.start + y.duration - x.start, x.stalled + y.stalled)]
+        _merge_tail(p)
 
     def _finalize(self, before: float) -> None:
         """Count the pending episodes that ended before `before`."""
@@ -247,7 +254,43 @@ class StallTracker:
         module doc: half a sample spacing is lost on average to the grid)."""
         return duration + 0.5 * self.grid >= self.min_stall * (1 - 1e-6)
 
+    def open_episode(self) -> Episode | None:
+        """The stall in progress as an open episode, when the record ending now cuts a
+        stall rather than ends a job (module doc, End of a log); None otherwise."""
+        if self._open_start is None or self.processed_until is None or not self._all_hold:
+            return None
+        length = self.processed_until - self._open_start
+        if length > OPEN_MAX:
+            return None
+        w = self.window if self._open_idle else 0.0
+        return Episode(self._open_start - w, length + w, self._open_len + w, open=True)
+
+    def final_episodes(self) -> list[Episode]:
+        """Every episode of a record that ends now: the counted ones, those still
+        pending that count, and the open one (merged with its neighbour by the same
+        rule as a closed one)."""
+        p = list(self._pending)
+        ep = self.open_episode()
+        if ep is not None:
+            p.append(ep)
+            _merge_tail(p)
+        return list(self.episodes) + [e for e in p if self.counts(e.duration)]
+
     def recent_episodes(self) -> list[Episode]:
         """Counted episodes plus those still waiting to be final that will count (for
         the period: a rhythm of stretches under --min-stall is not a stall rhythm)."""
         return list(self.episodes) + [e for e in self._pending if self.counts(e.duration)]
+
+
+def _merge_tail(p: list[Episode]) -> None:
+    """Merge the last episode of p backwards while the activity between neighbours is
+    short against them (a merge can enable another); a merge with an open episode is
+    open."""
+    while len(p) >= 2:
+        x, y = p[-2], p[-1]
+        gap = y.start - (x.start + x.duration)
+        if gap >= min(MAX_MERGE_GAP, MERGE_RATIO * max(x.duration, y.duration)):
+            break
+        if y.start + y.duration - x.start > MAX_MERGED:
+            break
+        p[-2:] = [Episode(x.start, y.start + y.duration - x.start, x.stalled + y.stalled, y.open)]

@@ -48,6 +48,9 @@ _TABLE = (
               "a co-idle stretch reads this much shorter than its stall"),
     Threshold("stall_min_span_seconds", 120.0, "seconds",
               "a stall pattern covering this long is also judged by its share of that time (the page's 2-minute window)"),
+    Threshold("stall_open_max_seconds", 120.0, "seconds",
+              "a co-idle stretch still open when a log ends, memory held on every GPU, is a stall cut by the end "
+              "of the record up to this long; longer, the job was done or hung"),
     Threshold("warmup_active_seconds", 5.0, "seconds",
               "a group that holds a workload must have worked this long before co-idle time is a stall"),
     # -- stall rhythm ---------------------------------------------------------

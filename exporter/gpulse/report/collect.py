@@ -254,10 +254,12 @@ def collect(pairs: Iterable[tuple[Engine, Snapshot]], rec: Recording,
 
 def _take_pending(engine: Engine, gr: GroupTrack) -> None:
     """At the end of the run the tracker's pending episodes (kept open in case a
-    later stall merges with them) are final."""
+    later stall merges with them) are final, and so is a stall the end of the record
+    cut (an open episode, analysis.coidle)."""
     tracker = engine.trackers.get(gr.workload)
     if tracker is None or tracker is not gr.tracker or not hasattr(tracker, "recent_episodes"):
         return
     counted = len(tracker.episodes)
-    gr.episodes.extend(e for e in tracker.recent_episodes()[counted:]
+    final = getattr(tracker, "final_episodes", tracker.recent_episodes)
+    gr.episodes.extend(e for e in final()[counted:]
                        if tracker.counts(e.duration))

@@ -15,7 +15,9 @@ Phases of a peer group
     is *start-up* (loading, compiling, NCCL set-up), after it the *exit*. Between
     segments the GPUs held nothing: a *no-job gap* (crash and restart, requeue), or a
     *no-data gap* when nothing was recorded. Only work time can hold sync stalls, so
-    start-up and restarts are never reported as stall problems.
+    start-up and restarts are never reported as stall problems. A record that ends
+    inside a stall of the running job (an open episode: memory still held on every GPU,
+    analysis.coidle) has no exit: its work runs to the end of the record.
 
 Stall episodes
     The engine's episodes (every GPU of the group inactive at once, ≥ --min-stall,
@@ -89,6 +91,7 @@ class StallEp:
     gpus: list[str]
     waiting: list[str] = field(default_factory=list)
     off: list[str] = field(default_factory=list)
+    open: bool = False      # cut by the end of the record, not ended by work
 
     @property
     def duration(self) -> float:
@@ -202,6 +205,9 @@ class Analysis:
                 i = j + 1
             else:
                 i += 1
+        # a stall the end of the record cut (analysis.coidle, End of a log) belongs to
+        # the work it interrupted, however idle its ticks read
+        cut = gr.episodes[-1] if gr.episodes and getattr(gr.episodes[-1], "open", False) else None
         work: list[int] = []
         seg_work: list[tuple[int, int] | None] = []
         prev_end = -1
@@ -215,6 +221,8 @@ class Analysis:
                 seg_work.append(None)
                 continue
             ws, we = runs[0][0], runs[-1][1]
+            if b == n - 1 and cut is not None and cut.start >= self.tick_start(ws):
+                we = b      # the record ends inside a stall of the running job: no exit seen
             if ws > a:
                 self.spans.append(Span("startup", a, ws - 1, gr.workload))
             self.spans.append(Span("work", ws, we, gr.workload))
@@ -248,7 +256,7 @@ class Analysis:
             if win is None:
                 continue            # start-up, exit: not a stall of the running job
             merged.append(StallEp(ep.start, ep.start + ep.duration, getattr(ep, "stalled", ep.duration),
-                                  gr.workload, win[0], list(gr.gpus)))
+                                  gr.workload, win[0], list(gr.gpus), open=getattr(ep, "open", False)))
         for e in merged:
             self._who_waited(e, members)
         self.episodes.extend(merged)
@@ -705,7 +713,10 @@ class Analysis:
                               "missing": list(f.cause.missing)} if f.cause is not None else {})}
                          for f in self.findings],
             "recommendations": [],
-            "notes": list(rec.notes),
+            "notes": list(rec.notes) + [
+                f"The record ends inside a sync stall of {self.labels(e.gpus)}, {_secs(e.duration)} long so far, "
+                "with memory still held: it counts as an open episode, its length a lower bound."
+                for e in self.episodes if e.open],
         }
         for g in rec.ordered_gpus():
             st = self.gpu_stats.get(g.key, {})
@@ -726,6 +737,7 @@ class Analysis:
                 "gpus": [self._gpu_ref(k) for k in e.gpus],
                 "waiting_gpus": [self._gpu_ref(k) for k in e.waiting],
                 "off_gpu": [self._gpu_ref(k) for k in e.off],
+                "open": e.open,
             })
         for p in self.patterns:
             doc["stall_patterns"].append({
