@@ -517,10 +517,7 @@ class Analysis:
         wait = f", spending {_pct(peer_spin)} of the time spin-waiting" if peer_spin >= value("spin_wait_mention_ratio") else ""
         text = (f"{self.label(k)} worked {_pct(me['active_fraction'])} {what} against {_pct(peer_act)} "
                 f"for {self.labels(peers)}{wait}: they wait for it at every synchronisation point.")
-        remedy = ("its rank has more work (uneven data shards or sequence lengths, an extra role such as logging "
-                  "or evaluation) or its GPU is slower (check clocks, throttling, temperature, PCIe/NVLink errors): "
-                  "give it less work or fix the GPU")
-        return Finding("straggler", sev, text, remedy, spans)
+        return Finding("straggler", sev, text, "", spans)   # the cause's remedy is set by _with_cause
 
     def _imbalance_words(self) -> Finding | None:
         # the pager's definition over the whole run: the same spread, the same busiest-GPU guard
