@@ -58,7 +58,7 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     work score, `busy`, `active`, `power`) and `${cells}` the name suffix of
     the data the cells are read from: `seconds_total` (raw counters, exact per
     cell), `cells1m` (the same counters merged per GPU once a minute by a
-    recording rule: exact for cells of whole minutes, a fraction of the cost
+    recording rule: exact for cells of whole minutes, two thirds of the cost
     at 1,024 GPUs) or `ratio_rate5m` (the downsampled recording rules, for
     ranges longer than raw data is kept). Only the selected branch matches any
     metric name, so Prometheus reads only the series shown.
