@@ -310,8 +310,9 @@ def report(runs: list[dict]) -> None:
     heat = [v for k, v in top["results"].items() if k.startswith(HEATMAP)]
     print()
     print(f"slowest dashboard panel at {top['gpus']} GPUs: {worst:.3f} s median (target 1 s)")
-    print(f"heatmap at {top['gpus']} GPUs: {max(h[1] for h in heat) / MB:.1f} MB, "
-          f"{heat[0][2]} rows (target 20 MB)")
+    if heat:    # --only may leave the heatmap out
+        print(f"heatmap at {top['gpus']} GPUs: {max(h[1] for h in heat) / MB:.1f} MB, "
+              f"{heat[0][2]} rows (target 20 MB)")
 
 
 def sizes_and_hours(args, prog: str) -> list[int]:
