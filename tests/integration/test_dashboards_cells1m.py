@@ -87,7 +87,8 @@ def test_whole_minute_cells_equal_the_raw_counter_cells(prom, metric):
         for t, v in cells.items():
             assert got[row][t] == pytest.approx(v, abs=1e-9), (row, t)
     # the trace is not one flat tone: its stalls make cells differ
-    assert len({round(v, 3) for c in want.values() for v in c.values()}) > 20
+    values = [v for c in want.values() for v in c.values()]
+    assert len({round(v, 3) for v in values}) >= 10 and min(values) < 0.05 < max(values)
     assert _dark_columns(got) == _dark_columns(want)
 
     # on Grafana's grid (whole minutes since the epoch) a cell shows the minute
