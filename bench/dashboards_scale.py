@@ -300,11 +300,19 @@ def report(runs: list[dict]) -> None:
         if not where.startswith("(raw"):
             worst = max(worst, top["results"][where][0])
         print(line)
+    # each "Cells from" choice against the counters (the exact default), same target, same run
+    fast = [(k, k.replace("cells=cells1m", "cells=seconds_total")) for k in top["results"] if "cells=cells1m" in k]
+    for k, base_k in fast:
+        if base_k in top["results"]:
+            (t, _, _, cpu), (t0, _, _, cpu0) = top["results"][k], top["results"][base_k]
+            print(f"1m rules / counters at {top['gpus']} GPUs: {t:.3f} / {t0:.3f} s wall, {cpu:.3f} / {cpu0:.3f} s "
+                  f"CPU ({t0 / max(t, 1e-6):.1f}x faster): {k[:90]}")
     heat = [v for k, v in top["results"].items() if k.startswith(HEATMAP)]
     print()
     print(f"slowest dashboard panel at {top['gpus']} GPUs: {worst:.3f} s median (target 1 s)")
-    print(f"heatmap at {top['gpus']} GPUs: {max(h[1] for h in heat) / MB:.1f} MB, "
-          f"{heat[0][2]} rows (target 20 MB)")
+    if heat:    # --only may leave the heatmap out
+        print(f"heatmap at {top['gpus']} GPUs: {max(h[1] for h in heat) / MB:.1f} MB, "
+              f"{heat[0][2]} rows (target 20 MB)")
 
 
 def sizes_and_hours(args, prog: str) -> list[int]:

@@ -151,11 +151,14 @@ METRIC_CHOICES = (("work score", "active|busy"), ("busy ratio", "busy"), ("SM ac
                   ("power", "power"))
 DEFAULT_METRIC = "active|busy"
 
-# Where the cells come from: raw counters (exact for each cell's own span) or
-# the 5m recording rules, which are a quarter of the samples at a 15 s scrape
+# Where the cells come from: raw counters (exact for each cell's own span), the
+# 1m cell rules (the same counters merged per GPU once a minute: exact for
+# whole-minute cells, two thirds of the query cost for 1,024 GPUs; see
+# docs/dashboards.md) or the 5m recording rules, which are a quarter of the samples at a 15 s scrape
 # and outlive raw data where a long-term store keeps only downsampled series.
 # The value is the metric-name suffix of that data (see queries.cell_ratio).
 CELLS_CHOICES = (("counters, exact per cell", "seconds_total"),
+                 ("1m rules, exact for whole-minute cells (large clusters)", "cells1m"),
                  ("5m recording rules (long ranges)", "ratio_rate5m"))
 ORDER_CHOICES = (("node, GPU", "natural"), ("worst first", "rank"))
 
@@ -183,7 +186,11 @@ def metric_variable() -> "db.CustomVariable":
 def cells_variable() -> "db.CustomVariable":
     return _custom("cells", "Cells from",
                    "counters: each cell is exactly the share of its own time span, from the raw "
-                   "counters. 5m recording rules: each cell is the 5-minute mean ending at its end "
+                   "counters. 1m rules: the same counters merged per GPU once a minute, exact for "
+                   "cells of whole minutes (ranges of 4 h and more on a full-width panel) and lagging "
+                   "them by under a minute, about a third less query cost for a whole large cluster; below "
+                   "1-minute cells only one cell a minute has a value, so use counters there. "
+                   "5m recording rules: each cell is the 5-minute mean ending at its end "
                    "(blurred over 5 minutes below 5-minute cells); use it when raw data is no longer "
                    "kept for the range.",
                    CELLS_CHOICES, "seconds_total")

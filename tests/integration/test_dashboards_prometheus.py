@@ -291,7 +291,7 @@ def test_heatmap_has_one_row_per_gpu_labelled_node_and_gpu_in_node_order(stack):
     gpus = {(s["metric"]["node"], s["metric"]["gpu"]) for s in stack.api("query", query="gpulse_gpu_up")}
     assert len(gpus) == 8 + 8 + 1
     heatmap = heatmap_requests()
-    assert len(heatmap) == 4 * 2 * 2     # metric x cells x order
+    assert len(heatmap) == 4 * 3 * 2     # metric x cells (counters, 1m rules, 5m rules) x order
     for req in heatmap:
         where, series = req.where, run(stack, req)
         rows = [(s["metric"].get("node"), s["metric"].get("gpu")) for s in series]
