@@ -26,8 +26,13 @@ demo: $(BASE)
 	@echo "gpulse: serving 8 simulated GPUs with sync stalls; the log prints the URL to open (Ctrl-C stops)"
 	$(VENV)/bin/gpulse serve --source sim --sim.scenario sync-stall
 
+# Four workers, one test file each at a time (a file's module fixtures, such as one
+# Prometheus, stay in one worker). Most of the suite's time is waiting: a straggler is
+# confirmed after 2 minutes of deviation, rules need minutes of samples. Override with
+# make test PYTEST_WORKERS=0 for one process.
+PYTEST_WORKERS ?= 4
 test: $(TESTS)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # the unit tests alone (tests/unit/, under a minute): no gpulse process, no external binary
 test-unit: $(TESTS)
