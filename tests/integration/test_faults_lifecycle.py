@@ -24,7 +24,7 @@ from tlsutil import CA, write_web_config
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
 
 
-def test_sigterm_under_load_exits_within_a_second():
+def test_sigterm_under_load_exits_within_the_shutdown_budget():
     g = Gpulse("--source", "sim", "--sim.gpus", "64")
     try:
         idle = [socket.create_connection(("127.0.0.1", g.port), timeout=10) for _ in range(20)]
@@ -56,7 +56,10 @@ def test_sigterm_under_load_exits_within_a_second():
         g.stop()
     out = g.proc.stdout.read()
     assert rc == 0, out
-    assert elapsed < 1.0, f"exit took {elapsed:.2f}s"
+    # the budget is DRAIN_S + STOP_S; the slack is for a loaded machine's scheduling and
+    # the interpreter's exit. Waiting on the idle or kept-alive connections would take
+    # their keep-alive timeout instead
+    assert elapsed < DRAIN_S + STOP_S + 1.0, f"exit took {elapsed:.2f}s"
     assert outcomes.count(200) > 5
     assert set(outcomes) <= {200, "refused"}, set(outcomes)     # never a 5xx or a half answer
     assert "received SIGTERM" in out and "Traceback" not in out
@@ -93,7 +96,7 @@ def test_shutdown_finishes_requests_in_flight_and_closes_idle_connections():
     except ConnectionResetError:            # a reset, when the kernel had not yet acked everything
         pass
     idle.close()
-    assert took < DRAIN_S + STOP_S
+    assert took < DRAIN_S + STOP_S + 1.0     # slack for a loaded machine, not the idle connection's timeout
     with pytest.raises(requests.ConnectionError):
         requests.get(live.url + "/healthz", timeout=2)
 
@@ -116,7 +119,7 @@ def test_shutdown_cuts_a_request_that_outlives_the_drain():
     took = time.monotonic() - t0
     t.join(10)
     assert errors, "the stuck request should have been cut"
-    assert took < DRAIN_S + STOP_S + 0.3
+    assert took < DRAIN_S + STOP_S + 1.0     # cut at the drain, long before the 5 s request ends
     assert any("1 requests still running" in m for m in live.log.messages()), live.log.messages()
 
 
@@ -131,7 +134,7 @@ def test_shutdown_does_not_wait_for_a_hung_source():
         took = time.monotonic() - t0
     finally:
         release.set()
-    assert took < STOP_S + 0.5
+    assert took < STOP_S + 2.0               # not the 60 s hang; slack for a loaded machine
 
 
 @pytest.fixture(scope="module")

@@ -94,10 +94,10 @@ def test_nvml_failing_at_start_then_recovering_while_serving(gpulse_proc, tmp_pa
     assert "retrying with backoff" in out and "Traceback" not in out
 
 
-def test_call_hung_30s_stale_alert_and_sigterm(gpulse_proc, tmp_path):
+def test_call_hung_stale_alert_and_sigterm(gpulse_proc, tmp_path):
     g = gpulse_proc("--source", "nvml", "--stale-after", "1s", env=env(tmp_path, """
         gpus 2
-        fault * nvmlDeviceGetSamples hang at=1.5 secs=30
+        fault * nvmlDeviceGetSamples hang at=1.5 secs=120
     """))
     prom = Prometheus(tmp_path, [f"127.0.0.1:{g.port}"])
     try:
@@ -112,13 +112,14 @@ def test_call_hung_30s_stale_alert_and_sigterm(gpulse_proc, tmp_path):
         assert prom.alerts("GpulseMetricsStale")[0]["alertstate"] == "pending"
     finally:
         prom.stop()
-    # the driver is still stuck: SIGTERM must not wait for it
-    t0 = time.monotonic()
+    # the driver is still stuck (the hang lasts 120 s, SIGTERM comes within ~40 s of
+    # the start): an exit within 10 s did not wait for it. Shutdown gives the hung
+    # source runtime.STOP_S; no tighter wall-clock bound, as on a loaded machine the
+    # interpreter's exit takes what it takes.
     g.proc.send_signal(signal.SIGTERM)
     rc = g.proc.wait(10)
-    elapsed = time.monotonic() - t0
     out = g.output()
-    assert rc == 0 and elapsed < 1.0, (rc, elapsed, out[-500:])
+    assert rc == 0, (rc, out[-500:])
     assert "Traceback" not in out
 
 
