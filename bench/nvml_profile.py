@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "exporter"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "exporter"), str(ROOT / "tests"), str(ROOT)]
 
 import fakenvml  # noqa: E402  (the test double lives with the tests)
 
@@ -122,7 +122,7 @@ class Pipeline:
 
     def __init__(self, gpus: int, workdir: Path):
         from gpulse.collector import Exposition
-        from gpulse.config import test_config
+        from testing.config import test_config
         from gpulse.engine import Engine
         from gpulse.sources.nvml import NvmlSource
         scen = workdir / f"scenario-{gpus}.txt"

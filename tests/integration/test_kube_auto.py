@@ -13,7 +13,8 @@ import pytest
 if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("grpc")
 
-from gpulse.config import FIELD_BY_KEY, test_config  # noqa: E402
+from gpulse.config import FIELD_BY_KEY  # noqa: E402
+from testing.config import test_config  # noqa: E402
 from gpulse.attribution import make_attributor  # noqa: E402
 from testing.fakekube import FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.model import DeviceInfo  # noqa: E402

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import ROOT, free_port, require_data
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.sources import make_source
 from gpulse.sources.base import SourceError
 from gpulse.sources.replay import ReplaySource

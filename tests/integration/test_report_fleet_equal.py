@@ -66,7 +66,7 @@ def job():
 
 
 def recording(source, step):
-    from gpulse.config import test_config
+    from testing.config import test_config
     from gpulse.engine import run_offline
     from gpulse.report.collect import Recording, collect
     cfg = test_config(source="sim", sample_interval=step, analysis_interval=step, history=10,

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, require_data
 
 from gpulse import palette
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.report import font
 from gpulse.report.clock import parse_zone, settle
 from gpulse.report.collect import Recording

@@ -133,7 +133,7 @@ def counters(levels, seconds, start=1000.0, reset_at=None):
 
 
 def test_range_source_over_two_nodes_names_the_idle_gpu():
-    from gpulse.config import test_config
+    from testing.config import test_config
     from gpulse.report.collect import Recording, collect
     from gpulse.report.findings import analyse
     from gpulse.sources.prom import PromRangeSource

@@ -111,8 +111,8 @@ def test_server_library_only_in_http(library):
 
 
 def test_test_support_stays_out_of_the_wheel():
-    """testing/ (fake kubelet, fake API server) is found by the tests, not by the
-    wheel's package discovery, and nothing in gpulse needs it."""
+    """testing/ (fake kubelet, fake API server, the tests' Config) is found by the
+    tests, not by the wheel's package discovery, and nothing in gpulse needs it."""
     import tomllib
 
     from setuptools import find_packages
@@ -121,10 +121,15 @@ def test_test_support_stays_out_of_the_wheel():
     shipped = find_packages(str(root / find["where"][0]))
     assert "gpulse" in shipped and "gpulse.attribution" in shipped
     assert [p for p in shipped if not p.startswith("gpulse")] == []
-    assert (root / "testing" / "fakekube.py").exists()
+    assert (root / "testing" / "fakekube.py").exists() and (root / "testing" / "config.py").exists()
     uses = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items()
             for dep, line in _imports(m, p) if dep.split(".")[0] in ("testing", "tests", "conftest")]
     assert uses == []
+    # nor does the wheel carry test helpers itself (a test_config beside load_config)
+    helpers = [f"{p.relative_to(PKG)}:{n.lineno} {n.name}" for m, p in MODULES.items()
+               for n in ast.parse(p.read_text()).body
+               if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.lower().startswith(("test", "fake"))]
+    assert helpers == []
 
 
 def test_routes_read_only_what_the_sampler_publishes():
