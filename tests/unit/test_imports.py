@@ -101,6 +101,39 @@ def test_no_import_circle():
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
+# (lower, upper): nothing in the lower layer imports the upper one. A source reports its
+# problems as sources.base.SourceError and the report turns them into its own messages;
+# the pure analysis knows no source, route or engine.
+LAYERS = [
+    ("gpulse.sources", "gpulse.report"),
+    ("gpulse.sources", "gpulse.http"),
+    ("gpulse.sources", "gpulse.engine"),
+    ("gpulse.analysis", "gpulse.sources"),
+    ("gpulse.analysis", "gpulse.report"),
+    ("gpulse.analysis", "gpulse.engine"),
+]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def layer_breaks(g: dict[str, set[str]], lower: str, upper: str) -> list[str]:
+    return sorted(f"{m} -> {d}" for m in g if _within(m, lower) for d in g[m] if _within(d, upper))
+
+
+def test_layer_check_sees_a_break():
+    g = {"gpulse.sources.prom": {"gpulse.report.errors", "gpulse.sources.base"}, "gpulse.report": {"gpulse.sources"}}
+    assert layer_breaks(g, "gpulse.sources", "gpulse.report") == ["gpulse.sources.prom -> gpulse.report.errors"]
+    assert layer_breaks(g, "gpulse.report", "gpulse.sources") == ["gpulse.report -> gpulse.sources"]
+
+
+@pytest.mark.parametrize("lower, upper", LAYERS)
+def test_lower_layer_does_not_import_upper(lower, upper):
+    assert any(_within(m, lower) for m in MODULES) and any(_within(m, upper) for m in MODULES)
+    assert layer_breaks(graph(), lower, upper) == []
+
+
 @pytest.mark.parametrize("library", ["tornado"])
 def test_server_library_only_in_http(library):
     outside = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items() if not m.startswith("gpulse.http")
