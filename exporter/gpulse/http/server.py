@@ -289,8 +289,10 @@ class _Exchange(httputil.HTTPMessageDelegate):
         except (iostream.StreamClosedError, httputil.HTTPOutputError):
             self.close = True
             return
-        # a client that does not take its answer must not hold the connection forever
         stream = self.conn.stream
+        if not stream.writing():        # the kernel took it all (the usual case): nothing to wait for
+            return
+        # a client that does not take its answer must not hold the connection forever
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self.server.timeout, stream.close)
         done.add_done_callback(lambda f: (timer.cancel(), f.cancelled() or f.exception()))
