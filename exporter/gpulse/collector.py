@@ -268,6 +268,21 @@ class Exposition:
         hit = self._cache.get((openmetrics, gzip))
         return snap is None or (hit is not None and hit[0] is snap)
 
+    def render_key(self, openmetrics: bool, gzip: bool = False) -> tuple[int, bool, bool] | None:
+        """What render() would have to build first (the current snapshot in this format
+        and encoding), or None when it is cached: concurrent scrapes of one new
+        snapshot wait for one render instead of each taking a thread to wait for it."""
+        snap = self.get_snapshot()
+        if snap is None or self.cached(openmetrics, gzip):
+            return None
+        return id(snap), openmetrics, gzip
+
+    def warm(self, openmetrics: bool, gzip: bool = False) -> None:
+        """Build the snapshot part of render() into the cache."""
+        snap = self.get_snapshot()
+        if snap is not None:
+            self._snapshot_body(snap, openmetrics, gzip)
+
     def render(self, openmetrics: bool, gzip: bool = False) -> bytes:
         """The body; gzip: as one gzip stream of two members (RFC 1952 2.2), the
         snapshot part compressed once per snapshot, the small live part per scrape."""
