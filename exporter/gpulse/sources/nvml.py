@@ -33,8 +33,8 @@ GPUs, which the engine needs to align GPUs and find moments when all are idle.
 
 Failures are per GPU and per call (see nvml_calls): a lost GPU is reported down and
 retried with backoff while the others keep reporting; when NVML itself goes away the
-library is re-initialised with backoff. XIDs arrive on their own thread
-(nvml_events). Per-process queries are not made at all: whether a GPU holds a job is
+library is re-initialised with backoff. XIDs are drained from NVML's event queue at
+each read (nvml_events). Per-process queries are not made at all: whether a GPU holds a job is
 judged from its memory.
 """
 from __future__ import annotations
@@ -302,6 +302,8 @@ class NvmlSource(Source):
         if counters:
             self._next_counters = _next_tick(self._next_counters, self.counter_interval, now)
         wall = time.time()
+        if self.xid is not None:
+            self.xid.drain(now)
         readings = []
         try:
             for st in list(self.states):
