@@ -18,7 +18,8 @@ render per 15 s scrape. Two tables:
                     (ctypes marshalling, list building). cProfile cannot see into a
                     foreign call: the C time lands in the layer that makes the call.
 
-The XID event thread is not included (one nvmlEventSetWait_v2 per 0.5 s per node).
+XIDs are drained inside the source's poll (one nvmlEventSetWait_v2 with a zero
+timeout per read), so they count in the NVML source layer.
 Runs in a few seconds more than 2 × --seconds per GPU count.
 """
 from __future__ import annotations
