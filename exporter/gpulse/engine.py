@@ -20,7 +20,7 @@ from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, int
 from .analysis import cause
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
-from .analysis.verdict import STRAGGLER_Z, Persistence, straggler_signal
+from .analysis.verdict import STRAGGLER_Z, Persistence, imbalance_explained, straggler_signal
 from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample, gpu_sort_key
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
@@ -377,6 +377,11 @@ class Engine:
                     v = self._cause(k, pers.since, list(active), confirmed is not None)
                     if v is not None:
                         verdicts[k] = v
+                # a spread the GPUs of a deviating run explain is theirs, not imbalance
+                # (analysis.verdict, the report's rule)
+                if imb is not None and not small and imbalance_explained(
+                        active, [k for k in active if self.gpus[k].persistence.since is not None]):
+                    imb = None
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
