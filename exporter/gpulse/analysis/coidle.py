@@ -185,9 +185,9 @@ class StallTracker:
             # apply every event at this instant
             while k < len(events) and events[k][0] == te:
                 _, i, ina, hol, idl = events[k]
-                n_inactive += int(ina) - int(inactive[i])
-                n_holds += int(hol) - int(holds[i])
-                n_idle += int(idl) - int(idle[i])
+                n_inactive += ina - inactive[i]     # bools count as 0 and 1
+                n_holds += hol - holds[i]
+                n_idle += idl - idle[i]
                 inactive[i], holds[i], idle[i] = ina, hol, idl
                 k += 1
         if until > t:
