@@ -63,7 +63,7 @@ RETRY_MIN, RETRY_MAX = 1.0, 30.0   # backoff for a lost GPU and for NVML re-init
 # this often (a single lost GPU on a one-GPU host must not cause a re-init loop).
 ALL_DOWN_REINIT = 10.0
 ALL_DOWN_REINIT_EVERY = 60.0
-DEFAULT_PERIOD = 1 / 6     # driver utilisation sample period until measured
+from ..model import UTIL_PERIOD as DEFAULT_PERIOD  # driver utilisation sample period until measured
 # Driver timestamps are wall-clock µs. The last one seen this far ahead of the wall
 # clock means the clock was stepped back: samples since then would never qualify.
 CLOCK_STEP_BACK = 2.0
