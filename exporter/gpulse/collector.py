@@ -117,7 +117,7 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
         f.counter("gpulse_group_sync_stalls_total", "Sync-stall episodes at least --min-stall long.", lab, g.stalls_total)
         f.counter("gpulse_group_sampled_seconds_total", "Time the group was observed holding a workload; denominator of the stall fraction.", lab, g.holding_seconds)
         if g.imbalance is not None:
-            f.gauge("gpulse_group_imbalance_ratio", "(max - min) / max of per-GPU active fractions over the analysis window.", lab, g.imbalance)
+            f.gauge("gpulse_group_imbalance_ratio", "(max - min) / max of per-GPU active fractions over the analysis window; absent while a deviating straggler explains the spread.", lab, g.imbalance)
         if g.load_balance is not None:
             f.gauge("gpulse_group_load_balance_ratio", "mean / max of per-GPU active fractions over the analysis window (1 = even).", lab, g.load_balance)
         if g.stall_period is not None:
