@@ -98,7 +98,7 @@ def recorded_cells(level: str, sel: str) -> str:
     return f"(\n{one}\n)\nor\n(\n{many}\n)"
 
 
-def cell_ratio(sel: str, by: str = "cluster, node, gpu") -> str:
+def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     """The 0..1 value of each heatmap cell, one series per `by` group, from the
     data that is not the 15 s cell records (see recorded_cells).
 
@@ -113,10 +113,10 @@ def cell_ratio(sel: str, by: str = "cluster, node, gpu") -> str:
     The mean over the selected counters is taken on the counters themselves
     (`avg by` of a plain selector keeps the two names apart; a function would
     drop them and make the two series of one GPU collide), then differenced
-    over the cell. `avg`/`max by (cluster, node, gpu)` also merges the pieces of
+    over the cell. `avg`/`max by (node, gpu)` also merges the pieces of
     a GPU whose attribution labels changed: only one piece is live at a time.
     """
-    gpu = "cluster, node, gpu" if by in ("cluster, node, gpu", "cluster, node") else f"cluster, node, gpu, {by}"
+    gpu = "node, gpu" if by in ("node, gpu", "node") else f"node, gpu, {by}"
     counters = f'{{__name__=~"gpulse_gpu_(${{metric}})_${{cells}}", {sel}}}'
     sampled = f'{{__name__=~"gpulse_gpu_sampled_${{cells}}", {sel}}}'
 
@@ -168,10 +168,9 @@ def row_key(expr: str) -> str:
             f'"device", "$1/0$2", "device", "([^/]*)/([0-9](/.*)?)")')
 
 
-def _ranked(expr: str, by: str, rank: str) -> str:
+def _ranked(expr: str, by: str, rank: str, key: str) -> str:
     """`expr` with `rank` (count_values by `by`, see _rank) put in front of its
     row key, so the most deviant rows sort first."""
-    key = "device" if by == "cluster, node, gpu" else "node"
     return f'label_join(\n(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\n),\n"device", "/", "rank", "{key}")'
 
 
@@ -180,10 +179,25 @@ def _rank(share: str, by: str, peers: str) -> str:
     active share over the whole range from its peers' median), four digits that
     sort the most deviant first. `@ end()` makes it one value per row for the
     whole range, so a row keeps its place from the first cell to the last (and
-    Prometheus evaluates it once, not at every step)."""
+    Prometheus evaluates it once, not at every step).
+
+    The rank is read from the same kind of data as the cells it orders,
+    recorded or scraped: a ruler that adds its external labels to what it
+    records (vmalert -external.label, Thanos Ruler) gives records a `cluster`
+    that scraped series may lack, and a join across the two would match
+    nothing. The cells computed at query time carry no `cluster` (they
+    group by node, gpu) for the same reason."""
     median = f"on ({peers}) group_left () quantile by ({peers}) (0.5, {share})" if peers \
         else f"scalar(quantile(0.5, {share}))"
     return f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(abs({share} - {median}), 1))))'
+
+
+def _recorded_share(level: str, sel: str, by: str) -> str:
+    """Each row's active share over the whole range, from the 15 s cell records."""
+    def total(name: str, extra: str = "") -> str:
+        return (f'sum by ({by}) (sum_over_time({{__name__="{level}:gpulse_gpu_{name}_seconds:{INCREMENTS}", '
+                f'{sel}{extra}}}[$__range] @ end()))')
+    return f"({total('work', ', signal=' + chr(34) + 'active' + chr(34))}\n / {total('sampled')})"
 
 
 def gpu_rows(sel: str) -> str:
@@ -191,31 +205,32 @@ def gpu_rows(sel: str) -> str:
     worst first (`order`): the GPUs furthest from their node's median over the
     range at the top. Every GPU with a cell has samples in the range, so none
     loses its row in worst-first order."""
-    by = "cluster, node, gpu"
-
-    def cells(s: str) -> str:
-        return f"{recorded_cells('node_gpu', s)}\nor\n{row_key(cell_ratio(s, by))}"
-    rk = f"{sel}, {RANKED}"
-    share = (f'(sum by ({by}) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
-             f' / sum by ({by}) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
-    return f"{cells(f'{sel}, {NATURAL}')}\nor\n{_ranked(cells(rk), by, _rank(share, by, 'cluster, node'))}"
+    nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
+    rec, by = "cluster, node, gpu", "node, gpu"
+    raw_share = (f'(sum by ({by}) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
+                 f' / sum by ({by}) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
+    return "\nor\n".join((
+        recorded_cells("node_gpu", nat),
+        row_key(cell_ratio(nat, by)),
+        _ranked(recorded_cells("node_gpu", rk), rec, _rank(_recorded_share("node_gpu", rk, rec), rec, "cluster, node"),
+                "device"),
+        _ranked(row_key(cell_ratio(rk, by)), by, _rank(raw_share, by, "node"), "device")))
 
 
 def node_rows(sel: str) -> str:
     """Overview: one row per node, the mean over its GPUs, from the node-level
     records (no query sums a large cluster's GPUs); worst first ranks the nodes
-    by their distance from the median node, from the same records."""
-    by = "cluster, node"
-
-    def cells(s: str) -> str:
-        return f"{recorded_cells('node', s)}\nor\n{cell_ratio(s, by)}"
-    rk = f"{sel}, {RANKED}"
-
-    def total(name: str, extra: str = "") -> str:
-        return f'sum_over_time({{__name__="node:gpulse_gpu_{name}_seconds:{INCREMENTS}", {rk}{extra}}}[$__range] @ end())'
-    active = ', signal="active"'
-    share = f"({total('work', active)}\n / ignoring (signal) {total('sampled')})"
-    return f"{cells(f'{sel}, {NATURAL}')}\nor\n{_ranked(cells(rk), by, _rank(share, by, ''))}"
+    by their distance from the median node, from the same records (the other
+    "Cells from" choices, which sum the GPUs anyway, from the raw counters)."""
+    nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
+    raw_share = (f'(sum by (node) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
+                 f' / sum by (node) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
+    return "\nor\n".join((
+        recorded_cells("node", nat),
+        cell_ratio(nat, "node"),
+        _ranked(recorded_cells("node", rk), "cluster, node",
+                _rank(_recorded_share("node", rk, "cluster, node"), "cluster, node", ""), "node"),
+        _ranked(cell_ratio(rk, "node"), "node", _rank(raw_share, "node", ""), "node")))
 
 
 def workload_rows(sel: str) -> str:

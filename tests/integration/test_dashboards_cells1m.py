@@ -90,7 +90,7 @@ def test_whole_minute_cells_equal_the_raw_counter_cells(prom, metric):
 
 
 def test_below_a_minute_the_rules_hold_one_cell_a_minute(prom):
-    """Why counters stay the default: at 15 s cells (a 1 h range) only the cells
+    """Why the 1m rules are not the default: at 15 s cells (a 1 h range) only the cells
     that hold an evaluation of the 1m group have a value."""
     p, start, end = prom
     dash = json.loads(sv.DASHBOARD.read_text())
