@@ -319,6 +319,11 @@ def _render(registry: Any, openmetrics: bool) -> bytes:
     return text_exposition.generate_latest(registry)
 
 
+def encode(families: Iterable[Metric], openmetrics: bool) -> bytes:
+    """Families as exposition bytes, in the text format or OpenMetrics (`gpulse export`)."""
+    return _render(_Static(families), openmetrics)
+
+
 def wants_openmetrics(accept: str | None) -> bool:
     """Content negotiation: OpenMetrics only when the scraper asks for it."""
     if not accept:

@@ -28,8 +28,8 @@ from typing import Any, BinaryIO, Iterable, Iterator
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from .collector import _render, _Static, live_families, snapshot_families
-from .config import ConfigError, load_config, parse_duration
+from .collector import encode, live_families, snapshot_families
+from .config import FIELD_BY_KEY, ConfigError, load_config, parse_duration
 from .engine import Snapshot, run_offline
 from .sources.base import SourceError
 
@@ -139,7 +139,7 @@ def export(cfg: Any, interval: float, out: BinaryIO) -> int:
     if pending is None:
         raise ExportError(f"{cfg.replay.file}: no samples to export")
     _scrape(store, cfg, *pending, final=True)
-    out.write(_render(_Static(store.metrics()), openmetrics=True))
+    out.write(encode(store.metrics(), openmetrics=True))
     return n + 1
 
 
@@ -149,8 +149,6 @@ def _scrape(store: _Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> 
 
 
 def add_parser(sub: Any) -> None:
-    from .report.cli import LOG_FORMATS
-
     p = sub.add_parser("export", help="a recorded log as OpenMetrics for promtool backfilling",
                        description="Write the OpenMetrics text that a Prometheus scraping `gpulse serve "
                                    "--source replay` of the log at --scrape-interval would have stored, with "
@@ -158,7 +156,8 @@ def add_parser(sub: Any) -> None:
                                    "openmetrics`.")
     p.add_argument("--input", metavar="FILE", required=True,
                    help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output")
-    p.add_argument("--input-format", default="auto", choices=LOG_FORMATS, help="format of --input (default: auto)")
+    p.add_argument("--input-format", default="auto", choices=FIELD_BY_KEY["replay.format"].choices,
+                   help="format of --input (default: auto)")
     p.add_argument("--scrape-interval", default="15s", metavar="DURATION",
                    help="Prometheus scrape interval to emulate (default: 15s)")
     p.add_argument("--node", default="", metavar="NAME",

@@ -111,6 +111,7 @@ LAYERS = [
     ("gpulse.analysis", "gpulse.sources"),
     ("gpulse.analysis", "gpulse.report"),
     ("gpulse.analysis", "gpulse.engine"),
+    ("gpulse.http", "gpulse.report"),    # the live page shares gpulse.pages with the report
 ]
 
 
@@ -141,6 +142,22 @@ def test_server_library_only_in_http(library):
     assert outside == []
     assert any(dep.startswith(library) for m, p in MODULES.items() if m.startswith("gpulse.http")
                for dep, _ in _imports(m, p)), f"gpulse/http/ no longer imports {library}: update this test"
+
+
+def private_imports() -> list[str]:
+    """`from gpulse.x import _name` in another module: reading another's internals."""
+    out = []
+    for m, p in MODULES.items():
+        package = m if p.name == "__init__.py" else m.rpartition(".")[0]
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("gpulse")):
+                out += [f"{p.relative_to(PKG)}:{node.lineno} {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_module_imports_another_s_private_names():
+    assert private_imports() == []
 
 
 def test_test_support_stays_out_of_the_wheel():

@@ -21,8 +21,8 @@ from urllib.parse import parse_qs
 
 from .. import palette
 from .app import Request
-from ..report.heatmap import NO_DATA, b64, cell
-from ..report.render import page_style, web_asset
+from ..pages import b64, cell, page_style, web_asset
+from ..palette import NO_DATA
 
 JSON_TYPE = "application/json"
 HTML_TYPE = "text/html; charset=utf-8"

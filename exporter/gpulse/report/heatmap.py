@@ -1,25 +1,13 @@
-"""Heatmap cells, shared by the report (HTML and PNG) and the live page.
-
-A heatmap is rows × columns of one byte: 0..254 is a fraction 0..1 (work score,
-utilisation or real work), 255 is "no data". Both pages ship the bytes
-base64-encoded together with the colour table of gpulse.palette, so the browser,
-the PNG and the legend can never disagree about what a colour means.
-"""
+"""The report's heatmap rows (HTML and PNG); the cell encoding they share with
+the live page is gpulse.pages."""
 from __future__ import annotations
 
-import base64
-import math
 from typing import Sequence
 
+from ..pages import cell
 from ..palette import NO_DATA, work_amount
 
 ORDERS = ("natural", "worst")     # row orders of every heatmap the report draws (see render.ordered)
-
-
-def cell(x: float | None) -> int:
-    if x is None or math.isnan(x):
-        return NO_DATA
-    return round(min(1.0, max(0.0, x)) * (NO_DATA - 1))
 
 
 def work_seconds(active: Sequence[float], spin: Sequence[float]) -> list[float]:
@@ -72,5 +60,3 @@ def columns_for(ticks: int, max_cols: int) -> int:
     return max(1, min(ticks, max_cols))
 
 
-def b64(rows: Sequence[bytes]) -> str:
-    return base64.b64encode(b"".join(rows)).decode("ascii")

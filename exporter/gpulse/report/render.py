@@ -11,12 +11,12 @@ import html
 import json
 import math
 import re
-from importlib import resources
 from typing import Any, Sequence
 
 from .. import palette
 from ..analysis import imbalance as imbalance_of
 from ..analysis.cause import describe
+from ..pages import b64, page_style, web_asset
 from . import heatmap
 from .clock import Clock, clock_of, elapsed
 from .collect import GpuTrack, Recording
@@ -27,15 +27,6 @@ MAX_CELLS = 4_000_000        # per mode: many rows get fewer columns, so the pag
 TIMELINE_POINTS = 1000
 GROUP_AT = 256               # from this many GPUs (on several nodes) the heatmap shows one row per node
 MIN_ROW = 9                  # px: the smallest row whose label is still legible
-
-
-def web_asset(name: str) -> str:
-    return resources.files("gpulse").joinpath("web", name).read_text(encoding="utf-8")
-
-
-def page_style() -> str:
-    """The pages' stylesheet with the palette's colours defined in front of it."""
-    return palette.css() + "\n" + web_asset("gpulse.css")
 
 
 def _script_json(doc: Any) -> str:
@@ -501,11 +492,11 @@ def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS, o
     data: dict[str, Any] = {
         "rows": [p.label(g) for g in p.gpus], "cols": p.cols, "t0": p.t0, "dt": p.dt,
         "clock": _clock_json(p), "row_height": rh, "drill_row_height": drh, "palette": palette.for_browser(),
-        "cells": {m: heatmap.b64(rows) for m, rows in p.cells.items()}, "stall": heatmap.b64([p.stall]),
+        "cells": {m: b64(rows) for m, rows in p.cells.items()}, "stall": b64([p.stall]),
     }
     if p.grouped:
         data["nodes"] = [{"name": n or "node", "first": a_, "end": b} for n, a_, b in p.nodes]
-        data["node_cells"] = {m: heatmap.b64(p.node_rows(m)) for m in palette.MODES}
+        data["node_cells"] = {m: b64(p.node_rows(m)) for m in palette.MODES}
     page = web_asset("report.html")
     title = f"gpulse report — {doc['source']}"
     for key, value in (("{{TITLE}}", _esc(title)), ("{{STYLE}}", page_style()),
