@@ -199,12 +199,13 @@ def build(gpus: int, hours: float, work: Path, scratch: Path) -> tuple[Prometheu
     return prom, start, end, series
 
 
-def requests_for(uid: str, range_ms: int) -> list[tuple[str, str, bool, float, int]]:
+def requests_for(uid: str, range_ms: int, variables: dict | None = None) -> list[tuple[str, str, bool, float, int]]:
     """(where, expr, instant, step seconds, range seconds) for every target, as
-    Grafana sends them (a panel's relative time, e.g. 30m, shortens its range)."""
+    Grafana sends them (a panel's relative time, e.g. 30m, shortens its range);
+    `variables` override VARIABLES[uid]."""
     d = json.loads((ROOT / "grafana" / "dashboards" / f"{uid}.json").read_text())
     defs = variable_defaults(d)
-    chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in VARIABLES[uid].items()}}
+    chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in {**VARIABLES[uid], **(variables or {})}.items()}}
     out = []
     for q in panel_queries(d):
         timing = q.timing(range_ms, width_px=WIDTH_PX, scrape_interval=SCRAPE)
