@@ -205,7 +205,8 @@ def requests_for(uid: str, range_ms: int, variables: dict | None = None) -> list
     `variables` override VARIABLES[uid]."""
     d = json.loads((ROOT / "grafana" / "dashboards" / f"{uid}.json").read_text())
     defs = variable_defaults(d)
-    chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in {**VARIABLES[uid], **(variables or {})}.items()}}
+    values = {**VARIABLES[uid], **(variables or {})}
+    chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in values.items()}}
     out = []
     for q in panel_queries(d):
         timing = q.timing(range_ms, width_px=WIDTH_PX, scrape_interval=SCRAPE)
