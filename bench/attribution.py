@@ -33,7 +33,7 @@ from _proc import ROOT, percentile, start_gpulse
 sys.path.insert(0, str(ROOT / "exporter"))
 sys.path.insert(0, str(ROOT))          # testing/
 
-from gpulse.config import test_config  # noqa: E402
+from testing.config import test_config  # noqa: E402
 from gpulse.attribution import make_attributor  # noqa: E402
 from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.sources.sim import SimSource  # noqa: E402

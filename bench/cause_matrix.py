@@ -43,7 +43,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "exporter"), str(ROOT / "bench")]
 from bench.corpus.causes import CAUSES, CauseCase, build, expected  # noqa: E402
 from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
-from gpulse.config import test_config  # noqa: E402
+from testing.config import test_config  # noqa: E402
 from gpulse.engine import run_offline  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 

@@ -3,6 +3,8 @@
 
     .venv/bin/python bench/dashboards_scale.py                 # 128 then 1,024 GPUs
     .venv/bin/python bench/dashboards_scale.py --gpus 128 --repeat 3
+    .venv/bin/python bench/dashboards_scale.py --gpus 1024 --only "/ GPU heatmap [A] metric=active|busy" \
+        --only "/ Nodes [A] metric=active|busy" --compare HEAD~5
 
 For each cluster size: synthesise 4 h of gpulse scrapes every 15 s
 (bench/dashboards_data.py), load them with `promtool tsdb create-blocks-from
@@ -199,11 +201,23 @@ def build(gpus: int, hours: float, work: Path, scratch: Path) -> tuple[Prometheu
     return prom, start, end, series
 
 
-def requests_for(uid: str, range_ms: int, variables: dict | None = None) -> list[tuple[str, str, bool, float, int]]:
+def dashboard(uid: str, rev: str = "") -> dict:
+    """A generated dashboard, from the working tree or from git revision `rev`."""
+    path = f"grafana/dashboards/{uid}.json"
+    if not rev:
+        return json.loads((ROOT / path).read_text())
+    p = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{path}"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"dashboards_scale: --compare {rev}: {p.stderr.strip()}")
+    return json.loads(p.stdout)
+
+
+def requests_for(uid: str, range_ms: int, variables: dict | None = None,
+                 rev: str = "") -> list[tuple[str, str, bool, float, int]]:
     """(where, expr, instant, step seconds, range seconds) for every target, as
     Grafana sends them (a panel's relative time, e.g. 30m, shortens its range);
     `variables` override VARIABLES[uid]."""
-    d = json.loads((ROOT / "grafana" / "dashboards" / f"{uid}.json").read_text())
+    d = dashboard(uid, rev)
     defs = variable_defaults(d)
     values = {**VARIABLES[uid], **(variables or {})}
     chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in values.items()}}
@@ -215,7 +229,7 @@ def requests_for(uid: str, range_ms: int, variables: dict | None = None) -> list
             if "${" + name + "}" in q.expr:
                 combos = [dict(c, **{name: v}) for c in combos for v in choices(d, name)]
         for combo in combos:
-            out.append((q.where + "".join(f" {k}={v}" for k, v in combo.items()),
+            out.append((f"({rev}) " * bool(rev) + q.where + "".join(f" {k}={v}" for k, v in combo.items()),
                         substitute(q.expr, timing, dict(chosen, **combo)),
                         q.instant, timing.step_ms / 1000, timing.range_ms // 1000))
     return out
@@ -260,11 +274,12 @@ def measure(gpus: int, args, scratch: Path) -> dict:
             "query": 'count({__name__=~".+"})', "time": end - 60}).json()["data"]["result"][0]["value"][1]))
         results = {}
         load_before = os.getloadavg()[0]
-        for uid in VARIABLES:
-            for where, expr, instant, step, span in requests_for(uid, range_ms):
-                if args.only and args.only not in where:
-                    continue
-                results[where] = timed(prom, expr, instant, step, end - span, end, args.repeat)
+        for rev in ("", *([args.compare] if args.compare else [])):
+            for uid in VARIABLES:
+                for where, expr, instant, step, span in requests_for(uid, range_ms, rev=rev):
+                    if args.only and not any(o in where for o in args.only):
+                        continue
+                    results[where] = timed(prom, expr, instant, step, end - span, end, args.repeat)
         return {"gpus": gpus, "scraped": scraped, "series": total_series, "bytes": du(work / "data"),
                 "results": results, "load": (load_before, os.getloadavg()[0])}
     finally:
@@ -276,7 +291,7 @@ def measure(gpus: int, args, scratch: Path) -> dict:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report(runs: list[dict]) -> None:
+def report(runs: list[dict], compare: dict[str, str]) -> None:
     base, top = runs[0], runs[-1]
     print()
     for r in runs:
@@ -303,18 +318,43 @@ def report(runs: list[dict]) -> None:
             worst = max(worst, top["results"][where][0])
         print(line)
     # each "Cells from" choice against the counters (the exact default), same target, same run
-    fast = [(k, k.replace("cells=cells1m", "cells=seconds_total")) for k in top["results"] if "cells=cells1m" in k]
-    for k, base_k in fast:
-        if base_k in top["results"]:
-            (t, _, _, cpu), (t0, _, _, cpu0) = top["results"][k], top["results"][base_k]
-            print(f"1m rules / counters at {top['gpus']} GPUs: {t:.3f} / {t0:.3f} s wall, {cpu:.3f} / {cpu0:.3f} s "
-                  f"CPU ({t0 / max(t, 1e-6):.1f}x faster): {k[:90]}")
+    # each recorded "Cells from" choice against the raw counters, same target, same run
+    for k in top["results"]:
+        for cells in ("increase15s", "cells1m"):
+            base_k = k.replace(f"cells={cells}", "cells=seconds_total")
+            if f"cells={cells}" in k and base_k in top["results"]:
+                (t, _, _, cpu), (t0, _, _, cpu0) = top["results"][k], top["results"][base_k]
+                print(f"{cells} / counters at {top['gpus']} GPUs: {t:.3f} / {t0:.3f} s wall, {cpu:.3f} / "
+                      f"{cpu0:.3f} s CPU ({cpu0 / max(cpu, 1e-6):.1f}x less CPU): {k[:90]}")
+    # each panel's default choice now against its default at --compare REV
+    for k, prev in compare.items():
+        if k in top["results"] and prev in top["results"]:
+            (t, _, _, cpu), (t0, _, _, cpu0) = top["results"][k], top["results"][prev]
+            print(f"default now / before: {t:.3f} / {t0:.3f} s wall, {cpu:.3f} / {cpu0:.3f} s CPU: {k[:90]}")
     heat = [v for k, v in top["results"].items() if k.startswith(HEATMAP)]
     print()
     print(f"slowest dashboard panel at {top['gpus']} GPUs: {worst:.3f} s median (target 1 s)")
     if heat:    # --only may leave the heatmap out
         print(f"heatmap at {top['gpus']} GPUs: {max(h[1] for h in heat) / MB:.1f} MB, "
               f"{heat[0][2]} rows (target 20 MB)")
+
+
+def default_pairs(rev: str) -> dict[str, str]:
+    """Target name with each dashboard's default switches now -> the same target
+    with its defaults at `rev` (the names of the timed results)."""
+    def defaults(uid: str, rev: str) -> str:
+        d = dashboard(uid, rev)
+        cur = {v["name"]: v["current"]["value"] for v in d["templating"]["list"] if v["name"] in SWITCHES}
+        return cur
+    out = {}
+    for uid in VARIABLES:
+        now, then = defaults(uid, ""), defaults(uid, rev)
+        for q in panel_queries(dashboard(uid)):
+            used = [n for n in SWITCHES if "${" + n + "}" in q.expr]
+            if used:
+                out[q.where + "".join(f" {n}={now[n]}" for n in used)] = \
+                    f"({rev}) " + q.where + "".join(f" {n}={then[n]}" for n in used)
+    return out
 
 
 def sizes_and_hours(args, prog: str) -> list[int]:
@@ -334,14 +374,17 @@ def main(argv=None) -> int:
     ap.add_argument("--hours", type=float, default=4.0, help="time range backfilled and queried (default %(default)s)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each query; the median is reported")
     ap.add_argument("--keep", action="store_true", help="keep the TSDB directories")
-    ap.add_argument("--only", default="", metavar="TEXT", help="only the targets whose dashboard / panel name has TEXT")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="only the targets whose name (dashboard / panel [ref] choices) has TEXT; repeatable")
+    ap.add_argument("--compare", default="", metavar="REV",
+                    help="also time the dashboards as generated at git revision REV, on the same data")
     args = ap.parse_args(argv)
     sizes = sizes_and_hours(args, "dashboards_scale")
     scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
     print(f"dashboards at scale: {args.hours:g} h at a {SCRAPE} scrape interval, queries as Grafana sends them "
           f"for a {WIDTH_PX}-px panel, median of {args.repeat}", flush=True)
     runs = [measure(g, args, scratch) for g in sizes]
-    report(runs)
+    report(runs, default_pairs(args.compare) if args.compare else {})
     return 0
 
 

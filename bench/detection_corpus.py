@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "exporter"))
+sys.path[:0] = [str(ROOT / "exporter"), str(ROOT)]   # gpulse, testing/
 
 from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
-from gpulse.config import test_config  # noqa: E402
+from testing.config import test_config  # noqa: E402
 from gpulse.engine import run_offline  # noqa: E402
 from gpulse.sources.recorded import read_log  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402

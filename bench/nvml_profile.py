@@ -18,7 +18,8 @@ render per 15 s scrape. Two tables:
                     (ctypes marshalling, list building). cProfile cannot see into a
                     foreign call: the C time lands in the layer that makes the call.
 
-The XID event thread is not included (one nvmlEventSetWait_v2 per 0.5 s per node).
+XIDs are drained inside the source's poll (one nvmlEventSetWait_v2 with a zero
+timeout per read), so they count in the NVML source layer.
 Runs in a few seconds more than 2 × --seconds per GPU count.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "exporter"), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "exporter"), str(ROOT / "tests"), str(ROOT)]
 
 import fakenvml  # noqa: E402  (the test double lives with the tests)
 
@@ -122,7 +123,7 @@ class Pipeline:
 
     def __init__(self, gpus: int, workdir: Path):
         from gpulse.collector import Exposition
-        from gpulse.config import test_config
+        from testing.config import test_config
         from gpulse.engine import Engine
         from gpulse.sources.nvml import NvmlSource
         scen = workdir / f"scenario-{gpus}.txt"

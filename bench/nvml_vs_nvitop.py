@@ -15,6 +15,10 @@ core at most, so they barely compete). After a warm-up, over --seconds:
     p99        /metrics latency over a burst of --latency-scrapes scrapes, 0.2 s apart,
                after the CPU window (so the burst does not count as CPU), alternating
                between the two exporters
+    threads    gpulse's CPU per thread (on-CPU time from /proc/<pid>/task/*/schedstat,
+               which counts nanoseconds, not clock ticks) and its voluntary wake-ups
+               per second, in thread-creation order: the main thread (the HTTP
+               event loop), then the sampler, then any HTTP worker threads
     calls      NVML device calls per GPU per second, counted by the fake library
     util every seconds between utilisation observations of one GPU: driver samples
                handed out by nvmlDeviceGetSamples plus nvmlDeviceGetUtilizationRates
@@ -82,6 +86,21 @@ def stats_now(path: Path) -> dict:
     return fakenvml.read_stats(path)
 
 
+def task_cpu(pid: int) -> dict[int, tuple[float, int]]:
+    """Per live thread: (on-CPU seconds, voluntary context switches)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                ns = int(fh.read().split()[0])
+            with open(f"/proc/{pid}/task/{tid}/status") as fh:
+                vol = next(int(line.split()[1]) for line in fh if line.startswith("voluntary_ctxt_switches"))
+        except (FileNotFoundError, ProcessLookupError):
+            continue                      # the thread ended between the listing and the read
+        out[int(tid)] = (ns / 1e9, vol)
+    return out
+
+
 def observations(s: dict) -> int:
     return s.get("util_samples", 0) + s["calls"].get("nvmlDeviceGetUtilizationRates", 0)
 
@@ -110,9 +129,11 @@ class Run:
 
     def mark(self) -> None:
         self.s0, self.c0, self.t0 = stats_now(self.stats), cpu_seconds(self.proc.pid), time.monotonic()
+        self.tasks0 = task_cpu(self.proc.pid)
 
     def done(self) -> None:
         self.s1, self.c1, self.t1 = stats_now(self.stats), cpu_seconds(self.proc.pid), time.monotonic()
+        self.tasks1 = task_cpu(self.proc.pid)
         self.rss = rss_bytes(self.proc.pid)
 
     def stop(self) -> None:
@@ -133,6 +154,9 @@ class Run:
             "p99": percentile(self.latencies, 99),
             "calls": (s1["device_calls"] - s0["device_calls"]) / span / self.gpus,
             "every": span * self.gpus / obs if obs else float("inf"),
+            "threads": [((c1 - self.tasks0.get(tid, (0.0, 0))[0]) / (self.t1 - self.t0),
+                         (v1 - self.tasks0.get(tid, (0.0, 0))[1]) / (self.t1 - self.t0))
+                        for tid, (c1, v1) in sorted(self.tasks1.items())],
             "calls_by_symbol": {k: (v - s0["calls"].get(k, 0)) / span / self.gpus for k, v in s1["calls"].items()
                                 if v > s0["calls"].get(k, 0)},
         }
@@ -188,6 +212,8 @@ def main() -> None:
         print(f"{'':>4} {'ratio':<15} cpu gpulse/nvitop {g['cpu'] / v['cpu']:.2f} (target <= 0.5), "
               f"resolution {v['every'] / g['every']:.1f}x finer (target >= 5), "
               f"rss {g['rss'] / v['rss']:.2f}, p99 {g['p99'] / v['p99']:.2f}, calls {g['calls'] / v['calls']:.2f}")
+        print(f"{'':>4} gpulse threads, % of a core (wake-ups/s): "
+              + ", ".join(f"{100 * c:.3f} ({w:.1f})" for c, w in g["threads"]))
         if a.calls:
             for k, r in res.items():
                 top = sorted(r["calls_by_symbol"].items(), key=lambda x: -x[1])

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "exporter"))
+# the end-to-end stack and the helpers it imports live in these test folders
+sys.path[:0] = [str(ROOT / "tests" / d) for d in ("", "e2e", "integration")] + [str(ROOT / "exporter")]
 
 import requests  # noqa: E402
 
@@ -32,6 +32,8 @@ PROBES = (
     # a counter born at 1 during the run (the dcgm node's XID): Prometheus has no
     # sample before it to take a difference from, MetricsQL counts it from 0
     'sum(increase(gpulse_gpu_xid_errors_total[10m]))',
+    # growth as the XID and ECC alerts measure it: the same in both
+    'sum(last_over_time(gpulse_gpu_xid_errors_total[10m]) - min_over_time(gpulse_gpu_xid_errors_total[10m]))',
     # a steadily growing counter: Prometheus extrapolates to the window's edges,
     # MetricsQL takes the last sample before the window as the baseline
     'sum(increase(gpulse_group_sync_stalls_total{node="sim-stall"}[15m]))',

@@ -9,7 +9,7 @@ import threading
 from typing import Any
 from unittest import mock
 
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.runtime import Runtime
 
 

@@ -27,7 +27,8 @@ import random
 import time
 from dataclasses import dataclass
 
-UTIL_PERIOD = 1 / 6          # NVML's utilisation sample period on recent GPUs
+from gpulse.model import UTIL_PERIOD   # NVML's utilisation sample period
+
 POWER_AVG = 1.0              # power.draw is a 1 s average on H100 drivers
 POLL = 0.1
 

@@ -1,13 +1,15 @@
 """Snapshot → Prometheus exposition.
 
 The snapshot part is rendered once per snapshot and format and then served from
-cache, so a scrape costs a dictionary lookup plus the few live series (staleness,
-process metrics) no matter how many GPUs the node has. Nothing here calls a source.
+cache, so a scrape costs a dictionary lookup plus the two live staleness series no
+matter how many GPUs the node has; the process_* series are read from /proc at most
+once per PROCESS_MAX_AGE. Nothing here calls a source.
 """
 from __future__ import annotations
 
 import platform
 import threading
+import time
 import zlib
 from typing import Any, Callable, Iterable
 
@@ -15,6 +17,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client import exposition as text_exposition
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import exposition as om_exposition
+from prometheus_client.utils import floatToGoString
 
 from . import __version__
 from .catalog import COUNTERS, GAUGES
@@ -24,6 +27,12 @@ from .sources.base import EVENTS as SOURCE_EVENTS
 OPENMETRICS_TYPE = om_exposition.CONTENT_TYPE_LATEST
 # 0.0.4 is what every Prometheus version and most scrapers understand
 TEXT_TYPE = text_exposition.CONTENT_TYPE_PLAIN_0_0_4
+# How old the process_* series (CPU, memory, descriptors, start time) may be when
+# served. Reading them opens and parses three /proc files and lists the descriptors:
+# about a third of what a cached scrape costs. A scraper asking more often than once
+# a second sees the same values for that second; one at a Prometheus pace never does.
+PROCESS_MAX_AGE = 1.0
+_EOF = b"# EOF\n"
 
 
 def _gpu_labels(node: str, v: GpuView) -> dict[str, str]:
@@ -108,7 +117,7 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
         f.counter("gpulse_group_sync_stalls_total", "Sync-stall episodes at least --min-stall long.", lab, g.stalls_total)
         f.counter("gpulse_group_sampled_seconds_total", "Time the group was observed holding a workload; denominator of the stall fraction.", lab, g.holding_seconds)
         if g.imbalance is not None:
-            f.gauge("gpulse_group_imbalance_ratio", "(max - min) / max of per-GPU active fractions over the analysis window.", lab, g.imbalance)
+            f.gauge("gpulse_group_imbalance_ratio", "(max - min) / max of per-GPU active fractions over the analysis window; absent while a deviating straggler explains the spread.", lab, g.imbalance)
         if g.load_balance is not None:
             f.gauge("gpulse_group_load_balance_ratio", "mean / max of per-GPU active fractions over the analysis window (1 = even).", lab, g.load_balance)
         if g.stall_period is not None:
@@ -163,21 +172,52 @@ class _Static:
         return self._families
 
 
+# The series computed at scrape time, from plain attribute reads (never the source):
+# (name, help, value from the sampler's health()).
+LIVE: tuple[tuple[str, str, Callable[[dict[str, Any]], float]], ...] = (
+    ("gpulse_exporter_stale", "1 when no poll of the source has succeeded for --stale-after.",
+     lambda h: 1 if h["stale"] else 0),
+    ("gpulse_exporter_seconds_since_last_sample", "Seconds since the last successful poll of the source.",
+     lambda h: h["seconds_since_success"]),
+)
+
+
+def live_families(node: str, h: dict[str, Any]) -> list[Metric]:
+    out = []
+    for name, doc, value in LIVE:
+        m = Metric(name, doc, "gauge")
+        m.add_sample(name, {"node": node}, value(h))
+        out.append(m)
+    return out
+
+
 class _Live:
-    """Series computed at scrape time from plain attribute reads (never the source)."""
+    """The LIVE series of every scrape, as the encoder writes live_families(): each
+    family is rendered once per format with a placeholder value, and a scrape puts
+    the values in with the encoder's own number format. Running the encoder itself
+    on every scrape cost more than the rest of a cached answer."""
+
+    _VALUE = b"0.0\n"       # how the encoder writes the placeholder 0, at the end of its line
 
     def __init__(self, node: str, health: Callable[[], dict[str, Any]]):
         self.node = node
         self.health = health
+        zero = {"stale": False, "seconds_since_success": 0}
+        self._heads: dict[bool, list[bytes]] = {}
+        for om in (False, True):
+            heads = []
+            for fam in live_families(node, zero):
+                text = _render(_Static([fam]), om)
+                if om:
+                    text = text[: -len(_EOF)]
+                assert text.endswith(b" " + self._VALUE), text
+                heads.append(text[: -len(self._VALUE)])
+            self._heads[om] = heads
 
-    def collect(self):
+    def render(self, openmetrics: bool) -> bytes:
         h = self.health()
-        lab = {"node": self.node}
-        m = Metric("gpulse_exporter_stale", "1 when no poll of the source has succeeded for --stale-after.", "gauge")
-        m.add_sample("gpulse_exporter_stale", lab, 1 if h["stale"] else 0)
-        a = Metric("gpulse_exporter_seconds_since_last_sample", "Seconds since the last successful poll of the source.", "gauge")
-        a.add_sample("gpulse_exporter_seconds_since_last_sample", lab, h["seconds_since_success"])
-        return [m, a]
+        return b"".join(head + floatToGoString(value(h)).encode() + b"\n"
+                        for head, (_, _, value) in zip(self._heads[openmetrics], LIVE))
 
 
 class Exposition:
@@ -185,15 +225,20 @@ class Exposition:
 
     def __init__(self, node: str, get_snapshot: Callable[[], Snapshot | None],
                  health: Callable[[], dict[str, Any]],
-                 attribution_health: Callable[[], tuple[bool, dict[str, int]]] | None = None):
+                 attribution_health: Callable[[], tuple[bool, dict[str, int]]] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.get_snapshot = get_snapshot
         self.attribution_health = attribution_health
-        self.live = CollectorRegistry(auto_describe=False)
-        self.live.register(_Live(node, health))
-        ProcessCollector(registry=self.live)
+        self.live = _Live(node, health)
+        self.process = CollectorRegistry(auto_describe=False)
+        ProcessCollector(registry=self.process)
+        self.clock = clock
         # keyed by the snapshot object itself, held: an id() alone could be reused by a
         # newer snapshot once the old one is freed, and the stale body served again
         self._cache: dict[tuple[bool, bool], tuple[Snapshot, bytes]] = {}
+        # openmetrics -> (clock when read, process_* rendered); replaced whole, so a
+        # scrape on another thread reads either the old pair or the new one
+        self._process: dict[bool, tuple[float, bytes]] = {}
         self._lock = threading.Lock()
 
     def _snapshot_body(self, snap: Snapshot, openmetrics: bool, gzip: bool) -> bytes:
@@ -212,7 +257,7 @@ class Exposition:
             reg = _Static(snapshot_families(snap, ah))
             body = _render(reg, openmetrics)
             if openmetrics:
-                body = body[: -len(b"# EOF\n")]
+                body = body[: -len(_EOF)]
             self._cache[(openmetrics, False)] = (snap, body)
             return body
 
@@ -223,16 +268,42 @@ class Exposition:
         hit = self._cache.get((openmetrics, gzip))
         return snap is None or (hit is not None and hit[0] is snap)
 
+    def render_key(self, openmetrics: bool, gzip: bool = False) -> tuple[int, bool, bool] | None:
+        """What render() would have to build first (the current snapshot in this format
+        and encoding), or None when it is cached: concurrent scrapes of one new
+        snapshot wait for one render instead of each taking a thread to wait for it."""
+        snap = self.get_snapshot()
+        if snap is None or self.cached(openmetrics, gzip):
+            return None
+        return id(snap), openmetrics, gzip
+
+    def warm(self, openmetrics: bool, gzip: bool = False) -> None:
+        """Build the snapshot part of render() into the cache."""
+        snap = self.get_snapshot()
+        if snap is not None:
+            self._snapshot_body(snap, openmetrics, gzip)
+
     def render(self, openmetrics: bool, gzip: bool = False) -> bytes:
         """The body; gzip: as one gzip stream of two members (RFC 1952 2.2), the
         snapshot part compressed once per snapshot, the small live part per scrape."""
         snap = self.get_snapshot()
-        live = _render(self.live, openmetrics)
+        live = self._live_body(openmetrics)
         if gzip:
             live = _gzip(live)
         if snap is None:
             return live
         return self._snapshot_body(snap, openmetrics, gzip) + live
+
+
+    def _live_body(self, openmetrics: bool) -> bytes:
+        """The staleness series, read now, then process_*, at most PROCESS_MAX_AGE old
+        (the OpenMetrics "# EOF" once, at the end)."""
+        live = self.live.render(openmetrics)
+        now = self.clock()
+        hit = self._process.get(openmetrics)
+        if hit is None or not 0 <= now - hit[0] < PROCESS_MAX_AGE:
+            hit = self._process[openmetrics] = (now, _render(self.process, openmetrics))
+        return live + hit[1]
 
 
 def _gzip(data: bytes) -> bytes:

@@ -1,7 +1,8 @@
 """One frozen, typed Config built from defaults < YAML file < GPULSE_* env < flags.
 
-Every setting is declared once in FIELDS. The YAML key, the flag and the env var
-are derived from its dotted name, so they cannot drift apart:
+Every setting is declared once, as a typed field of the Config dataclasses (FIELDS
+is derived from them). The YAML key, the flag and the env var are derived from its
+dotted name, so they cannot drift apart:
 
     sim.scenario  ->  YAML `sim: {scenario: ...}`,  --sim.scenario,  GPULSE_SIM_SCENARIO
 
@@ -17,8 +18,9 @@ import math
 import os
 import re
 import socket
-from dataclasses import dataclass, make_dataclass
-from typing import Any, Callable
+import dataclasses
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Iterable, get_origin, get_type_hints
 
 import yaml
 
@@ -180,10 +182,141 @@ def parse_listen_address(value: str) -> tuple[str, int]:
 
 
 # ---------------------------------------------------------------- the schema
+#
+# The Config dataclasses below are the one table of settings. A setting's annotation
+# says what its value is and so how a raw value is read: str, int, float, bool,
+# tuple[str, ...] (a list, or "a,b" in a flag or variable), Duration (seconds, written
+# 100ms/30s/5m) and AutoBool (true, false or "auto"); setting() adds its default, help
+# text, choices and bounds. FIELDS, the flags, the GPULSE_* names, the YAML keys, the
+# Helm values schema and the docs are all derived from them.
+
+Duration = Annotated[float, parse_duration]
+AutoBool = Annotated[bool | str, _parse_auto_bool]
+
+# how a raw value is read, by the type of the setting (Annotated types carry their own)
+_PARSERS: dict[Any, Callable[[Any], Any]] = {
+    str: _parse_str, int: _parse_int, float: _parse_float, bool: _parse_bool,
+    tuple[str, ...]: _parse_list,
+}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """What setting() records on a dataclass field, beside its default."""
+    help: str
+    choices: tuple[str, ...] | None
+    lo: float | None
+    hi: float | None
+    metavar: str | None
+    flag: bool
+
+
+def setting(default: Any, help: str, *, choices: Iterable[str] | None = None, lo: float | None = None,
+            hi: float | None = None, metavar: str | None = None, flag: bool = True) -> Any:
+    """A setting of a Config section: its default and what the flag, the help and the
+    checks need to know about it."""
+    spec = _Spec(help, tuple(choices) if choices is not None else None, lo, hi, metavar, flag)
+    return dataclasses.field(default=default, metadata={_SPEC: spec})
+
+
+_SPEC = "gpulse.setting"
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """web.*: the HTTP server."""
+    listen_address: str = setting(DEFAULT_LISTEN, "address to listen on, HOST:PORT", metavar="HOST:PORT")
+    config_file: str = setting("", "exporter-toolkit web config (TLS, basic auth, headers)", metavar="FILE")
+    max_requests: int = setting(64, "concurrent requests served; more get 503", lo=1, hi=10000)
+    timeout: Duration = setting(10.0, "per-connection read/write timeout", lo=0.1, hi=600, metavar="DURATION")
+    healthz_public: bool = setting(True, "serve /healthz and /readyz without authentication")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """log.*: the exporter's own log."""
+    level: str = setting("info", "log level", choices=LOG_LEVELS)
+    format: str = setting("text", "log format", choices=LOG_FORMATS)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """sim.*: the simulated source."""
+    scenario: str = setting("sync-stall", "the training pattern the simulated GPUs follow", choices=SCENARIOS)
+    gpus: int = setting(8, "number of simulated GPUs", lo=1, hi=4096)
+    seed: int = setting(1, "random seed of the simulation")
+
+
+@dataclass(frozen=True)
+class NvmlConfig:
+    """nvml.*: the NVML source."""
+    wait: bool = setting(False, "keep retrying NVML initialisation instead of exiting")
+    gpm: bool = setting(False, "read GPM SM activity on Hopper and newer")
+    xid_events: bool = setting(True, "count XID errors from NVML events")
+
+
+@dataclass(frozen=True)
+class DcgmConfig:
+    """dcgm.*: the DCGM source, read from dcgm-exporter."""
+    url: str = setting("http://localhost:9400/metrics", "dcgm-exporter /metrics URL", metavar="URL")
+    timeout: Duration = setting(2.0, "timeout for one dcgm-exporter request", lo=0.05, hi=60, metavar="DURATION")
+    interval: Duration = setting(1.0, "how often dcgm-exporter is read", lo=0.05, hi=600, metavar="DURATION")
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """replay.*: a recorded log replayed as a source."""
+    file: str = setting("", "recorded log to replay (nvidia-smi CSV, dmon, dcgm-exporter text)", metavar="FILE")
+    format: str = setting("auto", "format of replay.file", choices=("auto", *REPLAY_FORMATS))
+    speed: float = setting(1.0, "replay speed, 1 = real time, 0 = as fast as possible", lo=0.0, hi=1e6)
+    loop: bool = setting(False, "start again at the end of the file")
+
+
+@dataclass(frozen=True)
+class KubeConfig:
+    """kube.*: attribution of GPUs to Kubernetes pods."""
+    enabled: AutoBool = setting("auto", "attribute GPUs to pods via the kubelet PodResources API; unset (auto): when its socket exists")
+    pod_resources_socket: str = setting("/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet PodResources socket", metavar="PATH")
+    api: bool = setting(True, "read pod labels and owners from the Kubernetes API")
+    workload_label_keys: tuple[str, ...] = setting(DEFAULT_WORKLOAD_LABEL_KEYS, "pod label keys naming the workload, first present wins", metavar="K1,K2")
+    copy_labels: tuple[str, ...] = setting((), "pod labels copied onto metrics (allow-list)", metavar="K1,K2")
+    refresh_interval: Duration = setting(10.0, "how often attribution is refreshed", lo=1, hi=3600, metavar="DURATION")
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """slurm.*: attribution of GPUs to Slurm jobs."""
+    job_map_dir: str = setting("", "directory with one file per GPU index holding the job id", metavar="DIR")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    """The whole gpulse configuration (frozen). Build it with load_config()."""
+    source: str = setting("nvml", "where samples come from", choices=SOURCES)
+    node_name: str = setting("", "value of the node label (default: $NODE_NAME, else the hostname)")
+    sample_interval: Duration = setting(0.1, "how often the source is polled", lo=0.01, hi=60, metavar="DURATION")
+    analysis_interval: Duration = setting(1.0, "how often derived metrics are recomputed", lo=0.1, hi=60, metavar="DURATION")
+    analysis_window: Duration = setting(30.0, "window for imbalance, peer deviation and gauges", lo=1, hi=3600, metavar="DURATION")
+    idle_threshold: float = setting(threshold("idle_ratio"), "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0)
+    min_stall: Duration = setting(threshold("min_stall_seconds"), "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION")
+    activity: str = setting("auto", "what counts as real work (auto: SM activity where the source has it, else power-gated)",
+                            choices=("auto", "power-gated", "utilization", "sm_active", "gr_engine_active"))
+    power_gate: float = setting(threshold("power_gate_ratio"), "power-gated activity: a sample is work only above this fraction of the power reference", lo=0.0, hi=1.0)
+    stale_after: Duration = setting(5.0, "no successful poll for this long marks the sampler stale", lo=0.1, hi=3600, metavar="DURATION")
+    history: Duration = setting(900.0, "how much per-GPU history the live heatmap page keeps", lo=10, hi=86400, metavar="DURATION")
+    web: WebConfig
+    log: LogConfig
+    sim: SimConfig
+    nvml: NvmlConfig
+    dcgm: DcgmConfig
+    replay: ReplayConfig
+    kube: KubeConfig
+    slurm: SlurmConfig
 
 
 @dataclass(frozen=True)
 class Field:
+    """One setting as the rest of gpulse sees it, derived from the Config dataclasses."""
     key: str                       # dotted name: section.name or name
     parse: Callable[[Any], Any]
     default: Any
@@ -226,63 +359,40 @@ class Field:
         return str(v)
 
 
-def _choice(*choices: str):
-    return dict(parse=_parse_str, choices=choices)
+def _parser(hint: Any) -> Callable[[Any], Any]:
+    if get_origin(hint) is Annotated:
+        return hint.__metadata__[0]
+    try:
+        return _PARSERS[hint]
+    except KeyError:
+        raise TypeError(f"a setting of type {hint!r} has no parser; add one to _PARSERS") from None
 
 
-FIELDS: tuple[Field, ...] = (
-    # --- general
-    Field("source", default="nvml", help="where samples come from", **_choice(*SOURCES)),
-    Field("node_name", _parse_str, "", "value of the node label (default: $NODE_NAME, else the hostname)"),
-    Field("sample_interval", parse_duration, 0.1, "how often the source is polled", lo=0.01, hi=60, metavar="DURATION"),
-    Field("analysis_interval", parse_duration, 1.0, "how often derived metrics are recomputed", lo=0.1, hi=60, metavar="DURATION"),
-    Field("analysis_window", parse_duration, 30.0, "window for imbalance, peer deviation and gauges", lo=1, hi=3600, metavar="DURATION"),
-    Field("idle_threshold", _parse_float, threshold("idle_ratio"), "utilisation/activity below this counts as idle (0..1)", lo=0.0, hi=1.0),
-    Field("min_stall", parse_duration, threshold("min_stall_seconds"), "shortest co-inactive stretch counted as a sync-stall episode", lo=0.0, hi=600, metavar="DURATION"),
-    Field("activity", default="auto", help="what counts as real work (auto: SM activity where the source has it, else power-gated)",
-          **_choice("auto", "power-gated", "utilization", "sm_active", "gr_engine_active")),
-    Field("power_gate", _parse_float, threshold("power_gate_ratio"), "power-gated activity: a sample is work only above this fraction of the power reference", lo=0.0, hi=1.0),
-    Field("stale_after", parse_duration, 5.0, "no successful poll for this long marks the sampler stale", lo=0.1, hi=3600, metavar="DURATION"),
-    Field("history", parse_duration, 900.0, "how much per-GPU history the live heatmap page keeps", lo=10, hi=86400, metavar="DURATION"),
-    # --- web
-    Field("web.listen_address", _parse_str, DEFAULT_LISTEN, "address to listen on, HOST:PORT", metavar="HOST:PORT"),
-    Field("web.config_file", _parse_str, "", "exporter-toolkit web config (TLS, basic auth, headers)", metavar="FILE"),
-    Field("web.max_requests", _parse_int, 64, "concurrent requests served; more get 503", lo=1, hi=10000),
-    Field("web.timeout", parse_duration, 10.0, "per-connection read/write timeout", lo=0.1, hi=600, metavar="DURATION"),
-    Field("web.healthz_public", _parse_bool, True, "serve /healthz and /readyz without authentication"),
-    # --- logging
-    Field("log.level", default="info", help="log level", **_choice(*LOG_LEVELS)),
-    Field("log.format", default="text", help="log format", **_choice(*LOG_FORMATS)),
-    # --- simulated source
-    Field("sim.scenario", default="sync-stall", help="the training pattern the simulated GPUs follow", **_choice(*SCENARIOS)),
-    Field("sim.gpus", _parse_int, 8, "number of simulated GPUs", lo=1, hi=4096),
-    Field("sim.seed", _parse_int, 1, "random seed of the simulation"),
-    # --- NVML
-    Field("nvml.wait", _parse_bool, False, "keep retrying NVML initialisation instead of exiting"),
-    Field("nvml.gpm", _parse_bool, False, "read GPM SM activity on Hopper and newer"),
-    Field("nvml.xid_events", _parse_bool, True, "count XID errors from NVML events"),
-    # --- DCGM (via dcgm-exporter)
-    Field("dcgm.url", _parse_str, "http://localhost:9400/metrics", "dcgm-exporter /metrics URL", metavar="URL"),
-    Field("dcgm.timeout", parse_duration, 2.0, "timeout for one dcgm-exporter request", lo=0.05, hi=60, metavar="DURATION"),
-    Field("dcgm.interval", parse_duration, 1.0, "how often dcgm-exporter is read", lo=0.05, hi=600, metavar="DURATION"),
-    # --- replay
-    Field("replay.file", _parse_str, "", "recorded log to replay (nvidia-smi CSV, dmon, dcgm-exporter text)", metavar="FILE"),
-    Field("replay.format", default="auto", help="format of replay.file", **_choice("auto", *REPLAY_FORMATS)),
-    Field("replay.speed", _parse_float, 1.0, "replay speed, 1 = real time, 0 = as fast as possible", lo=0.0, hi=1e6),
-    Field("replay.loop", _parse_bool, False, "start again at the end of the file"),
-    # --- attribution: Kubernetes
-    Field("kube.enabled", _parse_auto_bool, "auto", "attribute GPUs to pods via the kubelet PodResources API; unset (auto): when its socket exists"),
-    Field("kube.pod_resources_socket", _parse_str, "/var/lib/kubelet/pod-resources/kubelet.sock", "kubelet PodResources socket", metavar="PATH"),
-    Field("kube.api", _parse_bool, True, "read pod labels and owners from the Kubernetes API"),
-    Field("kube.workload_label_keys", _parse_list, DEFAULT_WORKLOAD_LABEL_KEYS, "pod label keys naming the workload, first present wins", metavar="K1,K2"),
-    Field("kube.copy_labels", _parse_list, (), "pod labels copied onto metrics (allow-list)", metavar="K1,K2"),
-    Field("kube.refresh_interval", parse_duration, 10.0, "how often attribution is refreshed", lo=1, hi=3600, metavar="DURATION"),
-    # --- attribution: Slurm
-    Field("slurm.job_map_dir", _parse_str, "", "directory with one file per GPU index holding the job id", metavar="DIR"),
-)
+def _derive_fields() -> tuple[tuple[Field, ...], dict[str, type]]:
+    """FIELDS in declaration order (the top-level settings, then each section's), and
+    {section name: its dataclass}."""
+    fields: list[Field] = []
+    sections: dict[str, type] = {}
 
+    def walk(cls: type, prefix: str) -> None:
+        hints = get_type_hints(cls, include_extras=True)
+        for f in dataclasses.fields(cls):
+            hint = hints[f.name]
+            if dataclasses.is_dataclass(hint):
+                sections[f.name] = hint
+                walk(hint, f.name + ".")
+                continue
+            s: _Spec = f.metadata[_SPEC]
+            fields.append(Field(prefix + f.name, _parser(hint), f.default, s.help, s.choices,
+                                s.lo, s.hi, s.metavar, s.flag))
+
+    walk(Config, "")
+    return tuple(fields), sections
+
+
+FIELDS, _SECTION_CLASSES = _derive_fields()
 FIELD_BY_KEY = {f.key: f for f in FIELDS}
-SECTIONS = sorted({f.key.split(".")[0] for f in FIELDS if "." in f.key})
+SECTIONS = sorted(_SECTION_CLASSES)
 
 
 def env_name(key: str) -> str:
@@ -293,25 +403,7 @@ def flag_name(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
-# ---------------------------------------------------------------- the object
-
-
-def _build_config_class():
-    section_classes = {}
-    for sec in SECTIONS:
-        fs = [f for f in FIELDS if f.key.startswith(sec + ".")]
-        section_classes[sec] = make_dataclass(
-            sec.capitalize() + "Config",
-            [(f.key.split(".", 1)[1], Any) for f in fs],
-            frozen=True,
-        )
-    top = [(f.key, Any) for f in FIELDS if "." not in f.key]
-    top += [(sec, Any) for sec in SECTIONS]
-    return make_dataclass("Config", top, frozen=True), section_classes
-
-
-Config, _SECTION_CLASSES = _build_config_class()
-Config.__doc__ = "The whole gpulse configuration (frozen). Build it with load_config()."
+# ---------------------------------------------------------------- reading it
 
 
 def _name(key: Any) -> str:
@@ -397,7 +489,7 @@ def env_near_misses(environ: Any) -> list[str]:
 
 
 def load_config(file: str | None = None, overrides: dict[str, Any] | None = None,
-                environ: dict[str, str] | None = None) -> Any:
+                environ: dict[str, str] | None = None) -> Config:
     """Defaults < file < GPULSE_* environment < overrides (flags). Raises ConfigError."""
     environ = os.environ if environ is None else environ
     raw: dict[str, tuple[Any, str]] = {}       # key -> (raw value, where it was set)
@@ -453,16 +545,7 @@ def as_dict(cfg: Any) -> dict[str, Any]:
     return {f.key: config_value(cfg, f.key) for f in FIELDS}
 
 
-def test_config(**overrides: Any) -> Any:
-    """A Config for tests and benchmarks: defaults plus dotted-key overrides
-    (use '__' for '.': sim__gpus=4), ignoring the environment."""
-    return load_config(overrides={k.replace("__", "."): v for k, v in overrides.items()}, environ={})
-
-
-test_config.__test__ = False  # not a pytest test
-
-
 __all__ = ["Config", "ConfigError", "FIELDS", "FIELD_BY_KEY", "load_config", "read_config_file",
-           "parse_duration", "parse_listen_address", "config_value", "as_dict", "test_config",
+           "parse_duration", "parse_listen_address", "config_value", "as_dict",
            "DEFAULT_PORT", "DEFAULT_LISTEN", "SCENARIOS", "env_name", "env_settings", "flag_name",
            "format_duration", "suggest", "env_near_misses"]

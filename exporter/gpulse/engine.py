@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
 from statistics import median
 
@@ -20,7 +20,7 @@ from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, int
 from .analysis import cause
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
-from .analysis.verdict import STRAGGLER_Z, Persistence, straggler_signal
+from .analysis.verdict import STRAGGLER_Z, Persistence, imbalance_explained, straggler_signal
 from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample, gpu_sort_key
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
@@ -30,8 +30,11 @@ HOLD_MIN_FRACTION = value("hold_min_ratio")
 POWER_EDGE = value("power_edge_ratio")   # read once: it is used at every sample
 
 
-@dataclass(frozen=True, slots=True)
-class GpuView:
+class GpuView(NamedTuple):
+    """One GPU in a Snapshot. Immutable like the frozen dataclasses around it, but a
+    named tuple: one is made per GPU per tick, and a frozen dataclass's __init__
+    (object.__setattr__ per field) cost several times the tuple's, the largest single
+    cost of a tick offline."""
     info: DeviceInfo
     attribution: tuple[tuple[str, str], ...]   # label name, value (only non-empty ones)
     workload: str
@@ -302,20 +305,23 @@ class Engine:
     def analyze(self, wall: float, health: dict[str, Any] | None = None) -> Snapshot:
         """The Snapshot of this tick, built whole: nothing changes it afterwards."""
         # 1. close the tick for every GPU
+        window_ticks, accumulate, history = self.window_ticks, cause.accumulate, self.history_ticks > 0
         for g in self.gpus.values():
             tick, g.tick = g.tick, Integrals()
             g.totals.add(tick)
             g.window.append(tick)
             g.win.add(tick)
-            while len(g.window) > self.window_ticks:
+            while len(g.window) > window_ticks:
                 g.win.sub(g.window.popleft())
-            cause.accumulate(g.signals, g.gauges)
-            g.history.append((self.t or 0.0,
-                              tick.busy / tick.sampled if tick.sampled > 0 else None,
-                              tick.active / tick.sampled if tick.sampled > 0 else None))
+            accumulate(g.signals, g.gauges)
+            if history:   # offline (history=False) nobody draws it
+                g.history.append((self.t or 0.0,
+                                  tick.busy / tick.sampled if tick.sampled > 0 else None,
+                                  tick.active / tick.sampled if tick.sampled > 0 else None))
 
         # 2. peer groups: one per workload; without attribution, the whole node
-        attribution = {k: self._attribution(g) for k, g in self.gpus.items()}
+        attribution = ({k: self._attribution(g) for k, g in self.gpus.items()} if self.attributor is not None
+                       else {k: g.src_attr for k, g in self.gpus.items()})
         members: dict[str, list[str]] = {}   # in GPU order, like self.gpus
         for k, a in attribution.items():
             members.setdefault((a or {}).get("workload", ""), []).append(k)
@@ -371,6 +377,11 @@ class Engine:
                     v = self._cause(k, pers.since, list(active), confirmed is not None)
                     if v is not None:
                         verdicts[k] = v
+                # a spread the GPUs of a deviating run explain is theirs, not imbalance
+                # (analysis.verdict, the report's rule)
+                if imb is not None and not small and imbalance_explained(
+                        active, [k for k in active if self.gpus[k].persistence.since is not None]):
+                    imb = None
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -474,6 +485,8 @@ def _attr_label_names(a: dict[str, str]) -> list[str]:
 
 def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:
     """Split a poll at a source-time boundary: samples with t <= boundary, and the rest."""
+    if all(smp.t <= boundary for r in result.readings for smp in r.samples):
+        return result, None      # the common case offline: the whole poll is before the boundary
     later = []
     early_readings = []
     for r in result.readings:

@@ -28,7 +28,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from .collector import _Live, _render, _Static, snapshot_families
+from .collector import _render, _Static, live_families, snapshot_families
 from .config import ConfigError, load_config, parse_duration
 from .engine import Snapshot, run_offline
 from .sources.base import SourceError
@@ -145,7 +145,7 @@ def export(cfg: Any, interval: float, out: BinaryIO) -> int:
 
 def _scrape(store: _Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> None:
     store.add(snapshot_families(snap), t)
-    store.add(_Live(snap.node, lambda: _health(snap, t, cfg, final)).collect(), t)
+    store.add(live_families(snap.node, _health(snap, t, cfg, final)), t)
 
 
 def add_parser(sub: Any) -> None:

@@ -15,6 +15,14 @@ from typing import Mapping
 # Attribution label names, in the order they appear on per-GPU series.
 ATTRIBUTION_LABELS = ("namespace", "pod", "container", "workload")
 
+# NVML's utilisation sample period on recent GPUs (seconds; 1/6 s to 1 s by product,
+# nvmlDeviceGetUtilizationRates): a utilisation value is the busy share of this much
+# time before it. A property of the driver, so it lives with the vocabulary every
+# layer shares: the NVML source expects it until it measures the spacing, the
+# analysis gives it back to co-idle stretches (util_window_seconds), and the
+# evaluation corpus writes logs through it.
+UTIL_PERIOD = 1 / 6
+
 
 @dataclass(frozen=True, slots=True)
 class DeviceInfo:

@@ -15,6 +15,7 @@ from .panels import gpu_heatmap, stall_strip, stat_panel, status_history, stragg
 UID = "gpulse-cluster-heatmap"
 SEL = f'{CLUSTER}, node=~"$node", workload=~"$workload"'
 NODE_SEL = f'{CLUSTER}, node=~"$node"'
+WORKLOAD_SEL = f'{CLUSTER}, workload=~"$workload"'
 CELLS_HELP = (" Each cell is the share of its own time span (one query step, at least one scrape "
               "interval) read from the integrated counters, so a stall shorter than the cell still "
               "shifts its colour; 'Cells from' switches to the 5m recording rules for ranges whose "
@@ -93,7 +94,7 @@ def build() -> db.Dashboard:
              "Workloads",
              "One row per training job across all its nodes (needs attribution). A dark column in "
              "one row only is a stall of that job." + CELLS_HELP,
-             query(Q.workload_rows(SEL), "{{workload}}"),
+             query(Q.workload_rows(WORKLOAD_SEL), "{{workload}}"),
              h=6, max_data_points=HEATMAP_POINTS)))
 
     d = (d.with_row(db.Row("Per GPU"))
@@ -124,8 +125,8 @@ def build() -> db.Dashboard:
              "nodes (per node when GPUs carry no workload). 0 = every rank equally busy; a line "
              "that stays above ~20 % means some ranks wait for others at every step.", RATIO,
              query(Q.per_workload_or_node(
-                 f'max by (workload) (workload:gpulse_gpu_active:imbalance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
-                 f'max by (node) (node:gpulse_gpu_active:imbalance_ratio5m{{{NODE_SEL}}})'),
+                 f'max by (cluster, workload) (workload:gpulse_gpu_active:imbalance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
+                 f'max by (cluster, node) (node:gpulse_gpu_active:imbalance_ratio5m{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(
@@ -134,8 +135,8 @@ def build() -> db.Dashboard:
              "carry no workload). 100 % = perfectly balanced; 60 % means the average rank does 60 % "
              "of the busiest rank's work.", RATIO,
              query(Q.per_workload_or_node(
-                 f'max by (workload) (workload:gpulse_gpu_active:load_balance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
-                 f'max by (node) (node:gpulse_gpu_active:load_balance_ratio5m{{{NODE_SEL}}})'),
+                 f'max by (cluster, workload) (workload:gpulse_gpu_active:load_balance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
+                 f'max by (cluster, node) (node:gpulse_gpu_active:load_balance_ratio5m{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL)))
 
@@ -147,8 +148,8 @@ def build() -> db.Dashboard:
              "the job's nodes; per node when GPUs carry no workload. A few percent is normal; tens of "
              "percent is time the whole job loses.", RATIO,
              query(Q.per_workload_or_node(
-                 f'avg by (workload) ({Q.STALL_RATIO}{{{SEL}, workload!=""}})',
-                 f'max by (node) ({Q.STALL_RATIO}{{{NODE_SEL}}})'),
+                 f'avg by (cluster, workload) ({Q.STALL_RATIO}{{{SEL}, workload!=""}})',
+                 f'max by (cluster, node) ({Q.STALL_RATIO}{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(
@@ -156,8 +157,8 @@ def build() -> db.Dashboard:
              "Dominant period of recurring sync stalls (e.g. a checkpoint every 10 minutes, a data "
              "loader refill every 30 s). No line means no recurring stalls.", SECONDS,
              query(Q.per_workload_or_node(
-                 f'max by (workload) (gpulse_group_stall_period_seconds{{{SEL}, workload!=""}})',
-                 f'max by (node) (gpulse_group_stall_period_seconds{{{NODE_SEL}}})'),
+                 f'max by (cluster, workload) (gpulse_group_stall_period_seconds{{{SEL}, workload!=""}})',
+                 f'max by (cluster, node) (gpulse_group_stall_period_seconds{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0)))
 

@@ -151,16 +151,21 @@ METRIC_CHOICES = (("work score", "active|busy"), ("busy ratio", "busy"), ("SM ac
                   ("power", "power"))
 DEFAULT_METRIC = "active|busy"
 
-# Where the cells come from: raw counters (exact for each cell's own span), the
-# 1m cell rules (the same counters merged per GPU once a minute: exact for
-# whole-minute cells, two thirds of the query cost for 1,024 GPUs; see
-# docs/dashboards.md) or the 5m recording rules, which are a quarter of the samples at a 15 s scrape
-# and outlive raw data where a long-term store keeps only downsampled series.
-# The value is the metric-name suffix of that data (see queries.cell_ratio).
-CELLS_CHOICES = (("counters, exact per cell", "seconds_total"),
-                 ("1m rules, exact for whole-minute cells (large clusters)", "cells1m"),
+# Where the cells come from (the value is the metric-name suffix of that data,
+# see queries.INCREMENTS and queries.cell_ratio): the 15 s cell records
+# (default: per-GPU counter increments recorded every 15 s, exact per cell and
+# one division per GPU at query time, so a 1,024-GPU heatmap stays under a
+# second), the raw counters (the same cells with no recording rules, computed
+# at query time), the 1m cell rules (exact for whole-minute cells, for stores
+# that keep only downsampled data) or the 5m recording rules (a 5-minute mean,
+# for ranges whose raw data is gone). See docs/dashboards.md.
+CELLS_CHOICES = (("15 s cell records, exact per cell", "increase15s"),
+                 ("raw counters, exact per cell (no recording rules)", "seconds_total"),
+                 ("1m rules, exact for whole-minute cells", "cells1m"),
                  ("5m recording rules (long ranges)", "ratio_rate5m"))
-ORDER_CHOICES = (("node, GPU", "natural"), ("worst first", "rank"))
+DEFAULT_CELLS = "increase15s"
+# queries.NATURAL / RANKED: "natural" names no metric, ".+" every one.
+ORDER_CHOICES = (("node, GPU", "natural"), ("worst first", ".+"))
 
 
 def _custom(name: str, label: str, description: str, choices, default: str) -> "db.CustomVariable":
@@ -185,15 +190,16 @@ def metric_variable() -> "db.CustomVariable":
 
 def cells_variable() -> "db.CustomVariable":
     return _custom("cells", "Cells from",
-                   "counters: each cell is exactly the share of its own time span, from the raw "
-                   "counters. 1m rules: the same counters merged per GPU once a minute, exact for "
-                   "cells of whole minutes (ranges of 4 h and more on a full-width panel) and lagging "
-                   "them by under a minute, about a third less query cost for a whole large cluster; below "
-                   "1-minute cells only one cell a minute has a value, so use counters there. "
-                   "5m recording rules: each cell is the 5-minute mean ending at its end "
-                   "(blurred over 5 minutes below 5-minute cells); use it when raw data is no longer "
-                   "kept for the range.",
-                   CELLS_CHOICES, "seconds_total")
+                   "15 s cell records: each cell is exactly the share of its own time span, from "
+                   "per-GPU counter increments a recording rule stores every 15 s (cheapest; up to "
+                   "15 s earlier than the raw cells at 30 s cells and longer). raw counters: the same "
+                   "exact cells computed from the scraped counters, for a Prometheus without gpulse's "
+                   "recording rules; costs several times more for a whole large cluster. 1m rules: "
+                   "the counters read once a minute, exact for cells of whole minutes (ranges of 4 h "
+                   "and more), one cell a minute below that. 5m recording rules: each cell is the "
+                   "5-minute mean ending at its end (blurred over 5 minutes below 5-minute cells); "
+                   "use it when raw data is no longer kept for the range.",
+                   CELLS_CHOICES, DEFAULT_CELLS)
 
 
 def order_variable() -> "db.CustomVariable":
@@ -239,10 +245,12 @@ class _Built:
 
 
 def alerts_annotation(matchers: str = "") -> _Built:
+    # the alerts carry `cluster` like the series they come from, so two
+    # clusters with the same node or job names do not show each other's
     extra = f", {matchers}" if matchers else ""
     return _Built(PromAnnotation(
         "Firing gpulse alerts",
-        f'ALERTS{{alertname=~"Gpulse.*", alertstate="firing"{extra}}}',
+        f'ALERTS{{alertname=~"Gpulse.*", alertstate="firing", {CLUSTER}{extra}}}',
         title="{{alertname}}",
         text="{{severity}} {{node}} {{workload}}",
         tag_keys="alertname,severity",

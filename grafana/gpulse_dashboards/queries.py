@@ -51,23 +51,70 @@ OUTLIER_GAP = value("straggler_gap_ratio")
 assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); see queries.py"
 
 
+# Where a cell's data comes from: the `cells` variable (common.CELLS_CHOICES)
+# holds the metric-name suffix of that data, and every branch of a cell query
+# names its own data with it, so only the chosen branch matches any series and
+# Prometheus reads (and computes on) only that one. The branches are joined with
+# `or`, which costs nothing when one side is empty.
+INCREMENTS = "increase15s"   # the gpulse.gpu.cells15s records (the default)
+
+# Row order (`order`, common.ORDER_CHOICES) gates its branches the same way: the
+# natural-order branch adds NATURAL to its selectors, the worst-first branch
+# RANKED. `natural` names no metric and `.+` every one, so exactly one branch
+# reads data, and natural order (the default) pays nothing for the rank join.
+NATURAL = '__name__!~"${order}"'
+RANKED = '__name__=~"${order}"'
+
+
+def _by(level: str) -> str:
+    return {"node_gpu": "cluster, node, gpu", "node": "cluster, node", "workload": "cluster, workload"}[level]
+
+
+def recorded_cells(level: str, sel: str) -> str:
+    """Cells from the gpulse.gpu.cells15s records (level node_gpu, node or
+    workload): the sum of the 15 s increments a cell holds over the sum of their
+    sampled time, one division per row at query time.
+
+    A cell one evaluation long (15 s, ranges up to an hour on a full panel)
+    reads the last increment in its window: `[$__interval]` includes both ends
+    in Prometheus 2.x, and where the evaluations fall on the cells' edges (as
+    `promtool tsdb create-blocks-from rules` places them) the last one is the
+    one ending at the cell's end. Longer cells sum the increments in the window
+    shifted by 1 ms, so an evaluation on an edge counts in one cell only and
+    neighbouring cells tile the time axis: exact, and up to one evaluation (15
+    s) earlier than the raw cells where evaluations fall on the edges. Which of
+    the two applies is decided by the metric name: only at a 15 s interval does
+    `increase${__interval}` name the records."""
+    def pick(name: str, extra: str, one: bool) -> str:
+        n = f"{level}:gpulse_gpu_{name}_seconds:"
+        gate = (f'__name__=~"{n}increase${{__interval}}"' if one
+                else f'__name__="{n}{INCREMENTS}", __name__!~"{n}increase${{__interval}}"')
+        return f'{{{gate}, __name__=~"{n}${{cells}}"{extra}, {sel}}}'
+    work = ', signal="${metric}"'
+    one = (f"last_over_time({pick('work', work, True)}[$__interval])\n"
+           f"/ ignoring (signal) last_over_time({pick('sampled', '', True)}[$__interval])")
+    many = (f"sum_over_time({pick('work', work, False)}[$__interval] offset 1ms)\n"
+            f"/ ignoring (signal) sum_over_time({pick('sampled', '', False)}[$__interval] offset 1ms)")
+    return f"(\n{one}\n)\nor\n(\n{many}\n)"
+
+
 def cell_ratio(sel: str, by: str = "node, gpu") -> str:
-    """The 0..1 value of each heatmap cell, one series per `by` group.
+    """The 0..1 value of each heatmap cell, one series per `by` group, from the
+    data that is not the 15 s cell records (see recorded_cells).
 
     `${metric}` is a regex alternation of counter names (`active|busy` for the
     work score, `busy`, `active`, `power`) and `${cells}` the name suffix of
     the data the cells are read from: `seconds_total` (raw counters, exact per
-    cell), `cells1m` (the same counters merged per GPU once a minute by a
-    recording rule: exact for cells of whole minutes, two thirds of the cost
-    at 1,024 GPUs) or `ratio_rate5m` (the downsampled recording rules, for
-    ranges longer than raw data is kept). Only the selected branch matches any
-    metric name, so Prometheus reads only the series shown.
+    cell, no recording rules needed), `cells1m` (the same counters merged per
+    GPU once a minute by a recording rule: exact for cells of whole minutes) or
+    `ratio_rate5m` (the downsampled recording rules, for ranges longer than raw
+    data is kept).
 
     The mean over the selected counters is taken on the counters themselves
     (`avg by` of a plain selector keeps the two names apart; a function would
     drop them and make the two series of one GPU collide), then differenced
-    over the cell. `avg`/`max by (node, gpu)` also merges the pieces of a GPU
-    whose attribution labels changed: only one piece is live at a time.
+    over the cell. `avg`/`max by (node, gpu)` also merges the pieces of
+    a GPU whose attribution labels changed: only one piece is live at a time.
     """
     gpu = "node, gpu" if by in ("node, gpu", "node") else f"node, gpu, {by}"
     counters = f'{{__name__=~"gpulse_gpu_(${{metric}})_${{cells}}", {sel}}}'
@@ -88,7 +135,7 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     # whole minutes; the readings are the group's evaluations, up to a minute
     # before the cell's edges, so the cells lag the raw ones by under a minute.
     def fast(name: str, extra: str = "") -> str:
-        return f'{{__name__=~"node_gpu:gpulse_gpu_{name}_seconds:${{cells}}"{extra}, {sel}}}'
+        return f'{{__name__=~"node_gpu:gpulse_gpu_{name}_seconds:${{cells}}", __name__=~".+:cells1m"{extra}, {sel}}}'
 
     def fast_delta(selector: str) -> str:
         d = f"({selector} - {selector} offset $__interval)"
@@ -110,51 +157,87 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     return f"(\n{raw}\n)\nor\n(\n{fast_cells}\n)\nor\n{rules}\nor\n{power}"
 
 
-def _rank(expr: str, sel: str, by: str, peers: str) -> str:
-    """Adds a `rank` label: 1000 + 999 x (1 - distance of the group's mean
+def row_key(expr: str) -> str:
+    """The `device` row key the gpulse.gpu.cells15s records carry, for the cells
+    computed at query time: node, then the GPU index zero-padded to two digits
+    (node/07 before node/12; MIG "0/1" follows GPU 0). Prometheus returns a range
+    result sorted by its label set, label name by label name, and `device`
+    sorts before every other label on these series but `cluster`, so rows come
+    cluster by cluster, node by node, GPUs in index order."""
+    return (f'label_replace(label_join(\n{expr},\n"device", "/", "node", "gpu"),\n'
+            f'"device", "$1/0$2", "device", "([^/]*)/([0-9](/.*)?)")')
+
+
+def _ranked(expr: str, by: str, rank: str, key: str) -> str:
+    """`expr` with `rank` (count_values by `by`, see _rank) put in front of its
+    row key, so the most deviant rows sort first."""
+    return f'label_join(\n(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\n),\n"device", "/", "rank", "{key}")'
+
+
+def _rank(share: str, by: str, peers: str) -> str:
+    """A `rank` label per row: 1000 + 999 x (1 - distance of the row's mean
     active share over the whole range from its peers' median), four digits that
-    sort the most deviant first. `@ end()` makes it one value per group for the
+    sort the most deviant first. `@ end()` makes it one value per row for the
     whole range, so a row keeps its place from the first cell to the last (and
-    Prometheus evaluates it once, not at every step). Every group with a cell
-    has samples in the range, so none loses its row."""
-    share = (f"(sum by ({by}) (increase(gpulse_gpu_active_seconds_total{{{sel}}}[$__range] @ end()))\n"
-             f" / sum by ({by}) (increase(gpulse_gpu_sampled_seconds_total{{{sel}}}[$__range] @ end())))")
+    Prometheus evaluates it once, not at every step).
+
+    The rank is read from the same kind of data as the cells it orders,
+    recorded or scraped: a ruler that adds its external labels to what it
+    records (vmalert -external.label, Thanos Ruler) gives records a `cluster`
+    that scraped series may lack, and a join across the two would match
+    nothing. The cells computed at query time carry no `cluster` (they
+    group by node, gpu) for the same reason."""
     median = f"on ({peers}) group_left () quantile by ({peers}) (0.5, {share})" if peers \
         else f"scalar(quantile(0.5, {share}))"
-    rank = f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(abs({share} - {median}), 1))))'
-    return f"(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\n)"
+    return f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(abs({share} - {median}), 1))))'
 
 
-def _rows(expr: str, sel: str, by: str, peers: str, key: str) -> str:
-    """Series in the heatmap's row order. Prometheus returns a range result
-    sorted by its label set, label name by label name, and `device` sorts
-    before every other label on these series, so `device` is the row key: node,
-    then GPU index as a number, or with `${order}` = rank the most deviant
-    group first (`natural` names no label and adds nothing to the key)."""
-    return f'label_join(\n{_rank(expr, sel, by, peers)},\n"device", "/", "${{order}}", {key})'
+def _recorded_share(level: str, sel: str, by: str) -> str:
+    """Each row's active share over the whole range, from the 15 s cell records."""
+    def total(name: str, extra: str = "") -> str:
+        return (f'sum by ({by}) (sum_over_time({{__name__="{level}:gpulse_gpu_{name}_seconds:{INCREMENTS}", '
+                f'{sel}{extra}}}[$__range] @ end()))')
+    return f"({total('work', ', signal=' + chr(34) + 'active' + chr(34))}\n / {total('sampled')})"
 
 
 def gpu_rows(sel: str) -> str:
-    """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order.
-    `device_pad` is "x" for indices of two or more digits and absent for one,
-    so in the key "node//7" sorts before "node/x/12" ('/' < 'x'): numeric order
-    up to 99 GPUs a node in one label_replace. MIG "0/1" follows GPU 0."""
-    padded = f'label_replace({cell_ratio(sel)}, "device_pad", "x", "gpu", "[0-9][0-9]+")'
-    return _rows(padded, sel, "node, gpu", "node", '"node", "device_pad", "gpu"')
+    """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order, or
+    worst first (`order`): the GPUs furthest from their node's median over the
+    range at the top. Every GPU with a cell has samples in the range, so none
+    loses its row in worst-first order."""
+    nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
+    rec, by = "cluster, node, gpu", "node, gpu"
+    raw_share = (f'(sum by ({by}) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
+                 f' / sum by ({by}) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
+    return "\nor\n".join((
+        recorded_cells("node_gpu", nat),
+        row_key(cell_ratio(nat, by)),
+        _ranked(recorded_cells("node_gpu", rk), rec, _rank(_recorded_share("node_gpu", rk, rec), rec, "cluster, node"),
+                "device"),
+        _ranked(row_key(cell_ratio(rk, by)), by, _rank(raw_share, by, "node"), "device")))
 
 
 def node_rows(sel: str) -> str:
-    """Overview: one row per node (the mean over its GPUs)."""
-    return _rows(cell_ratio(sel, "node"), sel, "node", "", '"node"')
+    """Overview: one row per node, the mean over its GPUs, from the node-level
+    records (no query sums a large cluster's GPUs); worst first ranks the nodes
+    by their distance from the median node, from the same records (the other
+    "Cells from" choices, which sum the GPUs anyway, from the raw counters)."""
+    nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
+    raw_share = (f'(sum by (node) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
+                 f' / sum by (node) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
+    return "\nor\n".join((
+        recorded_cells("node", nat),
+        cell_ratio(nat, "node"),
+        _ranked(recorded_cells("node", rk), "cluster, node",
+                _rank(_recorded_share("node", rk, "cluster, node"), "cluster, node", ""), "node"),
+        _ranked(cell_ratio(rk, "node"), "node", _rank(raw_share, "node", ""), "node")))
 
 
 def workload_rows(sel: str) -> str:
-    """Overview: one row per workload across all its nodes."""
-    return label_join_rows(cell_ratio(f'{sel}, workload!=""', "workload"), '"workload"')
-
-
-def label_join_rows(expr: str, key: str) -> str:
-    return f'label_join(\n{expr},\n"device", "/", {key})'
+    """Overview: one row per workload across all its nodes, from the workload-level
+    records (or the GPUs' data for the other `cells` choices)."""
+    attributed = sel + ', workload!=""'
+    return f"{recorded_cells('workload', sel)}\nor\n{cell_ratio(attributed, 'cluster, workload')}"
 
 
 def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:
@@ -167,8 +250,8 @@ def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:
             return f"({name}{{{sel}}} - {name}{{{sel}}} offset $__interval)"
         return (f"sum by ({by}) {d('gpulse_group_sync_stall_seconds_total')}\n"
                 f"/ (sum by ({by}) {d('gpulse_group_sampled_seconds_total')} > 0)")
-    per_workload = share("workload", f'{workload_sel}, workload!=""')
-    return per_workload if node_sel is None else per_workload_or_node(per_workload, share("node", node_sel))
+    per_workload = share("cluster, workload", f'{workload_sel}, workload!=""')
+    return per_workload if node_sel is None else per_workload_or_node(per_workload, share("cluster, node", node_sel))
 
 
 def stall_period_marks(workload_sel: str, node_sel: str | None = None) -> str:
@@ -177,8 +260,8 @@ def stall_period_marks(workload_sel: str, node_sel: str | None = None) -> str:
     def marks(by: str, sel: str) -> str:
         return (f'count_values by ({by}) ("period", round(max by ({by}) '
                 f'(gpulse_group_stall_period_seconds{{{sel}}})))')
-    per_workload = marks("workload", f'{workload_sel}, workload!=""')
-    return per_workload if node_sel is None else per_workload_or_node(per_workload, marks("node", node_sel))
+    per_workload = marks("cluster, workload", f'{workload_sel}, workload!=""')
+    return per_workload if node_sel is None else per_workload_or_node(per_workload, marks("cluster, node", node_sel))
 
 
 def _by_signal(active: str, busy: str) -> str:

@@ -65,8 +65,8 @@ def build() -> db.Dashboard:
              "Share of time the job's GPUs on each node were busy but not doing real work: spinning in a "
              "collective while waiting for another rank. The node that does not spin is usually the one "
              "the others wait for.", RATIO,
-             query(f'sum by (node) (rate(gpulse_gpu_spin_wait_seconds_total{{{SEL}}}[$__rate_interval]))'
-                   f' / sum by (node) (rate(gpulse_gpu_sampled_seconds_total{{{SEL}}}[$__rate_interval]))',
+             query(f'sum by (cluster, node) (rate(gpulse_gpu_spin_wait_seconds_total{{{SEL}}}[$__rate_interval]))'
+                   f' / sum by (cluster, node) (rate(gpulse_gpu_sampled_seconds_total{{{SEL}}}[$__rate_interval]))',
                    "{{node}}"),
              min_val=0, max_val=1)))
 
@@ -98,7 +98,7 @@ def build() -> db.Dashboard:
              "Stall episodes",
              "Sync-stall episodes per second, summed over the job's nodes. A steady rate means a "
              "periodic stall; see the period panel.", PER_SECOND,
-             query(f'sum by (node) (rate(gpulse_group_sync_stalls_total{{{SEL}}}[$__rate_interval]))', "{{node}}"),
+             query(f'sum by (cluster, node) (rate(gpulse_group_sync_stalls_total{{{SEL}}}[$__rate_interval]))', "{{node}}"),
              min_val=0, w=8))
          .with_panel(time_series(
              "Stall period",

@@ -12,7 +12,7 @@ import requests
 from conftest import IN_CI, require_binary
 from tlsutil import bcrypt_hash, write_web_config
 
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.report.findings import analyse
 from gpulse.palette import lut
 from gpulse.report.inputs import from_source

@@ -18,7 +18,7 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
 
 import fakenvml  # noqa: E402
 from conftest import require_binary  # noqa: E402
-from gpulse.config import test_config  # noqa: E402
+from testing.config import test_config  # noqa: E402
 from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.sources.sim import SimSource  # noqa: E402
 

@@ -184,24 +184,15 @@ def test_imbalance_pages_through_alertmanager_as_with_prometheus(stack):
     assert "Most active: GPU 0" in ann["description"] or "Most active: GPU 1" in ann["description"]
 
 
-def metricsql_only(key: frozenset) -> bool:
-    """The one alert only vmalert raises here, for a MetricsQL reason
-    (docs/victoriametrics.md): increase() counts a counter's first sample from 0.
-    The dcgm node's XID counter is born at 1 during the run, so `increase(...[10m]) > 0`
-    holds in vmalert and not in Prometheus."""
-    labels = dict(key)
-    return labels.get("alertname") == "GpulseXidErrors" and labels.get("node") == DCGM_NODE
-
-
 def both_paged(stack: Stack, timeout: float = ALERT_WAIT_S) -> tuple[dict, dict]:
     """Poll both webhooks until the imbalance page has reached each and each has
-    the same alerts (but metricsql_only ones); return what each received, with
+    the same alerts; return what each received, with
     first-seen times. On timeout, return what there is."""
     deadline = time.monotonic() + timeout
     while True:
         vm, prom = stack.firing(stack.receiver), stack.firing(stack.prom_receiver)
         paged = all(any(dict(k).get("alertname") == "GpulseWorkloadImbalance" for k in x) for x in (vm, prom))
-        if (paged and {k for k in vm if not metricsql_only(k)} == prom.keys()) or time.monotonic() > deadline:
+        if (paged and vm.keys() == prom.keys()) or time.monotonic() > deadline:
             return vm, prom
         time.sleep(0.5)
 
@@ -211,7 +202,7 @@ def test_the_same_alerts_reach_the_webhook_as_with_prometheus(stack):
     show = lambda alerts: sorted(sorted(dict(k).items()) for k in alerts)  # noqa: E731
     where = f"vmalert: {show(vm)}\nPrometheus: {show(prom)}\n{stack.logs()}"
     assert any(dict(k).get("alertname") == "GpulseWorkloadImbalance" for k in prom), where
-    assert {k for k in vm if not metricsql_only(k)} == prom.keys(), where
+    assert vm.keys() == prom.keys(), where
     assert not [k for k in vm if dict(k).get("node") == BALANCED]
 
 

@@ -35,7 +35,7 @@ from gpulse.analysis.cause import REMEDIES
 from gpulse.analysis.thresholds import value
 from gpulse.catalog import THROTTLE_REASONS
 from gpulse.collector import snapshot_families
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.report.render import web_asset
 from gpulse.sources.dcgm.fields import _THROTTLE_BITS

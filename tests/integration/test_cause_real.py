@@ -21,7 +21,7 @@ from conftest import require_data
 from realtrace import alibaba_job, real_levels, write_smi_log
 
 from gpulse.analysis.cause import REMEDIES
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log

@@ -3,7 +3,7 @@ GPU the scenario slows is the one straggler, with the scenario's cause."""
 import pytest
 
 from gpulse.analysis.thresholds import value
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.sources.sim import SCENARIOS, SimSource
 

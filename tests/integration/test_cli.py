@@ -1,13 +1,12 @@
 """Flags, config files and their errors: one line, exit 2, no traceback."""
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
 
 from conftest import ROOT
-from gpulse.config import FIELDS, ConfigError, env_name, load_config, parse_duration
+from gpulse.config import FIELDS
 
 
 def gpulse(*args, env=None, timeout=20):
@@ -65,30 +64,10 @@ def test_check_config(tmp_path):
     one_line_error(gpulse("check-config", str(tmp_path / "missing.yml")), "missing.yml")
 
 
-def test_precedence_flags_over_env_over_file(tmp_path, monkeypatch):
-    f = tmp_path / "c.yml"
-    f.write_text("sim:\n  gpus: 3\n  seed: 5\nnode_name: from-file\n")
-    cfg = load_config(str(f), {"sim.gpus": "6"}, environ={env_name("sim.seed"): "9"})
-    assert (cfg.sim.gpus, cfg.sim.seed, cfg.node_name) == (6, 9, "from-file")
-    monkeypatch.delenv("NODE_NAME", raising=False)
-    assert load_config(environ={}).node_name == socket.gethostname()
-    monkeypatch.setenv("NODE_NAME", "n1")       # the Downward API's spec.nodeName
-    assert load_config(environ={}).node_name == "n1"
-    assert load_config(overrides={"node_name": "n2"}, environ={}).node_name == "n2"
-    with pytest.raises(ConfigError, match="replay.file"):
-        load_config(overrides={"source": "replay"}, environ={})
-
-
 def test_every_field_is_a_flag_and_a_yaml_key():
     p = gpulse("serve", "--help")
     for f in FIELDS:
         assert "--" + f.key.replace("_", "-") in p.stdout
-
-
-def test_durations():
-    assert parse_duration("100ms") == pytest.approx(0.1)
-    assert parse_duration("2m") == 120
-    assert parse_duration(3) == 3.0
 
 
 def test_nvml_missing_is_one_clear_line():

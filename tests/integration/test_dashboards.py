@@ -150,7 +150,7 @@ def test_cluster_heatmap_is_one_row_per_gpu_on_a_fixed_scale():
     assert [(o["text"], o["value"]) for o in variables["metric"]["options"]] == [
         ("work score", "active|busy"), ("busy ratio", "busy"), ("SM activity", "active"), ("power", "power")]
     assert variables["metric"]["current"]["value"] == "active|busy"
-    assert variables["cells"]["current"]["value"] == "seconds_total"
+    assert variables["cells"]["current"]["value"] == "increase15s"   # the 15 s cell records
     heats = {p["title"]: p for p in all_panels(d) if p["type"] == "heatmap"}
     assert {"Sync stalls", "Nodes", "Workloads", "GPU heatmap"} <= set(heats)
     heat = heats["GPU heatmap"]

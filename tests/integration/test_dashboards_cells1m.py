@@ -17,13 +17,12 @@ import sys
 import pytest
 import requests
 
-from conftest import ROOT, require_binary, require_data
+from conftest import ROOT
+from test_dashboards_cells15s import backfilled
 
 sys.path.insert(0, str(ROOT / "bench"))
 import stall_visibility as sv  # noqa: E402
-from dashboards_scale import Prometheus, backfill_rules  # noqa: E402
 
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1.csv"
 NODE = "h100-ckpt1"
 FOUR_HOURS = 4 * 3600
 RECORD = "node_gpu:gpulse_gpu_sampled_seconds:cells1m"
@@ -31,19 +30,8 @@ RECORD = "node_gpu:gpulse_gpu_sampled_seconds:cells1m"
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    require_binary("prometheus")
-    require_binary("promtool")
-    log = require_data(TRACE)
-    work = tmp_path_factory.mktemp("cells1m")
-    sv.export_and_load(log, NODE, "15s", work / "data", work)
-    _, (start, end) = sv.episodes(log, NODE)
-    p = Prometheus(work / "data", work, retention="100y")
-    p.start()
-    try:
-        backfill_rules(p, int(start) - 600, int(end) + 600, work)
-        yield p, start, end
-    finally:
-        p.stop()
+    with backfilled(tmp_path_factory, "cells1m", 600) as p:
+        yield p
 
 
 def _range(url: str, expr: str, start: float, end: float, step: float) -> dict[str, dict[float, float]]:
@@ -102,7 +90,7 @@ def test_whole_minute_cells_equal_the_raw_counter_cells(prom, metric):
 
 
 def test_below_a_minute_the_rules_hold_one_cell_a_minute(prom):
-    """Why counters stay the default: at 15 s cells (a 1 h range) only the cells
+    """Why the 1m rules are not the default: at 15 s cells (a 1 h range) only the cells
     that hold an evaluation of the 1m group have a value."""
     p, start, end = prom
     dash = json.loads(sv.DASHBOARD.read_text())

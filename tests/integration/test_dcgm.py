@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import free_port
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.sources.base import SourceError
 from gpulse.sources.dcgm import DcgmSource
 from test_dcgm_fields import H100, L4, MIG_TEXT, _l4_with, _map, _text

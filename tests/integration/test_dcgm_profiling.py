@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from conftest import require_binary, require_data
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.sources.dcgm import DcgmSource
 from test_dcgm import _Exporter
 

@@ -19,7 +19,7 @@ from conftest import require_data
 from realtrace import START, real_levels, stall_schedule, training, write_smi_log
 
 from gpulse.analysis.thresholds import value
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log

@@ -19,7 +19,7 @@ from gpulse.analysis.thresholds import value
 from prometheus_client import generate_latest
 
 from gpulse.collector import snapshot_families
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from faultsource import FaultySource
 from gpulse.collector import Exposition
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import Engine, Snapshot
 from liveserver import Live
 

@@ -11,7 +11,7 @@ import tracemalloc
 import requests
 
 from faultsource import FaultySource, Window
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import Engine
 from liveserver import Live
 from promutil import Prometheus

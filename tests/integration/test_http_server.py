@@ -190,7 +190,7 @@ def test_gzip_when_asked(gpulse_proc, tmp_path, accept):
 
 def test_gzip_body_is_compressed_once_per_snapshot():
     from gpulse.collector import Exposition
-    from gpulse.config import test_config
+    from testing.config import test_config
     from gpulse.engine import run_offline
     from gpulse.sources import make_source
 

@@ -15,7 +15,7 @@ import pytest
 
 import fakenvml
 from conftest import require_binary
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.sources.base import SourceError
 from gpulse.sources.nvml import READ_INTERVAL, NvmlSource, init_message
 

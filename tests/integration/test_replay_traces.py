@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 
 from conftest import require_data
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.sources.recorded import read_log
 from gpulse.sources.replay import ReplaySource

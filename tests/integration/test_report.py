@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT, require_data
 
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log, from_source
 from gpulse.report.png import decode_png_rgb, encode_png

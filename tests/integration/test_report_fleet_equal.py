@@ -66,7 +66,7 @@ def job():
 
 
 def recording(source, step):
-    from gpulse.config import test_config
+    from testing.config import test_config
     from gpulse.engine import run_offline
     from gpulse.report.collect import Recording, collect
     cfg = test_config(source="sim", sample_interval=step, analysis_interval=step, history=10,
@@ -125,12 +125,3 @@ def test_grid_path_equals_the_plain_path_on_real_traces(job, monkeypatch):
     a3 = fleet.gpus["3"].sampled if "3" in fleet.gpus else None
     assert a3 is not None and any(x == 0 or math.isnan(x) for x in a3)
     assert analyse(fleet).as_json() == analyse(plain).as_json()
-
-
-def test_grid_reads_like_the_mapping_it_replaces():
-    from gpulse.sources.prom import Grid
-    g = Grid(1000.0, 15.0, 4)
-    g.put_all([[1000, "1"], [1030.0, "3.5"], [1075, "9"], [985, "7"]])   # the last two: off the grid
-    assert [g.get(t) for t in (1000.0, 1015.0, 1030.0, 1045.0)] == [1.0, None, 3.5, None]
-    assert g.get(1015.0, -1.0) == -1.0 and g.get(5000.0) is None
-    assert g.values() == [1.0, 3.5]

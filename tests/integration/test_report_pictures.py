@@ -13,15 +13,14 @@ import pytest
 from conftest import ROOT, require_data
 
 from gpulse import palette
-from gpulse.config import test_config
-from gpulse.report import font
+from testing.config import test_config
 from gpulse.report.clock import parse_zone, settle
 from gpulse.report.collect import Recording
 from gpulse.report.errors import UsageError
 from gpulse.report.figure import render_png
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log, from_source
-from gpulse.report.png import Canvas, decode_png_rgb
+from gpulse.report.png import decode_png_rgb
 from gpulse.report.render import Picture, ordered, render_html
 from gpulse.sources.sim import SimSource
 
@@ -79,48 +78,6 @@ def nearest_value(rgb):
 
 # ------------------------------------------------------------------ one colour language
 
-COLOUR = re.compile(r"#[0-9a-fA-F]{6}\b|#[0-9a-fA-F]{3}\b|rgba?\(\s*\d")
-
-
-def palette_spellings():
-    """Every way a palette colour could be written down again elsewhere."""
-    out = set()
-    for rgb in palette.STOPS + (palette.STALL_RGB, palette.NO_DATA_RGB):
-        out |= {palette.hex_rgb(rgb).lower(), "(0x%02x, 0x%02x, 0x%02x)" % rgb, "(0x%02X, 0x%02X, 0x%02X)" % rgb,
-                "%d, %d, %d" % rgb, "%d,%d,%d" % rgb}
-    return out
-
-
-def test_palette_is_defined_only_in_palette_py():
-    spellings = palette_spellings()
-    stray = []
-    # the package and the dashboard generator: Grafana takes the palette by name
-    for path in sorted(PKG.rglob("*")) + sorted((ROOT / "grafana" / "gpulse_dashboards").rglob("*.py")):
-        if path.suffix not in (".py", ".js", ".css", ".html") or path.name == "palette.py":
-            continue
-        text = path.read_text(encoding="utf-8")
-        rel = path.relative_to(ROOT)
-        stray += [f"{rel}: {s}" for s in spellings if s in text.lower() or s in text]
-        if re.search(r"\bSTOPS\s*=|viridis|turbo|RdYlGr", text, re.I) and path.suffix == ".py":
-            stray.append(f"{rel}: defines or names a palette")
-        # the heatmap's code and pages carry no colour literal at all: they get colours
-        # from the palette (the stylesheet keeps neutral page chrome only)
-        if path.parent.name in ("report", "web") and path.suffix in (".py", ".js", ".html") or \
-                path.name == "livepage.py":
-            stray += [f"{rel}: colour literal {m.group(0)!r}" for m in COLOUR.finditer(text)]
-    assert stray == []
-    css = (PKG / "web" / "gpulse.css").read_text()
-    stall_rules = [r for r in re.findall(r"([^{}]+)\{([^}]*)\}", css) if ".band" in r[0]]
-    assert stall_rules and all("var(--gpulse-stall" in body for _, body in stall_rules)
-
-
-def test_the_check_catches_a_stray_palette():
-    """The spellings the check looks for are what a copy of the palette would contain."""
-    copy_of_viridis = "STOPS = ((0x44, 0x01, 0x54), (0x48, 0x28, 0x78))\nRED = '#e01e84'\n"
-    found = {s for s in palette_spellings() if s in copy_of_viridis.lower()}
-    assert "(0x44, 0x01, 0x54)" in found and "#e01e84" in found
-    assert COLOUR.search("ctx.fillStyle = '#ff0000'") and COLOUR.search("rgba(255, 0, 0, .5)")
-
 
 def test_pages_ship_the_palette_from_python():
     a, doc = trace("ckpt1000.csv")
@@ -150,19 +107,6 @@ def test_work_score_shows_the_stall_and_the_straggler():
 
 
 # ------------------------------------------------------------------ heatmap.png
-
-def test_font_draws_every_character():
-    assert len(font.GLYPHS) == 96 and all(len(g) == font.HEIGHT for g in font.GLYPHS.values())
-    assert font.ascii_text("GPUs 1–7 × ½") == "GPUs 1-7 x 1/2"
-    cv = Canvas(40, 9, (255, 255, 255))
-    end = cv.text(1, 1, "GPU", (0, 0, 0))
-    assert end == 1 + 3 * font.ADVANCE
-    w, h, rows = decode_png_rgb(cv.encode())
-    inked = {(x, y) for y in range(h) for x in range(w) if rgb_at(rows, x, y) == (0, 0, 0)}
-    # 'G', 'P' and 'U' as the table draws them, nothing outside their cells
-    expect = {(1 + k * font.ADVANCE + c, 1 + r) for k, ch in enumerate("GPU")
-              for r, cols in enumerate(font.GLYPHS[ch]) for c in cols}
-    assert inked == expect
 
 
 def png_layout(png):
@@ -338,12 +282,6 @@ def test_timezone_moves_a_zoneless_log_onto_unix_time(tmp_path):
         for f in d["findings"]:
             f.pop("spans", None)
     assert berlin["findings"] == plain["findings"]
-
-
-@pytest.mark.parametrize("text, offset", [("+05:30", 19800), ("UTC-5", -18000), ("utc", 0), ("Asia/Tokyo", 32400)])
-def test_timezone_names_and_offsets(text, offset):
-    from datetime import datetime
-    assert datetime(2025, 7, 27, tzinfo=parse_zone(text)).utcoffset().total_seconds() == offset
 
 
 @pytest.mark.parametrize("bad, message", [

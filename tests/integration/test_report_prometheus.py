@@ -133,7 +133,7 @@ def counters(levels, seconds, start=1000.0, reset_at=None):
 
 
 def test_range_source_over_two_nodes_names_the_idle_gpu():
-    from gpulse.config import test_config
+    from testing.config import test_config
     from gpulse.report.collect import Recording, collect
     from gpulse.report.findings import analyse
     from gpulse.sources.prom import PromRangeSource
@@ -150,17 +150,6 @@ def test_range_source_over_two_nodes_names_the_idle_gpu():
     assert busy == pytest.approx([0.95, 0.95, 0.95, 0.05], abs=0.01)     # the counter reset is no spike
     assert [(s["node"], s["gpu"], s["direction"]) for s in doc["stragglers"]] == [("b", "1", "idler")]
     assert "b GPU 1" in doc["findings"][0]["text"]
-
-
-def test_step_and_chunks():
-    from gpulse.sources.prom import chunks, choose_step
-    assert choose_step(0, 3600, 15.0) == 15.0          # never finer than the scrape interval
-    assert choose_step(0, 4 * 3600, 1.0) == 4.0        # about 4000 columns
-    assert choose_step(0, 30 * 86400, None) == 60.0    # coarser ranges are split instead
-    parts = chunks(0.0, 100.0, 1.0, 11)
-    assert parts[0] == (0.0, 10.0) and parts[-1][1] == 100.0
-    assert all(b < c for (_, b), (c, _) in zip(parts, parts[1:]))          # no step fetched twice
-    assert sum(int(b - a) + 1 for a, b in parts) == 101                   # and none missed
 
 
 def test_timezone_only_picks_how_prometheus_times_are_shown(prom, tmp_path):

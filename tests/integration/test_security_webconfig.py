@@ -8,7 +8,6 @@ accepts what promtool rejects.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -134,18 +133,6 @@ def test_bad_files_are_one_line_naming_the_key(pki, text, words, promtool_reject
     assert ok is (not promtool_rejects), f"promtool: {out}"
 
 
-def test_unreadable_and_binary_files(tmp_path):
-    with pytest.raises(WebConfigError, match=r"^web config /nonexistent/web\.yml: no such file or directory$"):
-        load_web_config("/nonexistent/web.yml")
-    p = tmp_path / "bin.yml"
-    p.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(WebConfigError, match="not UTF-8"):
-        load_web_config(str(p))
-    p.write_text("[" * 1500)
-    with pytest.raises(WebConfigError, match="nest"):
-        load_web_config(str(p))
-
-
 # ---------------------------------------------------------------- property: gpulse ⊆ promtool
 
 def _choice(valid: list, invalid: list):
@@ -206,15 +193,3 @@ def test_property_gpulse_accepts_only_what_promtool_accepts(pki, doc):
     ok, out = promtool_ok(path)
     if accepted:
         assert ok, f"gpulse accepts, promtool rejects: {out}\n{path.read_text()}"
-
-
-def test_bcrypt_is_needed_only_for_basic_auth(pki, monkeypatch):
-    """bcrypt is the [auth] extra: without it gpulse serves TLS or plain HTTP, and a
-    file with users is one line saying what to install."""
-    monkeypatch.setitem(sys.modules, "bcrypt", None)          # import bcrypt now fails
-    tls = write(pki, "no-bcrypt-tls.yml", GOOD["tls"])
-    assert load_web_config(str(tls)).context is not None
-    users = write(pki, "no-bcrypt-users.yml", GOOD["auth only"])
-    with pytest.raises(WebConfigError, match=r"basic_auth_users: the bcrypt package is not installed: "
-                                             r"pip install 'gpulse\[auth\]'$"):
-        load_web_config(str(users))

@@ -6,7 +6,7 @@ import bisect
 import random
 
 from gpulse.analysis.thresholds import value
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import Engine
 from gpulse.model import DeviceInfo, PollResult, Reading, Sample
 

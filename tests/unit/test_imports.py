@@ -101,6 +101,39 @@ def test_no_import_circle():
     assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
+# (lower, upper): nothing in the lower layer imports the upper one. A source reports its
+# problems as sources.base.SourceError and the report turns them into its own messages;
+# the pure analysis knows no source, route or engine.
+LAYERS = [
+    ("gpulse.sources", "gpulse.report"),
+    ("gpulse.sources", "gpulse.http"),
+    ("gpulse.sources", "gpulse.engine"),
+    ("gpulse.analysis", "gpulse.sources"),
+    ("gpulse.analysis", "gpulse.report"),
+    ("gpulse.analysis", "gpulse.engine"),
+]
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def layer_breaks(g: dict[str, set[str]], lower: str, upper: str) -> list[str]:
+    return sorted(f"{m} -> {d}" for m in g if _within(m, lower) for d in g[m] if _within(d, upper))
+
+
+def test_layer_check_sees_a_break():
+    g = {"gpulse.sources.prom": {"gpulse.report.errors", "gpulse.sources.base"}, "gpulse.report": {"gpulse.sources"}}
+    assert layer_breaks(g, "gpulse.sources", "gpulse.report") == ["gpulse.sources.prom -> gpulse.report.errors"]
+    assert layer_breaks(g, "gpulse.report", "gpulse.sources") == ["gpulse.report -> gpulse.sources"]
+
+
+@pytest.mark.parametrize("lower, upper", LAYERS)
+def test_lower_layer_does_not_import_upper(lower, upper):
+    assert any(_within(m, lower) for m in MODULES) and any(_within(m, upper) for m in MODULES)
+    assert layer_breaks(graph(), lower, upper) == []
+
+
 @pytest.mark.parametrize("library", ["tornado"])
 def test_server_library_only_in_http(library):
     outside = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items() if not m.startswith("gpulse.http")
@@ -111,8 +144,8 @@ def test_server_library_only_in_http(library):
 
 
 def test_test_support_stays_out_of_the_wheel():
-    """testing/ (fake kubelet, fake API server) is found by the tests, not by the
-    wheel's package discovery, and nothing in gpulse needs it."""
+    """testing/ (fake kubelet, fake API server, the tests' Config) is found by the
+    tests, not by the wheel's package discovery, and nothing in gpulse needs it."""
     import tomllib
 
     from setuptools import find_packages
@@ -121,10 +154,15 @@ def test_test_support_stays_out_of_the_wheel():
     shipped = find_packages(str(root / find["where"][0]))
     assert "gpulse" in shipped and "gpulse.attribution" in shipped
     assert [p for p in shipped if not p.startswith("gpulse")] == []
-    assert (root / "testing" / "fakekube.py").exists()
+    assert (root / "testing" / "fakekube.py").exists() and (root / "testing" / "config.py").exists()
     uses = [f"{p.relative_to(PKG)}:{line}" for m, p in MODULES.items()
             for dep, line in _imports(m, p) if dep.split(".")[0] in ("testing", "tests", "conftest")]
     assert uses == []
+    # nor does the wheel carry test helpers itself (a test_config beside load_config)
+    helpers = [f"{p.relative_to(PKG)}:{n.lineno} {n.name}" for m, p in MODULES.items()
+               for n in ast.parse(p.read_text()).body
+               if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name.lower().startswith(("test", "fake"))]
+    assert helpers == []
 
 
 def test_routes_read_only_what_the_sampler_publishes():

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import Engine
 from gpulse.sources import make_source
 from gpulse.sources.dcgm import DcgmSource

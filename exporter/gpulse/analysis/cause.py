@@ -107,15 +107,20 @@ def new_vector() -> list[float]:
     return [0.0] * len(SLOTS)
 
 
+# (slot index of the count, of the sum, catalog key), resolved once: accumulate runs
+# for every GPU at every tick
+_GAUGE_SLOTS = tuple((_I[slot] - 1, _I[slot], key) for slot, key in _GAUGES)
+
+
 def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
     """One analysis tick of a GPU's gauges (catalog keys) into its running sums. The
     only per-tick cost: integrals and counters are cumulative already, vector() reads
     them when a span is marked or judged."""
-    for slot, key in _GAUGES:
-        x = gauges.get(key)
+    get = gauges.get
+    for n, i, key in _GAUGE_SLOTS:
+        x = get(key)
         if x is not None:
-            i = _I[slot]
-            v[i - 1] += 1.0
+            v[n] += 1.0
             v[i] += x
 
 

@@ -71,6 +71,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from operator import itemgetter
 
 from .thresholds import value
 
@@ -100,6 +101,9 @@ MAX_PENDING = value("stall_pending_seconds")   # an episode is counted at the la
 OPEN_MAX = value("stall_open_max_seconds")    # longest stall still open at the end of a log
 MAX_MERGED = value("stall_merged_max_seconds")   # merging stops here, so a group stalled most of the time
                                                  # still produces episodes (and a period)
+
+
+_at = itemgetter(0)   # an event's time, the sort key of every sweep
 
 
 class StallTracker:
@@ -163,7 +167,7 @@ class StallTracker:
                 if r.end < until:
                     events.append((r.end, i, False, False, False))  # gap unless the next run starts here
         # stable sort: a member's gap marker stays before its next run starting at the same instant
-        events.sort(key=lambda e: e[0])
+        events.sort(key=_at)
         inactive = [False] * n
         holds = [False] * n
         idle = [False] * n
@@ -181,9 +185,9 @@ class StallTracker:
             # apply every event at this instant
             while k < len(events) and events[k][0] == te:
                 _, i, ina, hol, idl = events[k]
-                n_inactive += int(ina) - int(inactive[i])
-                n_holds += int(hol) - int(holds[i])
-                n_idle += int(idl) - int(idle[i])
+                n_inactive += ina - inactive[i]     # bools count as 0 and 1
+                n_holds += hol - holds[i]
+                n_idle += idl - idle[i]
                 inactive[i], holds[i], idle[i] = ina, hol, idl
                 k += 1
         if until > t:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..model import UTIL_PERIOD
+
 
 @dataclass(frozen=True)
 class Threshold:
@@ -43,7 +45,7 @@ _TABLE = (
               "an episode is final (counted) at the latest this long after it ended"),
     Threshold("stall_family_factor", 3.0, "factor",
               "episodes within this factor of each other's length form one stall pattern"),
-    Threshold("util_window_seconds", 1 / 6, "seconds",
+    Threshold("util_window_seconds", UTIL_PERIOD, "seconds",
               "NVML utilisation averages over at least this (the driver's sample period, 1/6 to 1 s by product): "
               "a co-idle stretch reads this much shorter than its stall"),
     Threshold("stall_min_span_seconds", 120.0, "seconds",

@@ -28,6 +28,17 @@ Straggler, live
     deviation began; a whole-run straggler that only ever deviates in short bursts is
     the report's alone, as it takes the whole run to see).
 
+Imbalance explained by stragglers (the report and the live gauge)
+    the spread of a group's active fractions is the stragglers' when every GPU on one
+    side of the midpoint between the busiest and the least busy is one: one slow GPU
+    under the rest, or a few hot ones above it. The straggler verdict then says it,
+    and the spread is not called imbalance: the report gives no imbalance finding
+    over its stragglers, the exporter holds gpulse_group_imbalance_ratio back while
+    the GPUs of a deviating run explain the window's spread. Live the run counts
+    from its first deviating window, not from confirmation, because the report's
+    straggler span starts there too: the spread of those first
+    straggler_min_span_seconds belongs to the straggler the report will name.
+
 Work (phases)
     a tick is *working* when some GPU of the group was non-idle (utilisation ≥
     --idle-threshold) for ≥ work_busy_ratio of it; work runs from the first to the last
@@ -39,7 +50,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Collection, Mapping, Sequence
 
 from .thresholds import value
 
@@ -64,6 +75,21 @@ def straggler_signal(dev_active: float | None, dev_busy: float | None,
         if deviating(z, gap):
             return signal, z   # type: ignore[return-value]
     return None
+
+
+def imbalance_explained(active: Mapping[str, float], stragglers: Collection[str]) -> bool:
+    """Whether `stragglers` explain the spread of `active` (active fraction by GPU):
+    every GPU on one side of the midpoint between the busiest and the least busy
+    is one of them (see module doc)."""
+    if not stragglers or not active:
+        return False
+    hi_v, lo_v = max(active.values()), min(active.values())
+    if not hi_v > lo_v:
+        return False          # no spread to explain
+    mid = (hi_v + lo_v) / 2
+    flagged = set(stragglers)
+    lo = {k for k, v in active.items() if v < mid}
+    return lo <= flagged or set(active) - lo <= flagged
 
 
 def runs(flags: Sequence[bool]) -> list[tuple[int, int]]:

@@ -71,6 +71,17 @@ class App:
             return self.exposition.cached(*self._encoding(req))
         return True
 
+    def render_key(self, req: Request) -> Any:
+        """For a /metrics request whose body is not cached yet: a key naming the render
+        it waits for (equal for every request that waits for the same one); else None."""
+        if req.path != "/metrics" or req.path in self.extra_routes:
+            return None
+        return self.exposition.render_key(*self._encoding(req))
+
+    def warm(self, req: Request) -> None:
+        """Do the render render_key() names (on a worker thread), so the answer is cheap."""
+        self.exposition.warm(*self._encoding(req))
+
     @staticmethod
     def _encoding(req: Request) -> tuple[bool, bool]:
         return wants_openmetrics(req.headers.get("Accept")), accepts_gzip(req.headers.get("Accept-Encoding"))

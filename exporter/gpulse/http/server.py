@@ -73,6 +73,7 @@ MAX_HEAD_BYTES = 32768
 MAX_HEADER_LINES = 100
 MAX_BODY_BYTES = 65536
 MAX_CONNECTIONS = 1024
+RENDER_WAITS = 3            # renders of newer snapshots a scrape waits for before rendering on its own
 FD_RESERVE = 64             # descriptors kept for the source, logs, /proc reads, the listener
 TLS_HANDSHAKE = 0x16        # first byte of a TLS record carrying a ClientHello
 SERVER = "gpulse"            # no library or interpreter version in the Server header
@@ -259,7 +260,7 @@ class _Exchange(httputil.HTTPMessageDelegate):
                         server.bcrypt_waiting -= 1
                 resp = _denied(verdict) if verdict != OK else self._routed()
             if resp is None:
-                resp = await server.workers.run(server.app.route, self.req)
+                resp = await self._on_worker()
         except Exception:  # a bug must cost one request, not the server
             resp = self._crashed()
         finally:
@@ -267,6 +268,29 @@ class _Exchange(httputil.HTTPMessageDelegate):
                 server.in_flight -= 1
                 self.slot = False
         self._send(resp, head)
+
+    async def _on_worker(self) -> Response:
+        """Run the route on a worker thread. Scrapes of a new snapshot share one render:
+        the first starts it, the others wait for it on the loop, holding their request
+        slot but no thread, and then each answers from the cache."""
+        server, req = self.server, self.req
+        # the render may have finished since the request was routed here, and a newer
+        # snapshot may arrive while they wait: they wait for its render too, rather
+        # than all going to worker threads at once
+        for _ in range(RENDER_WAITS):
+            if server.app.cheap(req):
+                return server.app.route(req)
+            key = server.app.render_key(req)
+            if key is None:
+                break
+            job = server.renders.get(key)
+            if job is None:
+                job = server.renders[key] = server.workers.run(server.app.warm, req)
+                job.add_done_callback(lambda _f, k=key: server.renders.pop(k, None))
+            await asyncio.shield(job)        # a waiter that goes away does not cancel the render
+        if server.app.cheap(req):
+            return server.app.route(req)
+        return await server.workers.run(server.app.route, req)   # a route of its own (the live page)
 
     def _send(self, resp: Response, head: bool) -> None:
         if self.conn.stream.closed():
@@ -289,8 +313,10 @@ class _Exchange(httputil.HTTPMessageDelegate):
         except (iostream.StreamClosedError, httputil.HTTPOutputError):
             self.close = True
             return
-        # a client that does not take its answer must not hold the connection forever
         stream = self.conn.stream
+        if not stream.writing():        # the kernel took it all (the usual case): nothing to wait for
+            return
+        # a client that does not take its answer must not hold the connection forever
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self.server.timeout, stream.close)
         done.add_done_callback(lambda f: (timer.cancel(), f.cancelled() or f.exception()))
@@ -317,6 +343,7 @@ class Server:
         self.server_address = sock.getsockname()
         self.workers = _Workers(max_requests, "gpulse-http")
         self.bcrypt = _Workers(BCRYPT_SLOTS, "gpulse-bcrypt")
+        self.renders: dict[Any, "asyncio.Future[None]"] = {}   # render key -> the one render in progress
         self.in_flight = 0                    # these counters are touched on the loop thread only
         self.bcrypt_waiting = 0
         self.draining = False

@@ -89,6 +89,7 @@ class GroupTrack:
     prev_stall: float = 0.0
     tracker: Any = None
     seen: int = 0
+    last_members: tuple[str, ...] = ()   # the engine's member list at the latest tick
 
     def pad(self, n: int) -> None:
         if len(self.holding) < n:
@@ -173,7 +174,7 @@ class Collector:
             if snap.t is not None and snap.t > t:   # a final, partial tick
                 t = snap.t
         rec.times.append(t)
-        for v in snap.gpus:
+        for v in snap.gpus:   # every GPU of the snapshot gets one value per track
             k = v.info.gpu
             g = rec.gpus.get(k)
             if g is None:
@@ -202,7 +203,9 @@ class Collector:
             if gr is None:
                 gr = rec.groups[gv.workload] = GroupTrack(gv.workload)
                 gr.pad(i)
-            gr.gpus = sorted(set(gr.gpus) | set(gv.gpus), key=gpu_sort_key)
+            if gv.gpus != gr.last_members:   # sorted only when the membership moves
+                gr.gpus = sorted(set(gr.gpus) | set(gv.gpus), key=gpu_sort_key)
+                gr.last_members = gv.gpus
             gr.holding.append(1 if gv.holding else 0)
             if gv.stall_seconds < gr.prev_stall:       # the group ended and came back
                 gr.prev_stall = 0.0
@@ -210,11 +213,15 @@ class Collector:
             gr.prev_stall = gv.stall_seconds
             gr.imbalance.append(NAN if gv.imbalance is None else gv.imbalance)
             self._take_episodes(engine, gr)
+        # tracks the snapshot did not reach (a GPU or group gone) are padded to this tick;
+        # when it reached them all, none is short
         n = i + 1
-        for g in rec.gpus.values():
-            g.pad(n)
-        for gr in rec.groups.values():
-            gr.pad(n)
+        if len(snap.gpus) != len(rec.gpus):
+            for g in rec.gpus.values():
+                g.pad(n)
+        if len(snap.groups) != len(rec.groups):
+            for gr in rec.groups.values():
+                gr.pad(n)
 
     @staticmethod
     def _take_episodes(engine: Engine, gr: GroupTrack) -> None:

@@ -60,7 +60,7 @@ from typing import Any
 from ..analysis import imbalance as imbalance_of, load_balance, peer_deviation, stall_period
 from ..analysis.period import families
 from ..analysis.thresholds import value
-from ..analysis.verdict import deviating, is_working, straggler_spans, work_runs
+from ..analysis.verdict import deviating, imbalance_explained, is_working, straggler_spans, work_runs
 from .clock import clock_of
 from .collect import GpuTrack, GroupTrack, Recording
 
@@ -531,9 +531,8 @@ class Analysis:
         mid = (hi_v + lo_v) / 2
         hi = sorted((k for k, v in acts.items() if v >= mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
         lo = sorted((k for k, v in acts.items() if v < mid), key=lambda k: self.rec.ordered_gpus().index(self.rec.gpus[k]))
-        flagged = {s["key"] for s in self.stragglers}
-        if flagged and (set(lo) <= flagged or set(hi) <= flagged):
-            return None           # one straggler explains it; its finding says more
+        if imbalance_explained(acts, {s["key"] for s in self.stragglers}):
+            return None           # stragglers explain it; their findings say more
         text = (f"{self.labels(hi)} at {_pct(min(acts[k] for k in hi))}"
                 f"{'' if len(hi) == 1 else ' or more'} and {self.labels(lo)} under "
                 f"{_pct(max(acts[k] for k in lo) + 0.005)} (real work over the whole run; imbalance "

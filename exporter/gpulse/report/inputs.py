@@ -92,6 +92,15 @@ def from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Aut
                     step: float | None = None, max_points: int = prom.PROM_MAX_POINTS,
                     analysis: dict[str, Any] | None = None, timeout: float = 30.0,
                     progress: Progress | None = None) -> Recording:
+    try:
+        return _from_prometheus(url, start, end, sel, auth, step, max_points, analysis, timeout, progress)
+    except SourceError as e:      # the Prometheus client's one-line message, as the report's
+        raise ReportError(str(e)) from None
+
+
+def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Auth, step: float | None,
+                     max_points: int, analysis: dict[str, Any] | None, timeout: float,
+                     progress: Progress | None) -> Recording:
     if end <= start:
         raise ReportError(f"empty time range: the start {_iso(start)} is not before the end {_iso(end)}")
     client = prom.PromClient(url, auth, timeout)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import threading
 from typing import Any, Callable
 
 import pynvml
@@ -50,7 +49,6 @@ class Caller:
     def __init__(self) -> None:
         self.unsupported: set[tuple[str, str]] = set()
         self.errors: dict[str, int] = {}
-        self._lock = threading.Lock()   # the XID thread counts its errors here too
 
     def supported(self, key: str, name: str) -> bool:
         return (key, name) not in self.unsupported
@@ -60,12 +58,10 @@ class Caller:
         self.unsupported = {u for u in self.unsupported if u[0] != key}
 
     def count(self, name: str) -> None:
-        with self._lock:
-            self.errors[name] = self.errors.get(name, 0) + 1
+        self.errors[name] = self.errors.get(name, 0) + 1
 
     def drain_errors(self) -> dict[str, int]:
-        with self._lock:
-            out, self.errors = self.errors, {}
+        out, self.errors = self.errors, {}
         return out
 
     def call(self, key: str, fn: Callable[..., Any], *args: Any, name: str | None = None) -> Any:

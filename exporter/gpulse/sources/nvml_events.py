@@ -1,13 +1,16 @@
 """XID errors from an NVML event set, counted per GPU entity and XID code.
 
-NVML delivers XIDs only as events, so a thread of its own blocks in
-nvmlEventSetWait_v2 (with a timeout, so it notices when to stop). The poll loop
-just copies the counts; it never waits on events.
+NVML delivers XIDs only as events. The driver queues them on the event set until
+they are read, so the source drains the set once per read, with a zero timeout,
+on the sampler's own thread: no thread of its own that wakes to wait (a blocking
+wait has to time out every fraction of a second to notice a stop, and each wake-up
+cost more CPU than the whole drain), and a count is on /metrics at the next
+snapshot, as before. A storm is drained at most MAX_PER_DRAIN events per read;
+the rest wait in the driver's queue for the next read.
 """
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import pynvml
@@ -17,8 +20,7 @@ from .nvml_discovery import Entity, handle_address
 
 log = logging.getLogger("gpulse.sources.nvml")
 
-WAIT_MS = 500            # how long one wait blocks; bounds how long stop() takes
-ERROR_PAUSE = 1.0        # after an unexpected error, before waiting again
+MAX_PER_DRAIN = 10000    # events per read: bounds one read's time in a storm
 NO_INSTANCE = 0xFFFFFFFF  # event data's gpuInstanceId when not a MIG event
 # A failing GPU can fire thousands of XIDs a second: per GPU, the first of an interval
 # is logged as it comes and the rest in one line per interval, counted by code.
@@ -39,18 +41,15 @@ class XidWatcher:
             else:
                 self._by_handle[addr] = e.key
         self._physical = [e for e in entities if e.handle is not None and not e.is_mig]
-        self._lock = threading.Lock()
         self._counts: dict[str, dict[tuple[str], float]] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
         self._set = None
         self.registered: list[str] = []
         self._quiet_until: dict[str, float] = {}               # per GPU: log no single XID before
         self._held: dict[str, dict[str, int]] = {}             # per GPU: XIDs not logged yet, by code
 
     def start(self) -> bool:
-        """Register every GPU for XID events and start the thread. False when no GPU
-        can deliver them (no permission, unsupported): XIDs are then just absent."""
+        """Register every GPU for XID events. False when no GPU can deliver them (no
+        permission, unsupported): XIDs are then just absent."""
         try:
             self._set = pynvml.nvmlEventSetCreate()
         except pynvml.NVMLError as e:
@@ -68,38 +67,34 @@ class XidWatcher:
         if not self.registered:
             self._free()
             return False
-        self._thread = threading.Thread(target=self._run, name="gpulse-nvml-xid", daemon=True)
-        self._thread.start()
         return True
 
     def counts(self, key: str) -> dict[tuple[str], float] | None:
-        with self._lock:
-            c = self._counts.get(key)
-            return dict(c) if c else None
+        c = self._counts.get(key)
+        return dict(c) if c else None
 
     def seed(self, counts: dict[str, dict[tuple[str], float]]) -> None:
         """Carry counts over from a previous watcher (after NVML re-initialisation)."""
-        with self._lock:
-            for k, c in counts.items():
-                self._counts[k] = dict(c)
+        for k, c in counts.items():
+            self._counts[k] = dict(c)
 
     def all_counts(self) -> dict[str, dict[tuple[str], float]]:
-        with self._lock:
-            return {k: dict(c) for k, c in self._counts.items()}
+        return {k: dict(c) for k, c in self._counts.items()}
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._summarise(time.monotonic())
+    def drain(self, now: float) -> None:
+        """Count every XID queued since the last drain (at most MAX_PER_DRAIN)."""
+        self._summarise(now)
+        if self._set is None:
+            return
+        for _ in range(MAX_PER_DRAIN):
             try:
-                data = pynvml.nvmlEventSetWait_v2(self._set, WAIT_MS)
+                data = pynvml.nvmlEventSetWait_v2(self._set, 0)
             except pynvml.NVMLError as e:
-                if e.value == pynvml.NVML_ERROR_TIMEOUT:
-                    continue
-                if e.value in DRIVER:       # the source re-initialises and starts a new watcher
-                    return
-                self._count_error("nvmlEventSetWait_v2")
-                self._stop.wait(ERROR_PAUSE)
-                continue
+                # TIMEOUT: the queue is empty. A driver error shows in the GPU reads
+                # that follow, which re-initialise the source and this watcher.
+                if e.value != pynvml.NVML_ERROR_TIMEOUT and e.value not in DRIVER:
+                    self._count_error("nvmlEventSetWait_v2")
+                return
             if not data.eventType & pynvml.nvmlEventTypeXidCriticalError:
                 continue
             addr = handle_address(data.device)
@@ -110,10 +105,9 @@ class XidWatcher:
             if key is None:
                 continue
             code = (str(int(data.eventData)),)
-            with self._lock:
-                c = self._counts.setdefault(key, {})
-                c[code] = c.get(code, 0.0) + 1.0
-            self._log(key, code[0], time.monotonic())
+            c = self._counts.setdefault(key, {})
+            c[code] = c.get(code, 0.0) + 1.0
+            self._log(key, code[0], now)
 
     def _log(self, key: str, code: str, now: float) -> None:
         if now >= self._quiet_until.get(key, 0.0):
@@ -135,12 +129,6 @@ class XidWatcher:
             log.warning("GPU %s: %d more XIDs within %gs: %s", key, sum(held.values()), LOG_INTERVAL, by_code)
 
     def stop(self) -> None:
-        self._stop.set()
-        t = self._thread
-        if t is not None:
-            t.join(WAIT_MS / 1000 * 2 + 0.5)
-            if t.is_alive():       # stuck in the driver: leave the set alone
-                return
         self._summarise(time.monotonic(), final=True)     # nothing counted goes unsaid
         self._free()
 

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..model import DeviceInfo, PollResult, Reading, Sample
-from .base import Source
-from ..report.errors import ReportError
+from .base import Source, SourceError
 
 # counter / gauge families read per GPU (key in the sample -> metric name)
 GPU_SERIES = {
@@ -112,28 +111,28 @@ class PromClient:
         try:
             r = self.session.get(self.url + path, params=params, timeout=self.timeout)
         except requests.exceptions.SSLError as e:
-            raise ReportError(f"TLS error talking to Prometheus at {self.url}: {_reason(e)}") from None
+            raise SourceError(f"TLS error talking to Prometheus at {self.url}: {_reason(e)}") from None
         except requests.exceptions.Timeout:
-            raise ReportError(f"Prometheus at {self.url} did not answer within {self.timeout:g}s") from None
+            raise SourceError(f"Prometheus at {self.url} did not answer within {self.timeout:g}s") from None
         except requests.exceptions.InvalidURL:
-            raise ReportError(f"not a valid Prometheus URL: {self.url!r}") from None
+            raise SourceError(f"not a valid Prometheus URL: {self.url!r}") from None
         except requests.exceptions.MissingSchema:
-            raise ReportError(f"not a valid Prometheus URL: {self.url!r} (expected http://HOST:PORT)") from None
+            raise SourceError(f"not a valid Prometheus URL: {self.url!r} (expected http://HOST:PORT)") from None
         except requests.RequestException as e:
-            raise ReportError(f"cannot reach Prometheus at {self.url}: {_reason(e)}") from None
+            raise SourceError(f"cannot reach Prometheus at {self.url}: {_reason(e)}") from None
         if r.status_code in (401, 403):
-            raise ReportError(f"Prometheus at {self.url} answered {r.status_code} {r.reason}: "
+            raise SourceError(f"Prometheus at {self.url} answered {r.status_code} {r.reason}: "
                               "check --prometheus.username/--prometheus.password-file or --prometheus.bearer-token-file")
         try:
             doc = r.json()
         except (ValueError, RecursionError):      # RecursionError: JSON nested thousands deep
             doc = None
         if not isinstance(doc, dict):
-            raise ReportError(f"{self.url}{path} answered {r.status_code} {r.reason} and no Prometheus API JSON: "
+            raise SourceError(f"{self.url}{path} answered {r.status_code} {r.reason} and no Prometheus API JSON: "
                               "is --prometheus the server's base URL?") from None
         if doc.get("status") != "success":
             err = str(doc.get("error", f"HTTP {r.status_code}")).splitlines()[0]
-            raise ReportError(f"Prometheus rejected the query ({doc.get('errorType', 'error')}): {err}")
+            raise SourceError(f"Prometheus rejected the query ({doc.get('errorType', 'error')}): {err}")
         return doc.get("data", {})
 
     def query(self, q: str, at: float) -> list[dict[str, Any]]:
@@ -149,7 +148,7 @@ def _read_secret(path: str, what: str) -> str:
         with open(path, encoding="utf-8") as fh:
             return fh.read().strip()
     except OSError as e:
-        raise ReportError(f"cannot read the {what} file {path}: {e.strerror}") from None
+        raise SourceError(f"cannot read the {what} file {path}: {e.strerror}") from None
 
 
 def _reason(e: Exception) -> str:

@@ -23,6 +23,7 @@ TABLE = PKG / "analysis" / "thresholds.py"
 ALLOWED = {
     ("balance.py", "MAD_TO_SIGMA"),          # 1.4826: MAD → standard deviation for normal data
     ("livepage.py", "DEFAULT_MINUTES"),      # how much history the page shows first
+    ("collector.py", "PROCESS_MAX_AGE"),     # how old the served process_* may be: a cache age
 }
 # comparisons with small whole numbers are about counts (len(xs) < 2), not thresholds
 STRUCTURAL = (0, 1, 2, 3)

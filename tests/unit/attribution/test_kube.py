@@ -15,7 +15,8 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("cryptography")
 
 from conftest import ROOT  # noqa: E402
-from gpulse.config import ConfigError, test_config  # noqa: E402
+from gpulse.config import ConfigError  # noqa: E402
+from testing.config import test_config  # noqa: E402
 from gpulse.attribution import make_attributor  # noqa: E402
 from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
 from gpulse.model import DeviceInfo  # noqa: E402

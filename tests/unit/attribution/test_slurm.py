@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.attribution import make_attributor
 from gpulse.attribution.slurm import job_of_pid, jobs_from_processes, read_job_map
 from gpulse.model import DeviceInfo

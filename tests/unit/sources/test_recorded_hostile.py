@@ -42,7 +42,7 @@ def test_a_bom_inside_an_appended_log_is_no_column(tmp_path):
 
 def test_replay_warns_about_clock_trouble_with_lines(tmp_path, caplog):
     import logging
-    from gpulse.config import test_config
+    from testing.config import test_config
     from gpulse.sources.replay import ReplaySource
     rows = [f"2025/01/01 00:01:{k:02d}.000, 0, 50 %, 100 W\n" for k in range(10)]
     rows.insert(5, rows[4])                                       # line 7 repeats line 6

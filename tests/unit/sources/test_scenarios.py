@@ -1,7 +1,7 @@
 """Every simulated scenario through the real engine, in virtual time."""
 import pytest
 
-from gpulse.config import test_config
+from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.sources.sim import SimSource
 
