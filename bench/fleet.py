@@ -4,6 +4,8 @@
     .venv/bin/python bench/fleet.py                     # 64 GPUs × 4 h; a minute or two here
     nice -n 10 .venv/bin/python bench/fleet.py --gpus 16384 --compare-gpus 1024 --keep /work/fleet-data
     .venv/bin/python bench/fleet.py --reuse /work/fleet-data     # the queries again, on a kept backfill
+    nice -n 10 .venv/bin/python bench/fleet.py --reuse /work/fleet-data --stores vm-gpulse-16384 \
+        --replay-rules --only '^GPU cluster heatmap / Nodes '      # today's rules, one panel, one store
 
 For N GPUs (8 a node) × --hours at a 15 s scrape:
 
@@ -41,6 +43,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +72,7 @@ PATTERNS = 16
 DRILL_NODE = "gpu-node-000"
 # the panels with a response-time target at fleet size (seconds)
 TARGETS = (("nodes overview", "GPU cluster heatmap / Nodes [A]", 2.0),
+           ("workloads overview", "GPU cluster heatmap / Workloads [A]", 2.0),
            ("drill-down: the node's GPU heatmap", f"{DRILL_NODE}: GPU cluster heatmap / GPU heatmap [A]", 0.5),
            ("drill-down: node detail", "GPU node detail /", 0.5))
 
@@ -242,16 +246,19 @@ def target_of(where: str) -> tuple[str, str, float] | None:
     return next((t for t in TARGETS if where.startswith(t[1])), None)
 
 
-def queries(server, start: int, end: int, repeat: int) -> dict[str, tuple[float, int]]:
+def queries(server, start: int, end: int, repeat: int, only: re.Pattern | None = None) -> dict[str, tuple[float, int]]:
     """(median seconds, response bytes) of every panel target of every dashboard, and
-    of the drill-down from an overview row: the GPU heatmap of one node. Panels with a
-    target run at least three times, whatever `repeat` says."""
+    of the drill-down from an overview row: the GPU heatmap of one node (`only`: the
+    targets whose name it finds). Panels with a target run at least three times,
+    whatever `repeat` says."""
     range_ms = (end - start) * 1000
     reqs = [(where, r) for uid in VARIABLES for where, *r in requests_for(uid, range_ms)]
     reqs += [(f"{DRILL_NODE}: {where}", r) for where, *r in
              requests_for("gpulse-cluster-heatmap", range_ms, {"node": DRILL_NODE}) if "GPU heatmap" in where]
     out = {}
     for where, (expr, instant, step, span) in reqs:
+        if only and not only.search(where):
+            continue
         try:
             t, size, _, _ = timed(server, expr, instant, step, end - span, end,
                                   max(repeat, 3) if target_of(where) else repeat)
@@ -337,8 +344,13 @@ def build_compare(gpus: int, start: int, end: int, root: Path, work: Path, scrat
     return stores
 
 
-def measure(meta: dict, root: Path, work: Path, repeat: int) -> dict:
-    """Each kept database started on its own: queries (gpulse), disk, RSS after them."""
+def measure(meta: dict, root: Path, work: Path, repeat: int, only: re.Pattern | None = None,
+            replay: bool = False) -> dict:
+    """Each kept database started on its own: queries (gpulse), disk, RSS after them.
+    `replay`: first evaluate today's recording rules over the range into each
+    VictoriaMetrics store of gpulse, so that a backfill kept from older rules has the
+    series today's dashboards read (a series recorded before gets its samples a second
+    time, same timestamps and values)."""
     out = {}
     for name, store in meta["stores"].items():
         server = (Victoria(root / name, work / f"{name}.log") if store["engine"] == "vm"
@@ -346,9 +358,14 @@ def measure(meta: dict, root: Path, work: Path, repeat: int) -> dict:
         server.start()
         try:
             r = out[name] = {}
+            if replay and store["engine"] == "vm" and store["source"] == "gpulse":
+                t0 = time.monotonic()
+                r["rules_cpu"] = replay_rules(server, meta["start"], meta["end"], work)
+                r["rules_s"] = time.monotonic() - t0
+                print(f"  {name}: today's recording rules replayed in {r['rules_s']:.0f} s", flush=True)
             if store["source"] == "gpulse":
                 t0 = time.monotonic()
-                r["queries"] = queries(server, meta["start"], meta["end"], repeat)
+                r["queries"] = queries(server, meta["start"], meta["end"], repeat, only)
                 print(f"  {name}: {len(r['queries'])} panel queries in {time.monotonic() - t0:.0f} s", flush=True)
             r["rss"] = rss_bytes(server.proc.pid)
         finally:
@@ -360,7 +377,7 @@ def measure(meta: dict, root: Path, work: Path, repeat: int) -> dict:
 ENGINES = {"prom": "Prometheus 2.42", "vm": "VictoriaMetrics 1.79"}
 
 
-def report(meta: dict, res: dict) -> None:
+def report(meta: dict, res: dict, only: re.Pattern | None = None) -> None:
     hours, cycles = meta["hours"], (meta["end"] - meta["start"]) // STEP_S
     stores = meta["stores"]
 
@@ -378,13 +395,20 @@ def report(meta: dict, res: dict) -> None:
               f"victoria-metrics {f['backfill_db_cpu']:.0f} s)")
     print(f"  series per GPU {f['series'] / f['gpus']:.1f}; disk {f['disk'] / 1e9:.2f} GB = "
           f"{f['disk'] / gpu_h / 1024:.1f} KiB per GPU-hour; RSS after the queries {f['rss'] / MB:.0f} MB")
-    print(f"  recording rules ({'vmalert -replay' if f['engine'] == 'vm' else 'promtool'}): {f['rules_cpu']:.1f} "
+    if "rules_s" in res[fleet]:
+        print(f"  recording rules at the backfill: {stores[fleet]['rules_cpu']:.1f} CPU s for {cycles} cycles = "
+              f"{1000 * stores[fleet]['rules_cpu'] / cycles:.1f} ms per cycle")
+    how = ("vmalert -replay" if f["engine"] == "vm" else "promtool") + ", today's rules" * ("rules_s" in res[fleet])
+    print(f"  recording rules ({how}): {f['rules_cpu']:.1f} "
           f"CPU s for {cycles} cycles = {1000 * f['rules_cpu'] / cycles:.1f} ms per cycle")
     for label, prefix, limit in TARGETS:
         hits = [(w, t, size) for w, (t, size) in f["queries"].items() if w.startswith(prefix)]
-        w, t, size = max(hits, key=lambda h: h[1])
-        print(f"  {label}: slowest {t:.3f} s (target {limit:g} s: {'met' if t <= limit else 'MISSED'}), "
-              f"{size / MB:.2f} MB: {w[:90]}")
+        if not hits:        # left out by --only
+            continue
+        # requests_for lists a panel's choices in the dashboard's order, its default first
+        for what, (w, t, size) in (("default", hits[0]), ("slowest", max(hits, key=lambda h: h[1]))):
+            print(f"  {label}: {what} {t:.3f} s (target {limit:g} s: {'met' if t <= limit else 'MISSED'}), "
+                  f"{size / MB:.2f} MB: {w[:90]}")
     compare = sorted({s["gpus"] for s in stores.values() if s["source"] == "dcgm"})
     others = [n for n in stores if n != fleet and stores[n]["source"] == "gpulse"]
     title = f"panel query, {hours:g} h range ({f['gpus']} GPUs {f['engine']}" + \
@@ -398,7 +422,7 @@ def report(meta: dict, res: dict) -> None:
         cells += [f"{res[n]['queries'][where][0]:8.3f} {res[n]['queries'][where][1] / MB:9.2f}"
                   if where in res[n].get("queries", {}) else "" for n in others]
         print(f"{where[:100]:<100} " + " ".join(f"{c:>22}" for c in cells))
-    print(f"{'all panels, summed':<100} " + " ".join(
+    print(f"{'all panels' + ' timed' * bool(only) + ', summed':<100} " + " ".join(
         f"{sum(t for t, _ in res[n]['queries'].values()):8.3f}{'':>14}" for n in [fleet] + others))
     for gpus in compare:
         g = {e: fig(f"{e}-gpulse-{gpus}") for e in ENGINES}
@@ -436,6 +460,13 @@ def report(meta: dict, res: dict) -> None:
               "of CPU per 15 s cycle")
 
 
+def regex(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({e})") from None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", default="64", help=f"fleet size in GPUs, gpulse on VictoriaMetrics (default %(default)s; "
@@ -449,6 +480,13 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=Path, metavar="DIR", help="build the databases in DIR (new or empty) and keep them")
     ap.add_argument("--reuse", type=Path, metavar="DIR", help="no backfill: start the servers on DIR (a --keep run) "
                     "and run the queries on the dashboards as they are now")
+    ap.add_argument("--replay-rules", action="store_true", help="with --reuse: first replay today's recording rules "
+                    "(vmalert -replay of prometheus/rules-vmalert over the kept range) into each VictoriaMetrics "
+                    "store of gpulse; its CPU time is reported in place of the backfill's")
+    ap.add_argument("--stores", type=regex, metavar="REGEX", help="with --reuse: only the kept stores whose "
+                    "name (ENGINE-SOURCE-GPUS, e.g. vm-gpulse-16384) it finds")
+    ap.add_argument("--only", type=regex, metavar="REGEX", help="only the panel targets whose name "
+                    "(dashboard / panel [ref] choices) it finds")
     args = ap.parse_args(argv)
     gpus = sizes_and_hours(args, "fleet")[0]
     compare = gpus if args.compare_gpus is None else args.compare_gpus
@@ -456,6 +494,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"fleet: --compare-gpus must be between 0 and --gpus ({gpus}), got {compare}")
     if args.keep and args.reuse:
         raise SystemExit("fleet: --keep builds a backfill, --reuse reads one: give one of them")
+    if (args.replay_rules or args.stores) and not args.reuse:
+        raise SystemExit("fleet: --replay-rules and --stores act on a kept backfill: give --reuse DIR")
     for b in ("prometheus", "promtool", "victoria-metrics", "vmalert"):
         need(b)
     work = Path(tempfile.mkdtemp(prefix="gpulse-fleet-"))
@@ -466,6 +506,11 @@ def main(argv=None) -> int:
             except (OSError, ValueError) as e:
                 raise SystemExit(f"fleet: --reuse {args.reuse}: not a kept backfill ({e})") from None
             root = args.reuse
+            if args.stores:
+                meta["stores"] = {n: s for n, s in meta["stores"].items() if args.stores.search(n)}
+                if not any(s["source"] == "gpulse" for s in meta["stores"].values()):
+                    raise SystemExit(f"fleet: --stores {args.stores.pattern}: no kept store of gpulse in {root} "
+                                     "matches")
         else:
             if not DCGM_CAPTURE.is_file():
                 raise SystemExit(f"fleet: {DCGM_CAPTURE} not found (the shared data folder beside the checkout)")
@@ -483,7 +528,18 @@ def main(argv=None) -> int:
                 meta["stores"][f"vm-gpulse-{math.ceil(gpus / GPUS_PER_NODE) * GPUS_PER_NODE}"] = \
                     build_fleet(gpus, start, end, root, work)
             (root / "fleet.json").write_text(json.dumps(meta, indent=1))
-        report(meta, measure(meta, root, work, args.repeat))
+        res = measure(meta, root, work, args.repeat, args.only, args.replay_rules)
+        if args.only and not any(r.get("queries") for r in res.values()):
+            raise SystemExit(f"fleet: --only {args.only.pattern}: no panel target matches")
+        if args.replay_rules:
+            # the stores now hold today's records too: say so to the next --reuse
+            kept = json.loads((root / "fleet.json").read_text())
+            for name, r in res.items():
+                if "rules_cpu" in r:
+                    kept["stores"][name].setdefault("replays", []).append(
+                        {"at": iso(int(time.time())), "rules_cpu": r["rules_cpu"], "rules_s": r["rules_s"]})
+            (root / "fleet.json").write_text(json.dumps(kept, indent=1))
+        report(meta, res, args.only)
         if args.keep:
             print(f"\nkept in {args.keep}; the queries again: .venv/bin/python bench/fleet.py --reuse {args.keep}")
         return 0
