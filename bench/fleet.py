@@ -95,7 +95,11 @@ class Victoria:
                                       # a fleet's count() and replayed rules touch every series
                                       "-search.maxUniqueTimeseries=10000000", "-search.maxSeries=10000000",
                                       # the 16,384-row heatmaps outlast the 30 s default on 2 busy cores
-                                      "-search.maxQueryDuration=600s"],
+                                      "-search.maxQueryDuration=600s",
+                                      # --replay-rules writes a kept store's records again at the same
+                                      # timestamps: one sample each, as a live ruler leaves (the data
+                                      # is on a 15 s grid, so nothing else is merged)
+                                      "-dedup.minScrapeInterval=1ms"],
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "a"))
         wait_ready(self.proc, self.url + "/health", 60, "fleet: victoria-metrics did not become ready "
                    f"(log: {self.log})")
@@ -233,7 +237,10 @@ def replay_rules(vm: Victoria, start: int, end: int, work: Path) -> float:
         p = subprocess.Popen([need("vmalert"), f"-rule={vmalert_rules(work)}", f"-datasource.url={vm.url}",
                               f"-remoteWrite.url={vm.url}", f"-replay.timeFrom={iso(start)}",
                               f"-replay.timeTo={iso(end)}", "-replay.disableProgressBar",
-                              f"-evaluationInterval={STEP_S}s", "-loggerLevel=ERROR"],
+                              f"-evaluationInterval={STEP_S}s", "-loggerLevel=ERROR",
+                              # each group at its own interval: the default (5m) would record one
+                              # sample every 5 minutes whatever the group's interval
+                              "-datasource.queryStep=0"],
                              stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(p.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
