@@ -21,6 +21,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 STEP_S = 15
 GPUS_PER_NODE = 8
@@ -82,9 +83,10 @@ class GroupState:
 class Cluster:
     """`nodes` 8-GPU nodes split between the jobs of JOB_MIX."""
 
-    def __init__(self, nodes: int, seed: int = 1):
+    def __init__(self, nodes: int, seed: int = 1, patterns: int | None = None):
         self.nodes = nodes
         self.jobs = node_jobs(nodes)
+        self.pattern = tile(self.jobs, patterns)
         self.names = [f"gpu-node-{i:03d}" for i in range(nodes)]
         self.gpu_state = [[GpuState() for _ in range(GPUS_PER_NODE)] for _ in range(nodes)]
         self.group_state = [GroupState() for _ in range(nodes)]
@@ -130,25 +132,76 @@ class Cluster:
         level = job.level if g < GPUS_PER_NODE // 2 else job.level / 3   # imbal
         return level + noise, level + noise
 
+    def series(self, t0: int, t1: int) -> Iterator[tuple[str, str, list[float], tuple[int, int]]]:
+        """(name, labels, values, key) of every series over the scrapes t0, t0+15, ... < t1
+        (unix seconds), node by node. Nodes sharing a pattern (see tile) share the values
+        list and its key, so a writer formats each pattern's values once."""
+        times = list(range(t0, t1, STEP_S))
+        shared = set(self.pattern)
+        cache: dict[int, list[tuple[str, str, list[float]]]] = {}
+        for n in range(self.nodes):
+            p = self.pattern[n]
+            if p == n:
+                out: list[tuple[str, str, list[float]]] = []
+                self._node(n, times, lambda name, labels, values: out.append((name, labels, values)))
+                if n in shared:
+                    cache[n] = out
+                for i, (name, labels, values) in enumerate(out):
+                    yield name, labels, values, (n, i)
+            else:
+                rename = self._renamer(p, n)
+                for i, (name, labels, values) in enumerate(cache[p]):
+                    yield name, rename(labels), values, (p, i)
+
+    def _renamer(self, p: int, n: int):
+        """Node p's label strings rewritten as node n's (the name, pod and UUID carry the
+        node's identity; _labels and _node build them)."""
+        pairs = ((f'"{self.names[p]}', f'"{self.names[n]}'), (f'-{p:03d}"', f'-{n:03d}"'),
+                 (f'GPU-{p:08x}-', f'GPU-{n:08x}-'))
+
+        def rename(labels: str) -> str:
+            for a, b in pairs:
+                labels = labels.replace(a, b)
+            return labels
+        return rename
+
     def write_window(self, out: Path, t0: int, t1: int) -> tuple[int, int]:
         """Scrapes at t0, t0+15, ... < t1 (unix seconds) as one OpenMetrics file.
         Returns (series, samples) written."""
         fam: dict[str, list[str]] = {}
         count = [0, 0]   # series, samples
-        times = list(range(t0, t1, STEP_S))
-        stamps = [f" {t}\n" for t in times]
-
-        def emit(name: str, labels: str, values: list[float]) -> None:
-            """One series: `values` at `times`."""
+        stamps = [f" {t}\n" for t in range(t0, t1, STEP_S)]
+        formatted: dict[tuple[int, int], list[str]] = {}
+        for name, labels, values, key in self.series(t0, t1):
+            tails = formatted.get(key)
+            if tails is None:
+                tails = formatted[key] = [format(v, ".6g") + ts for v, ts in zip(values, stamps)]
             prefix = f"{name}{{{labels}}} "
-            fam.setdefault(name, []).append("".join([prefix + format(v, ".6g") + ts for v, ts in zip(values, stamps)]))
+            fam.setdefault(name, []).append("".join([prefix + tail for tail in tails]))
             count[0] += 1
             count[1] += len(values)
-
-        for n in range(self.nodes):
-            self._node(n, times, emit)
         _write(out, fam)
         return count[0], count[1]
+
+    def write_json_window(self, t0: int, t1: int) -> Iterator[bytes]:
+        """The same series as write_window, as VictoriaMetrics' JSON-line import
+        (/api/v1/import: one line per series with its values and millisecond
+        timestamps), in chunks of about 1 MB."""
+        stamps = '],"timestamps":[' + ",".join(str(t * 1000) for t in range(t0, t1, STEP_S)) + "]}\n"
+        tails: dict[tuple[int, int], str] = {}
+        buf: list[str] = []
+        size = 0
+        for name, labels, values, key in self.series(t0, t1):
+            tail = tails.get(key)
+            if tail is None:
+                tail = tails[key] = '},"values":[' + ",".join([format(v, ".6g") for v in values]) + stamps
+            line = '{"metric":{"__name__":"' + name + '",' + _json_labels(labels) + tail
+            buf.append(line)
+            size += len(line)
+            if size > 1 << 20:
+                yield "".join(buf).encode()
+                buf, size = [], 0
+        yield "".join(buf).encode()
 
     def _node(self, n: int, times: list[int], emit) -> None:
         rng = random.Random(self.seed * 1_000_003 + n * 7919 + times[0])
@@ -258,6 +311,30 @@ class Cluster:
                 emit(k, node_only, values)
         emit("gpulse_build_info", 'instance="%s:9479",job="gpulse",source="nvml",version="0.1.0"' % self.names[n],
              [1] * len(times))
+
+
+def tile(jobs: list[Job], patterns: int | None) -> list[int]:
+    """For each node, the node whose values it repeats (itself when patterns is None):
+    within each job the first node is its own (the straggler job's slow GPU is there)
+    and the others cycle through `patterns` - 1 of the job's next nodes. A fleet of
+    thousands of nodes is then computed as a bounded set of node patterns; every node
+    keeps its own labels, so every series is still its own series to the database."""
+    out = list(range(len(jobs)))
+    if patterns is None:
+        return out
+    first: dict[str, int] = {}
+    for n, job in enumerate(jobs):
+        f = first.setdefault(job.name, n)
+        i = n - f
+        if i >= patterns:
+            out[n] = f + 1 + (i - 1) % (patterns - 1)
+    return out
+
+
+def _json_labels(labels: str) -> str:
+    """'a="x",b="y"' as the JSON object members '"a":"x","b":"y"' (the model's label
+    values hold no quotes, commas or equals signs)."""
+    return '"' + labels.replace('="', '":"').replace('",', '","')
 
 
 _TYPES = {"gpulse_exporter_sample_duration_seconds": "histogram"}

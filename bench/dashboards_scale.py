@@ -212,12 +212,15 @@ def dashboard(uid: str, rev: str = "") -> dict:
     return json.loads(p.stdout)
 
 
-def requests_for(uid: str, range_ms: int, rev: str = "") -> list[tuple[str, str, bool, float, int]]:
+def requests_for(uid: str, range_ms: int, variables: dict | None = None,
+                 rev: str = "") -> list[tuple[str, str, bool, float, int]]:
     """(where, expr, instant, step seconds, range seconds) for every target, as
-    Grafana sends them (a panel's relative time, e.g. 30m, shortens its range)."""
+    Grafana sends them (a panel's relative time, e.g. 30m, shortens its range);
+    `variables` override VARIABLES[uid]."""
     d = dashboard(uid, rev)
     defs = variable_defaults(d)
-    chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in VARIABLES[uid].items()}}
+    values = {**VARIABLES[uid], **(variables or {})}
+    chosen = {**fixed_values(d), **{k: format_value(defs[k], v) for k, v in values.items()}}
     out = []
     for q in panel_queries(d):
         timing = q.timing(range_ms, width_px=WIDTH_PX, scrape_interval=SCRAPE)
@@ -273,7 +276,7 @@ def measure(gpus: int, args, scratch: Path) -> dict:
         load_before = os.getloadavg()[0]
         for rev in ("", *([args.compare] if args.compare else [])):
             for uid in VARIABLES:
-                for where, expr, instant, step, span in requests_for(uid, range_ms, rev):
+                for where, expr, instant, step, span in requests_for(uid, range_ms, rev=rev):
                     if args.only and not any(o in where for o in args.only):
                         continue
                     results[where] = timed(prom, expr, instant, step, end - span, end, args.repeat)

@@ -2,38 +2,48 @@
 """A fleet in Prometheus and VictoriaMetrics side by side, against dcgm-exporter's cost.
 
     .venv/bin/python bench/fleet.py                     # 64 GPUs × 4 h; a minute or two here
-    .venv/bin/python bench/fleet.py --gpus 256          # the largest run on a 2-core machine, ~4 minutes
-    .venv/bin/python bench/fleet.py --gpus 16384        # the 2,048-node fleet (hours of backfill)
+    nice -n 10 .venv/bin/python bench/fleet.py --gpus 16384 --compare-gpus 1024 --keep /work/fleet-data
+    .venv/bin/python bench/fleet.py --reuse /work/fleet-data     # the queries again, on a kept backfill
+    nice -n 10 .venv/bin/python bench/fleet.py --reuse /work/fleet-data --stores vm-gpulse-16384 \
+        --replay-rules --only '^GPU cluster heatmap / Nodes '      # today's rules, one panel, one store
 
 For N GPUs (8 a node) × --hours at a 15 s scrape:
 
 - gpulse: every series a gpulse exporter serves for the node (the cluster model of
   bench/dashboards_data.py: every per-GPU family, peer groups, exporter health,
-  job/instance labels), written one hour per OpenMetrics file;
+  job/instance labels), tiled: each job's nodes repeat a bounded set of node patterns
+  (dashboards_data.tile) under their own labels, so every series is still its own
+  series to the database while Python computes only the patterns;
 - dcgm-exporter's default field set: the 23 families and the label set of the real
   capture ../shared/data/captures/dcgm-exporter/l4-gpu-operator.prom, per GPU,
   utilisation, activity and power following the same cluster model, the rest moving
   as an idle GPU's do (the baseline cost a user pays without gpulse).
 
-Each is loaded into the Debian `prometheus` (`promtool tsdb create-blocks-from
-openmetrics`) and into `victoria-metrics` (`/api/v1/import/prometheus`, the same
-samples in milliseconds). For gpulse the shipped recording rules are then evaluated
-over the whole range: by `promtool tsdb create-blocks-from rules` for Prometheus and
-by `vmalert -replay` with prometheus/rules-vmalert for VictoriaMetrics, and every
-panel target of every dashboard is sent to both the way Grafana sends it for a
-1,920 px panel over the range (bench/dashboards_scale.py's requests). Printed: disk
-per GPU-hour, resident memory of each server after the queries, CPU seconds per
-rule-evaluation cycle (ruler and database together, over the range's cycles), each
-panel's median time, and the ratios gpulse / dcgm-exporter and VictoriaMetrics /
-Prometheus. Sizes beyond what runs here are an extrapolation from these figures,
-and the script says so.
+At --compare-gpus (default: --gpus) both are loaded into the Debian `prometheus`
+(`promtool tsdb create-blocks-from openmetrics`) and into `victoria-metrics`; at
+--gpus, when larger, gpulse alone into victoria-metrics. gpulse reaches
+victoria-metrics through its JSON-line import (/api/v1/import: one line per series
+and hour, values and timestamps as arrays; a pattern's values are formatted once),
+dcgm-exporter through /api/v1/import/prometheus. For gpulse the shipped recording
+rules are then evaluated over the whole range: by `promtool tsdb create-blocks-from
+rules` for Prometheus and by `vmalert -replay` with prometheus/rules-vmalert for
+VictoriaMetrics, and every panel target of every dashboard (read at run time) is sent
+the way Grafana sends it for a 1,920 px panel over the range (bench/dashboards_scale.py's
+requests), plus the drill-down from the nodes overview: one node's GPU heatmap.
+Printed: disk per GPU-hour, resident memory of each server after the queries, CPU
+seconds per rule-evaluation cycle (ruler and database together, over the range's
+cycles), each panel's median time and response size, and the ratios gpulse /
+dcgm-exporter and VictoriaMetrics / Prometheus. Every figure names the size and engine
+it was measured at; a size not run is an extrapolation, and the script says so.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -50,12 +60,21 @@ sys.path.insert(0, str(HERE))
 
 from _proc import cpu_seconds, free_port, rss_bytes, wait_ready  # noqa: E402
 from dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
-from dashboards_scale import (BLOCK_S, VARIABLES, Prometheus, backfill_rules, du, load_windows, need,  # noqa: E402
-                              requests_for, sizes_and_hours, timed)
+from dashboards_scale import (BLOCK_S, VARIABLES, WINDOW_S, Prometheus, backfill_rules, du,  # noqa: E402
+                              load_windows, need, requests_for, sizes_and_hours, timed)
 
 DCGM_CAPTURE = ROOT.parent / "shared" / "data" / "captures" / "dcgm-exporter" / "l4-gpu-operator.prom"
 MB = 1e6
 FLEET = 16384
+# distinct node patterns per job (dashboards_data.tile): a fleet costs Python what 4 × 16
+# nodes cost, whatever its size
+PATTERNS = 16
+DRILL_NODE = "gpu-node-000"
+# the panels with a response-time target at fleet size (seconds)
+TARGETS = (("nodes overview", "GPU cluster heatmap / Nodes [A]", 2.0),
+           ("workloads overview", "GPU cluster heatmap / Workloads [A]", 2.0),
+           ("drill-down: the node's GPU heatmap", f"{DRILL_NODE}: GPU cluster heatmap / GPU heatmap [A]", 0.5),
+           ("drill-down: node detail", "GPU node detail /", 0.5))
 
 
 class Victoria:
@@ -72,7 +91,15 @@ class Victoria:
         # hits, where Prometheus computes every one
         self.proc = subprocess.Popen([need("victoria-metrics"), f"-storageDataPath={self.data}",
                                       f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=1",
-                                      "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=ERROR"],
+                                      "-search.latencyOffset=0s", "-search.disableCache", "-loggerLevel=ERROR",
+                                      # a fleet's count() and replayed rules touch every series
+                                      "-search.maxUniqueTimeseries=10000000", "-search.maxSeries=10000000",
+                                      # the 16,384-row heatmaps outlast the 30 s default on 2 busy cores
+                                      "-search.maxQueryDuration=600s",
+                                      # --replay-rules writes a kept store's records again at the same
+                                      # timestamps: one sample each, as a live ruler leaves (the data
+                                      # is on a 15 s grid, so nothing else is merged)
+                                      "-dedup.minScrapeInterval=1ms"],
                                      stdout=subprocess.DEVNULL, stderr=open(self.log, "a"))
         wait_ready(self.proc, self.url + "/health", 60, "fleet: victoria-metrics did not become ready "
                    f"(log: {self.log})")
@@ -94,6 +121,19 @@ class Victoria:
         r = requests.post(self.url + "/api/v1/import/prometheus", data=body(), timeout=600)
         if r.status_code >= 300:
             raise SystemExit(f"fleet: victoria-metrics refused the import: {r.text[:300]}")
+
+    def load_json(self, chunks) -> int:
+        """JSON-line import (/api/v1/import) of an iterable of byte chunks; the lines sent."""
+        lines = [0]
+
+        def counted():
+            for c in chunks:
+                lines[0] += c.count(b"\n")
+                yield c
+        r = requests.post(self.url + "/api/v1/import", data=counted(), timeout=3600)
+        if r.status_code >= 300:
+            raise SystemExit(f"fleet: victoria-metrics refused the import: {r.text[:300]}")
+        return lines[0]
 
     def flush(self) -> None:
         requests.get(self.url + "/internal/force_flush", timeout=120)
@@ -197,7 +237,10 @@ def replay_rules(vm: Victoria, start: int, end: int, work: Path) -> float:
         p = subprocess.Popen([need("vmalert"), f"-rule={vmalert_rules(work)}", f"-datasource.url={vm.url}",
                               f"-remoteWrite.url={vm.url}", f"-replay.timeFrom={iso(start)}",
                               f"-replay.timeTo={iso(end)}", "-replay.disableProgressBar",
-                              f"-evaluationInterval={STEP_S}s", "-loggerLevel=ERROR"],
+                              f"-evaluationInterval={STEP_S}s", "-loggerLevel=ERROR",
+                              # each group at its own interval: the default (5m) would record one
+                              # sample every 5 minutes whatever the group's interval
+                              "-datasource.queryStep=0"],
                              stdout=log, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(p.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
@@ -206,44 +249,89 @@ def replay_rules(vm: Victoria, start: int, end: int, work: Path) -> float:
     return usage.ru_utime + usage.ru_stime + cpu_seconds(vm.proc.pid) - c0
 
 
-def queries(server, start: int, end: int, repeat: int) -> dict[str, tuple[float, int]]:
+def target_of(where: str) -> tuple[str, str, float] | None:
+    return next((t for t in TARGETS if where.startswith(t[1])), None)
+
+
+def queries(server, start: int, end: int, repeat: int, only: re.Pattern | None = None) -> dict[str, tuple[float, int]]:
+    """(median seconds, response bytes) of every panel target of every dashboard, and
+    of the drill-down from an overview row: the GPU heatmap of one node (`only`: the
+    targets whose name it finds). Panels with a target run at least three times,
+    whatever `repeat` says."""
+    range_ms = (end - start) * 1000
+    reqs = [(where, r) for uid in VARIABLES for where, *r in requests_for(uid, range_ms)]
+    reqs += [(f"{DRILL_NODE}: {where}", r) for where, *r in
+             requests_for("gpulse-cluster-heatmap", range_ms, {"node": DRILL_NODE}) if "GPU heatmap" in where]
     out = {}
-    for uid in VARIABLES:
-        for where, expr, instant, step, span in requests_for(uid, (end - start) * 1000):
-            t, size, _, _ = timed(server, expr, instant, step, end - span, end, repeat)
-            out[where] = (t, size)
+    for where, (expr, instant, step, span) in reqs:
+        if only and not only.search(where):
+            continue
+        try:
+            t, size, _, _ = timed(server, expr, instant, step, end - span, end,
+                                  max(repeat, 3) if target_of(where) else repeat)
+        except (SystemExit, requests.RequestException) as e:
+            # one refused or timed-out panel is a result, not the end of an hour's run
+            print(f"  FAILED {where}: {e}"[:300], flush=True)
+            t, size = math.inf, 0
+        out[where] = (t, size)
     return out
 
 
-def measure(gpus: int, hours: float, repeat: int, scratch: Path) -> dict:
-    work = Path(tempfile.mkdtemp(prefix=f"gpulse-fleet-{gpus}-"))
-    servers: list = []
+def build_fleet(gpus: int, start: int, end: int, root: Path, work: Path) -> dict:
+    """gpulse alone into victoria-metrics through the JSON-line import, and its rules replayed."""
+    cluster = Cluster(math.ceil(gpus / GPUS_PER_NODE), patterns=PATTERNS)
+    vm = Victoria(root / f"vm-gpulse-{cluster.gpus}", work / "vm-gpulse-fleet.log")
+    vm.start()
     try:
-        cluster = Cluster(math.ceil(gpus / GPUS_PER_NODE))
-        end = int(time.time()) // BLOCK_S * BLOCK_S
-        start = end - int(hours * 3600)
-        res: dict = {"gpus": cluster.gpus, "hours": hours, "cycles": (end - start) // STEP_S}
-        for name, source in (("gpulse", cluster), ("dcgm", Dcgm(cluster))):
-            t0 = time.monotonic()
-            vm = Victoria(work / f"vm-{name}", work / f"vm-{name}.log")
-            vm.start()
-            servers.append(vm)
+        t0, c0, v0 = time.monotonic(), os.times(), cpu_seconds(vm.proc.pid)
+        series = 0
+        for w0 in range(start, end, WINDOW_S):
+            series = vm.load_json(cluster.write_json_window(w0, w0 + WINDOW_S))
+            print(f"  gpulse {cluster.gpus} GPUs -> VictoriaMetrics: {iso(w0 + WINDOW_S)} loaded after "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+        vm.flush()
+        c1 = os.times()
+        store = {"engine": "vm", "source": "gpulse", "gpus": cluster.gpus, "series": series,
+                 "samples": series * ((end - start) // STEP_S), "backfill_s": time.monotonic() - t0,
+                 "backfill_python_cpu": c1.user - c0.user + c1.system - c0.system,
+                 "backfill_db_cpu": cpu_seconds(vm.proc.pid) - v0}
+        t0 = time.monotonic()
+        store["rules_cpu"] = replay_rules(vm, start, end, work)
+        store["rules_s"] = time.monotonic() - t0
+        print(f"  recording rules replayed in {store['rules_s']:.0f} s", flush=True)
+        return store
+    finally:
+        vm.stop()
 
-            def write(om: Path, w0: int, w1: int, source=source, vm=vm):
-                n = source.write_window(om, w0, w1)
-                vm.load(om)            # before promtool consumes (and removes) the file
-                return n
-            counts = load_windows(write, start, end, work / f"prom-{name}", scratch, f"fleet-{name}-{gpus}")
+
+def build_compare(gpus: int, start: int, end: int, root: Path, work: Path, scratch: Path) -> dict:
+    """gpulse and dcgm-exporter into both databases; gpulse's rules evaluated by both rulers."""
+    stores = {}
+    nodes = math.ceil(gpus / GPUS_PER_NODE)
+    # two identical clusters: one writes the text promtool reads, the other the JSON lines
+    # (each carries its counters from one window to the next)
+    text, lines = Cluster(nodes, patterns=PATTERNS), Cluster(nodes, patterns=PATTERNS)
+    for name, source in (("gpulse", text), ("dcgm", Dcgm(Cluster(nodes)))):
+        t0 = time.monotonic()
+        vm = Victoria(root / f"vm-{name}-{text.gpus}", work / f"vm-{name}.log")
+        prom = Prometheus(root / f"prom-{name}-{text.gpus}", work)
+        vm.start()
+        try:
+            def write(om: Path, w0: int, w1: int, source=source, vm=vm, name=name):
+                source.write_window(om, w0, w1)
+                if name == "gpulse":
+                    vm.load_json(lines.write_json_window(w0, w1))
+                else:
+                    vm.load(om)        # before promtool consumes (and removes) the file
+            load_windows(write, start, end, prom.data, scratch, f"fleet-{name}-{text.gpus}")
             vm.flush()
-            prom = Prometheus(work / f"prom-{name}", work)
             prom.start()
-            servers.append(prom)
-            print(f"  {name}: {cluster.gpus} GPUs × {hours:g} h loaded into both in {time.monotonic() - t0:.0f} s",
-                  flush=True)
-            r = res[name] = {}
+            print(f"  {name}: {text.gpus} GPUs × {(end - start) / 3600:g} h loaded into both in "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
             series = requests.get(f"{prom.url}/api/v1/query", timeout=120, params={
                 "query": 'count({__name__=~".+"})', "time": end - 60}).json()["data"]["result"]
-            r["series"] = int(float(series[0]["value"][1])) if series else 0
+            base = {"source": name, "gpus": text.gpus, "series": int(float(series[0]["value"][1])) if series else 0}
+            p, v = dict(base, engine="prom"), dict(base, engine="vm")
             if name == "gpulse":
                 t0 = time.monotonic()
                 c0 = os.times()
@@ -252,82 +340,218 @@ def measure(gpus: int, hours: float, repeat: int, scratch: Path) -> dict:
                 c1 = os.times()
                 # promtool and the Prometheus processes it queried, which backfill_rules
                 # stops (waited for: children's time) and starts again (read live)
-                r["rules_prom_cpu"] = (c1.children_user - c0.children_user + c1.children_system
-                                       - c0.children_system) - cp + cpu_seconds(prom.proc.pid)
-                r["rules_vm_cpu"] = replay_rules(vm, start, end, work)
-                print(f"  recording rules over {hours:g} h: {time.monotonic() - t0:.0f} s", flush=True)
-                r["prom_queries"] = queries(prom, start, end, repeat)
-                r["vm_queries"] = queries(vm, start, end, repeat)
-            r["prom_disk"] = du(work / f"prom-{name}")
-            r["vm_disk"] = du(work / f"vm-{name}")
-            r["prom_rss"] = rss_bytes(prom.proc.pid)
-            r["vm_rss"] = rss_bytes(vm.proc.pid)
+                p["rules_cpu"] = (c1.children_user - c0.children_user + c1.children_system
+                                  - c0.children_system) - cp + cpu_seconds(prom.proc.pid)
+                v["rules_cpu"] = replay_rules(vm, start, end, work)
+                print(f"  recording rules over the range, both rulers: {time.monotonic() - t0:.0f} s", flush=True)
+            stores[f"prom-{name}-{text.gpus}"], stores[f"vm-{name}-{text.gpus}"] = p, v
+        finally:
             prom.stop()
             vm.stop()
-        return res
-    finally:
-        for s in servers:
-            s.stop()
-        shutil.rmtree(work, ignore_errors=True)
+    return stores
 
 
-def report(res: dict) -> None:
-    g, dc = res["gpulse"], res["dcgm"]
-    gpu_h = res["gpus"] * res["hours"]
+def measure(meta: dict, root: Path, work: Path, repeat: int, only: re.Pattern | None = None,
+            replay: bool = False) -> dict:
+    """Each kept database started on its own: queries (gpulse), disk, RSS after them.
+    `replay`: first evaluate today's recording rules over the range into each
+    VictoriaMetrics store of gpulse, so that a backfill kept from older rules has the
+    series today's dashboards read (a series recorded before gets its samples a second
+    time, same timestamps and values)."""
+    out = {}
+    for name, store in meta["stores"].items():
+        server = (Victoria(root / name, work / f"{name}.log") if store["engine"] == "vm"
+                  else Prometheus(root / name, work))
+        server.start()
+        try:
+            r = out[name] = {}
+            if replay and store["engine"] == "vm" and store["source"] == "gpulse":
+                t0 = time.monotonic()
+                r["rules_cpu"] = replay_rules(server, meta["start"], meta["end"], work)
+                r["rules_s"] = time.monotonic() - t0
+                print(f"  {name}: today's recording rules replayed in {r['rules_s']:.0f} s", flush=True)
+            if store["source"] == "gpulse":
+                t0 = time.monotonic()
+                r["queries"] = queries(server, meta["start"], meta["end"], repeat, only)
+                print(f"  {name}: {len(r['queries'])} panel queries in {time.monotonic() - t0:.0f} s", flush=True)
+            r["rss"] = rss_bytes(server.proc.pid)
+        finally:
+            server.stop()
+        r["disk"] = du(root / name)
+    return out
+
+
+ENGINES = {"prom": "Prometheus 2.42", "vm": "VictoriaMetrics 1.79"}
+
+
+def report(meta: dict, res: dict, only: re.Pattern | None = None) -> None:
+    hours, cycles = meta["hours"], (meta["end"] - meta["start"]) // STEP_S
+    stores = meta["stores"]
+
+    def fig(name: str) -> dict:
+        return {**stores[name], **res[name]}
+    fleet = max((n for n, s in stores.items() if s["source"] == "gpulse"), key=lambda n: (stores[n]["gpus"], n))
+    f = fig(fleet)
+    gpu_h = f["gpus"] * hours
     print()
-    print(f"{res['gpus']} GPUs × {res['hours']:g} h at a {STEP_S} s scrape ({res['cycles']} scrapes/evaluations)")
-    print(f"{'':<36} {'gpulse':>12} {'dcgm-exporter':>14} {'gpulse/dcgm':>12}")
-    print(f"{'series per GPU (Prometheus)':<36} {g['series'] / res['gpus']:12.1f} {dc['series'] / res['gpus']:14.1f} "
-          f"{g['series'] / dc['series']:12.2f}")
-    for db in ("prom", "vm"):
-        label = "Prometheus" if db == "prom" else "VictoriaMetrics"
-        print(f"{label + ' disk KiB per GPU-hour':<36} {g[db + '_disk'] / gpu_h / 1024:12.1f} "
-              f"{dc[db + '_disk'] / gpu_h / 1024:14.1f} {g[db + '_disk'] / dc[db + '_disk']:12.2f}")
-        print(f"{label + ' RSS MB after queries':<36} {g[db + '_rss'] / MB:12.0f} {dc[db + '_rss'] / MB:14.0f} "
-              f"{g[db + '_rss'] / dc[db + '_rss']:12.2f}")
-    print(f"{'VM / Prometheus disk (gpulse)':<36} {g['vm_disk'] / g['prom_disk']:12.2f}")
-    for db, label in (("prom", "Prometheus (promtool backfill)"), ("vm", "VictoriaMetrics (vmalert -replay)")):
-        cpu = g[f"rules_{db}_cpu"]
-        print(f"recording rules, {label}: {cpu:.1f} CPU s for {res['cycles']} cycles = "
-              f"{1000 * cpu / res['cycles']:.1f} ms per cycle")
+    print(f"MEASURED: gpulse, {f['gpus']} GPUs ({f['gpus'] // GPUS_PER_NODE} nodes) × {hours:g} h at a {STEP_S} s "
+          f"scrape ({cycles} scrapes/evaluations) on {ENGINES[f['engine']]}")
+    if "backfill_s" in f:
+        print(f"  backfill: {f['series']} series, {f['samples'] / 1e6:.0f} M samples in {f['backfill_s']:.0f} s "
+              f"({f['samples'] / f['backfill_s'] / 1e6:.2f} M samples/s; CPU: Python {f['backfill_python_cpu']:.0f} s, "
+              f"victoria-metrics {f['backfill_db_cpu']:.0f} s)")
+    print(f"  series per GPU {f['series'] / f['gpus']:.1f}; disk {f['disk'] / 1e9:.2f} GB = "
+          f"{f['disk'] / gpu_h / 1024:.1f} KiB per GPU-hour; RSS after the queries {f['rss'] / MB:.0f} MB")
+    if "rules_s" in res[fleet]:
+        print(f"  recording rules at the backfill: {stores[fleet]['rules_cpu']:.1f} CPU s for {cycles} cycles = "
+              f"{1000 * stores[fleet]['rules_cpu'] / cycles:.1f} ms per cycle")
+    how = ("vmalert -replay" if f["engine"] == "vm" else "promtool") + ", today's rules" * ("rules_s" in res[fleet])
+    print(f"  recording rules ({how}): {f['rules_cpu']:.1f} "
+          f"CPU s for {cycles} cycles = {1000 * f['rules_cpu'] / cycles:.1f} ms per cycle")
+    for label, prefix, limit in TARGETS:
+        hits = [(w, t, size) for w, (t, size) in f["queries"].items() if w.startswith(prefix)]
+        if not hits:        # left out by --only
+            continue
+        # requests_for lists a panel's choices in the dashboard's order, its default first
+        for what, (w, t, size) in (("default", hits[0]), ("slowest", max(hits, key=lambda h: h[1]))):
+            print(f"  {label}: {what} {t:.3f} s (target {limit:g} s: {'met' if t <= limit else 'MISSED'}), "
+                  f"{size / MB:.2f} MB: {w[:90]}")
+    compare = sorted({s["gpus"] for s in stores.values() if s["source"] == "dcgm"})
+    others = [n for n in stores if n != fleet and stores[n]["source"] == "gpulse"]
+    title = f"panel query, {hours:g} h range ({f['gpus']} GPUs {f['engine']}" + \
+        "".join(f"; {stores[n]['gpus']} GPUs {stores[n]['engine']}" for n in others) + ")"
     print()
-    title = f"panel query (gpulse dashboards, {res['hours']:g} h range)"
-    print(f"{title:<100} {'Prom s':>8} {'VM s':>8} {'VM/Prom':>8} {'Prom MB':>8} {'VM MB':>8}")
-    for where, (t, size) in g["prom_queries"].items():
-        vt, vsize = g["vm_queries"][where]
-        print(f"{where[:100]:<100} {t:8.3f} {vt:8.3f} {vt / max(t, 1e-6):8.2f} {size / MB:8.2f} {vsize / MB:8.2f}")
-    pt = sum(t for t, _ in g["prom_queries"].values())
-    vt = sum(t for t, _ in g["vm_queries"].values())
-    print(f"{'all panels, summed':<100} {pt:8.3f} {vt:8.3f} {vt / pt:8.2f}")
-    scale = FLEET / res["gpus"]
-    print()
-    print(f"EXTRAPOLATION to {FLEET} GPUs ({FLEET // GPUS_PER_NODE} nodes), linear in GPUs from this run "
-          f"(×{scale:g}); not measured:")
-    for db, label in (("prom", "Prometheus"), ("vm", "VictoriaMetrics")):
-        day = scale * 24 / res["hours"] / 1e9
-        print(f"  {label}: gpulse {g[db + '_disk'] * day:.1f} GB per day, dcgm-exporter "
-              f"{dc[db + '_disk'] * day:.1f} GB per day")
-    print(f"  recording rules: {1000 * g['rules_prom_cpu'] / res['cycles'] * scale:.0f} ms (Prometheus) and "
-          f"{1000 * g['rules_vm_cpu'] / res['cycles'] * scale:.0f} ms (vmalert + VM) of CPU per 15 s cycle")
-    worst = max(g["prom_queries"].items(), key=lambda kv: kv[1][0])
-    print(f"  slowest panel at this size: {worst[0][:80]} {worst[1][0]:.3f} s (Prometheus); "
-          "panel times grew 3-7x for 8x the GPUs in bench/dashboards_scale.py, so no linear figure is given")
+    print(f"{title[:100]:<100} " + " ".join(f"{stores[n]['engine'] + ' ' + str(stores[n]['gpus']):>22}"
+                                            for n in [fleet] + others))
+    print(f"{'':<100} " + " ".join(f"{'s       MB':>22}" for _ in [fleet] + others))
+    for where, (t, size) in f["queries"].items():
+        cells = [f"{t:8.3f} {size / MB:9.2f}"]
+        cells += [f"{res[n]['queries'][where][0]:8.3f} {res[n]['queries'][where][1] / MB:9.2f}"
+                  if where in res[n].get("queries", {}) else "" for n in others]
+        print(f"{where[:100]:<100} " + " ".join(f"{c:>22}" for c in cells))
+    print(f"{'all panels' + ' timed' * bool(only) + ', summed':<100} " + " ".join(
+        f"{sum(t for t, _ in res[n]['queries'].values()):8.3f}{'':>14}" for n in [fleet] + others))
+    for gpus in compare:
+        g = {e: fig(f"{e}-gpulse-{gpus}") for e in ENGINES}
+        dc = {e: fig(f"{e}-dcgm-{gpus}") for e in ENGINES}
+        gpu_h = gpus * hours
+        print()
+        print(f"MEASURED side by side: {gpus} GPUs × {hours:g} h, gpulse and dcgm-exporter's defaults on both")
+        print(f"{'':<40} {'gpulse':>12} {'dcgm-exporter':>14} {'gpulse/dcgm':>12}")
+        print(f"{'series per GPU':<40} {g['prom']['series'] / gpus:12.1f} {dc['prom']['series'] / gpus:14.1f} "
+              f"{g['prom']['series'] / dc['prom']['series']:12.2f}")
+        for e, label in ENGINES.items():
+            print(f"{label + ' disk KiB per GPU-hour':<40} {g[e]['disk'] / gpu_h / 1024:12.1f} "
+                  f"{dc[e]['disk'] / gpu_h / 1024:14.1f} {g[e]['disk'] / dc[e]['disk']:12.2f}")
+            print(f"{label + ' RSS MB after queries':<40} {g[e]['rss'] / MB:12.0f} {dc[e]['rss'] / MB:14.0f} "
+                  f"{g[e]['rss'] / dc[e]['rss']:12.2f}")
+        print(f"{'VictoriaMetrics / Prometheus disk, gpulse':<40} {g['vm']['disk'] / g['prom']['disk']:12.2f}")
+        for e, how in (("prom", "promtool backfill"), ("vm", "vmalert -replay")):
+            print(f"recording rules, {ENGINES[e]} ({how}): {g[e]['rules_cpu']:.1f} CPU s for {cycles} cycles = "
+                  f"{1000 * g[e]['rules_cpu'] / cycles:.1f} ms per cycle")
+        pt = sum(t for t, _ in g["prom"]["queries"].values())
+        vt = sum(t for t, _ in g["vm"]["queries"].values())
+        print(f"all panels summed at {gpus} GPUs: Prometheus {pt:.1f} s, VictoriaMetrics {vt:.1f} s, "
+              f"VM/Prom {vt / pt:.2f}")
+    if compare and max(compare) < FLEET:
+        top = max(compare)
+        scale = FLEET / top
+        print()
+        print(f"EXTRAPOLATION to {FLEET} GPUs, linear in GPUs from the {top}-GPU side-by-side run (×{scale:g}); "
+              "not measured:")
+        day = scale * 24 / hours / 1e9
+        for e, label in ENGINES.items():
+            print(f"  {label}: gpulse {fig(f'{e}-gpulse-{top}')['disk'] * day:.1f} GB per day, dcgm-exporter "
+                  f"{fig(f'{e}-dcgm-{top}')['disk'] * day:.1f} GB per day")
+        print(f"  recording rules, Prometheus: {1000 * fig(f'prom-gpulse-{top}')['rules_cpu'] / cycles * scale:.0f} ms "
+              "of CPU per 15 s cycle")
+
+
+def regex(text: str) -> re.Pattern:
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise argparse.ArgumentTypeError(f"not a regular expression ({e})") from None
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gpus", default="64", help=f"fleet size in GPUs (default %(default)s; the target is {FLEET})")
+    ap.add_argument("--gpus", default="64", help=f"fleet size in GPUs, gpulse on VictoriaMetrics (default %(default)s; "
+                    f"the target is {FLEET})")
+    ap.add_argument("--compare-gpus", type=int, default=None, metavar="N",
+                    help="size of the side-by-side run: gpulse and dcgm-exporter on Prometheus and VictoriaMetrics "
+                    "(default: --gpus; 0: none)")
     ap.add_argument("--hours", type=float, default=4.0, help="range backfilled (default %(default)s)")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of each query; the median is reported")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each query, the median is reported (panels with "
+                    "a target: at least 3)")
+    ap.add_argument("--keep", type=Path, metavar="DIR", help="build the databases in DIR (new or empty) and keep them")
+    ap.add_argument("--reuse", type=Path, metavar="DIR", help="no backfill: start the servers on DIR (a --keep run) "
+                    "and run the queries on the dashboards as they are now")
+    ap.add_argument("--replay-rules", action="store_true", help="with --reuse: first replay today's recording rules "
+                    "(vmalert -replay of prometheus/rules-vmalert over the kept range) into each VictoriaMetrics "
+                    "store of gpulse; its CPU time is reported in place of the backfill's")
+    ap.add_argument("--stores", type=regex, metavar="REGEX", help="with --reuse: only the kept stores whose "
+                    "name (ENGINE-SOURCE-GPUS, e.g. vm-gpulse-16384) it finds")
+    ap.add_argument("--only", type=regex, metavar="REGEX", help="only the panel targets whose name "
+                    "(dashboard / panel [ref] choices) it finds")
     args = ap.parse_args(argv)
     gpus = sizes_and_hours(args, "fleet")[0]
-    if not DCGM_CAPTURE.is_file():
-        raise SystemExit(f"fleet: {DCGM_CAPTURE} not found (the shared data folder beside the checkout)")
+    compare = gpus if args.compare_gpus is None else args.compare_gpus
+    if compare < 0 or compare > gpus:
+        raise SystemExit(f"fleet: --compare-gpus must be between 0 and --gpus ({gpus}), got {compare}")
+    if args.keep and args.reuse:
+        raise SystemExit("fleet: --keep builds a backfill, --reuse reads one: give one of them")
+    if (args.replay_rules or args.stores) and not args.reuse:
+        raise SystemExit("fleet: --replay-rules and --stores act on a kept backfill: give --reuse DIR")
     for b in ("prometheus", "promtool", "victoria-metrics", "vmalert"):
         need(b)
-    scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
-    report(measure(gpus, args.hours, args.repeat, scratch))
-    return 0
+    work = Path(tempfile.mkdtemp(prefix="gpulse-fleet-"))
+    try:
+        if args.reuse:
+            try:
+                meta = json.loads((args.reuse / "fleet.json").read_text())
+            except (OSError, ValueError) as e:
+                raise SystemExit(f"fleet: --reuse {args.reuse}: not a kept backfill ({e})") from None
+            root = args.reuse
+            if args.stores:
+                meta["stores"] = {n: s for n, s in meta["stores"].items() if args.stores.search(n)}
+                if not any(s["source"] == "gpulse" for s in meta["stores"].values()):
+                    raise SystemExit(f"fleet: --stores {args.stores.pattern}: no kept store of gpulse in {root} "
+                                     "matches")
+        else:
+            if not DCGM_CAPTURE.is_file():
+                raise SystemExit(f"fleet: {DCGM_CAPTURE} not found (the shared data folder beside the checkout)")
+            root = args.keep or work / "data"
+            if root.exists() and any(root.iterdir()):
+                raise SystemExit(f"fleet: --keep {root}: not empty (use --reuse to query a kept backfill)")
+            root.mkdir(parents=True, exist_ok=True)
+            scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
+            end = int(time.time()) // BLOCK_S * BLOCK_S
+            start = end - int(args.hours * 3600)
+            meta = {"start": start, "end": end, "hours": args.hours, "stores": {}}
+            if compare:
+                meta["stores"].update(build_compare(compare, start, end, root, work, scratch))
+            if gpus > compare:
+                meta["stores"][f"vm-gpulse-{math.ceil(gpus / GPUS_PER_NODE) * GPUS_PER_NODE}"] = \
+                    build_fleet(gpus, start, end, root, work)
+            (root / "fleet.json").write_text(json.dumps(meta, indent=1))
+        res = measure(meta, root, work, args.repeat, args.only, args.replay_rules)
+        if args.only and not any(r.get("queries") for r in res.values()):
+            raise SystemExit(f"fleet: --only {args.only.pattern}: no panel target matches")
+        if args.replay_rules:
+            # the stores now hold today's records too: say so to the next --reuse
+            kept = json.loads((root / "fleet.json").read_text())
+            for name, r in res.items():
+                if "rules_cpu" in r:
+                    kept["stores"][name].setdefault("replays", []).append(
+                        {"at": iso(int(time.time())), "rules_cpu": r["rules_cpu"], "rules_s": r["rules_s"]})
+            (root / "fleet.json").write_text(json.dumps(kept, indent=1))
+        report(meta, res, args.only)
+        if args.keep:
+            print(f"\nkept in {args.keep}; the queries again: .venv/bin/python bench/fleet.py --reuse {args.keep}")
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
