@@ -12,12 +12,14 @@ Settings a test changes from the defaults, and why:
 """
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import Callable
 
 import requests
 import yaml
 
-from conftest import free_port, require_binary, wait_http
+from conftest import free_port, require_binary
 from test_alerting_e2e import Daemon
 from test_dashboards_prometheus import Stack as PrometheusStack
 
@@ -31,42 +33,56 @@ class VictoriaMetrics:
         binaries = [require_binary(b) for b in ("victoria-metrics", "vmagent", "vmalert")]
         vm_bin, vmagent_bin, vmalert_bin = binaries
         self.daemons: list[Daemon] = []
-        vm_port, agent_port, alert_port = free_port(), free_port(), free_port()
-        self.url = f"http://127.0.0.1:{vm_port}"
-        self.vmalert_url = f"http://127.0.0.1:{alert_port}"
         scrape = {"global": {"scrape_interval": interval, "scrape_timeout": "900ms"},
                   "scrape_configs": [{"job_name": "gpulse", "static_configs": [{"targets": targets}]}]}
         (tmp / "scrape.yml").write_text(yaml.safe_dump(scrape))
+        labels = [f"-external.label={k}={v}" for k, v in (external_labels or {}).items()]
         try:
-            self.daemons.append(Daemon([
-                vm_bin, f"-storageDataPath={tmp / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{vm_port}",
+            vm_port = self._start(lambda port: [
+                vm_bin, f"-storageDataPath={tmp / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{port}",
                 "-retentionPeriod=1d", f"-search.latencyOffset={latency_offset}", "-loggerLevel=WARN",
-            ], tmp / "victoria-metrics.log"))
-            self._ready(self.url + "/health", self.daemons[-1])
-            self.daemons.append(Daemon([
-                vmagent_bin, f"-promscrape.config={tmp / 'scrape.yml'}", f"-httpListenAddr=127.0.0.1:{agent_port}",
+            ], tmp / "victoria-metrics.log")
+            self.url = f"http://127.0.0.1:{vm_port}"
+            self._start(lambda port: [
+                vmagent_bin, f"-promscrape.config={tmp / 'scrape.yml'}", f"-httpListenAddr=127.0.0.1:{port}",
                 f"-remoteWrite.url={self.url}/api/v1/write", f"-remoteWrite.tmpDataPath={tmp / 'vmagent-data'}",
                 "-loggerLevel=WARN",
-            ], tmp / "vmagent.log"))
-            self._ready(f"http://127.0.0.1:{agent_port}/health", self.daemons[-1])
-            labels = [f"-external.label={k}={v}" for k, v in (external_labels or {}).items()]
-            self.daemons.append(Daemon([
+            ], tmp / "vmagent.log")
+            alert_port = self._start(lambda port: [
                 vmalert_bin, f"-rule={rules_dir}/*.yml", f"-datasource.url={self.url}",
                 f"-remoteWrite.url={self.url}", f"-remoteRead.url={self.url}",
                 f"-notifier.url={alertmanager_url}", f"-evaluationInterval={interval}",
-                f"-httpListenAddr=127.0.0.1:{alert_port}", "-loggerLevel=WARN", *labels,
-            ], tmp / "vmalert.log"))
-            self._ready(self.vmalert_url + "/health", self.daemons[-1])
+                f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN", *labels,
+            ], tmp / "vmalert.log")
+            self.vmalert_url = f"http://127.0.0.1:{alert_port}"
         except BaseException:
             self.stop()
             raise
 
-    @staticmethod
-    def _ready(url: str, daemon: Daemon) -> None:
-        try:
-            wait_http(url, timeout=60)
-        except AssertionError:
-            raise AssertionError(f"{daemon.proc.args[0]} did not start:\n{daemon.tail()}") from None
+    def _start(self, argv: Callable[[int], list[str]], log: Path, attempts: int = 5) -> int:
+        """Start a daemon on a free port and wait for /health; its port. A port found
+        free can be taken before the daemon binds it (another test's listener, or an
+        outgoing connection of the daemons already running, which draw from the same
+        ephemeral range), so a daemon that exits on "address already in use" is
+        started again on another port."""
+        for _ in range(attempts):
+            port = free_port()
+            daemon = Daemon(argv(port), log)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if daemon.proc.poll() is not None:
+                    break
+                try:
+                    if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        self.daemons.append(daemon)
+                        return port
+                except requests.RequestException:
+                    pass
+                time.sleep(0.1)
+            daemon.stop()
+            if "address already in use" not in daemon.tail():
+                break
+        raise AssertionError(f"{daemon.proc.args[0]} did not start:\n{daemon.tail()}")
 
     # a Prometheus HTTP API call (POST, as Grafana sends them); the result list
     api = PrometheusStack.api

@@ -128,28 +128,26 @@ def test_one_gpu_lost_while_the_others_keep_reporting(gpulse_proc, tmp_path):
 
 
 def test_hung_call_does_not_delay_scrapes(gpulse_proc, tmp_path):
+    # The hang (20 s) outlasts each request's 5 s timeout, so an answer at all proves
+    # the scrape did not wait on the driver, however loaded the machine is; and it is
+    # long enough that staleness shows and five more scrapes fall inside it.
     g = gpulse_proc("--source", "nvml", "--stale-after", "1s", env=scenario(tmp_path, """
         gpus 2
-        fault * nvmlDeviceGetSamples hang at=1.5 secs=4
+        fault * nvmlDeviceGetSamples hang at=1.5 secs=20
     """))
     session = requests.Session()
-    latencies, stale_seen = [], False
-    deadline = time.monotonic() + 8
+    stale_seen = False
+    deadline = time.monotonic() + 12
     while time.monotonic() < deadline and not stale_seen:
-        t0 = time.perf_counter()
         r = session.get(g.url + "/metrics", timeout=5)
-        latencies.append(time.perf_counter() - t0)
         stale_seen = one(r.text, "gpulse_exporter_stale") == 1
         time.sleep(0.1)
     assert stale_seen, "staleness never became visible while the driver hung"
     for _ in range(5):                       # still inside the hang
-        t0 = time.perf_counter()
         r = session.get(g.url + "/metrics", timeout=5)
-        latencies.append(time.perf_counter() - t0)
         assert r.status_code == 200 and one(r.text, "gpulse_exporter_stale") == 1
         time.sleep(0.1)
-    assert statistics.median(latencies) < 0.1, latencies
-    text = g.wait_metrics(lambda t: one(t, "gpulse_exporter_stale") == 0, "recovery after the hang", 8)
+    text = g.wait_metrics(lambda t: one(t, "gpulse_exporter_stale") == 0, "recovery after the hang", 60)
     assert per_gpu(text, "gpulse_gpu_up") == {"0": 1, "1": 1}
 
 
