@@ -200,6 +200,26 @@ def _recorded_share(level: str, sel: str, by: str) -> str:
     return f"({total('work', ', signal=' + chr(34) + 'active' + chr(34))}\n / {total('sampled')})"
 
 
+def _share(sel: str, by: str) -> str:
+    """Each row's active share over the whole range from the data of the other
+    "Cells from" choices: raw counters, the 1m cell rules or the 5m rules. Each
+    branch names its data with `${cells}`, as the cells do, so only the chosen
+    one reads anything: a rank read from the raw counters whatever the choice
+    would make worst first over the 15 s records read every GPU's counters over
+    the whole range for a join that matches nothing (2 s of the 16,384-GPU
+    nodes overview)."""
+    def total(*matchers: str) -> str:
+        return f"sum by ({by}) (increase({{{', '.join((*matchers, sel))}}}[$__range] @ end()))"
+    def share(work: tuple[str, ...], sampled: tuple[str, ...]) -> str:
+        return f"({total(*work)}\n / {total(*sampled)})"
+    m1 = '__name__=~".+:cells1m"'
+    raw = share(('__name__=~"gpulse_gpu_active_${cells}"',), ('__name__=~"gpulse_gpu_sampled_${cells}"',))
+    one_minute = share(('__name__=~"node_gpu:gpulse_gpu_work_seconds:${cells}"', m1, 'signal="active"'),
+                       ('__name__=~"node_gpu:gpulse_gpu_sampled_seconds:${cells}"', m1))
+    rules = f'avg by ({by}) (avg_over_time({{__name__=~"node_gpu:gpulse_gpu_active:${{cells}}", {sel}}}[$__range] @ end()))'
+    return f"(\n{raw}\nor\n{one_minute}\nor\n{rules}\n)"
+
+
 def gpu_rows(sel: str) -> str:
     """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order, or
     worst first (`order`): the GPUs furthest from their node's median over the
@@ -207,14 +227,12 @@ def gpu_rows(sel: str) -> str:
     loses its row in worst-first order."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
     rec, by = "cluster, node, gpu", "node, gpu"
-    raw_share = (f'(sum by ({by}) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
-                 f' / sum by ({by}) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
     return "\nor\n".join((
         recorded_cells("node_gpu", nat),
         row_key(cell_ratio(nat, by)),
         _ranked(recorded_cells("node_gpu", rk), rec, _rank(_recorded_share("node_gpu", rk, rec), rec, "cluster, node"),
                 "device"),
-        _ranked(row_key(cell_ratio(rk, by)), by, _rank(raw_share, by, "node"), "device")))
+        _ranked(row_key(cell_ratio(rk, by)), by, _rank(_share(rk, by), by, "node"), "device")))
 
 
 def node_rows(sel: str) -> str:
@@ -223,14 +241,12 @@ def node_rows(sel: str) -> str:
     by their distance from the median node, from the same records (the other
     "Cells from" choices, which sum the GPUs anyway, from the raw counters)."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
-    raw_share = (f'(sum by (node) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
-                 f' / sum by (node) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
     return "\nor\n".join((
         recorded_cells("node", nat),
         cell_ratio(nat, "node"),
         _ranked(recorded_cells("node", rk), "cluster, node",
                 _rank(_recorded_share("node", rk, "cluster, node"), "cluster, node", ""), "node"),
-        _ranked(cell_ratio(rk, "node"), "node", _rank(raw_share, "node", ""), "node")))
+        _ranked(cell_ratio(rk, "node"), "node", _rank(_share(rk, "node"), "node", ""), "node")))
 
 
 def workload_rows(sel: str) -> str:
