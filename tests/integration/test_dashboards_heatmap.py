@@ -127,6 +127,18 @@ def test_every_selector_honours_the_cluster_variable():
                     assert 'cluster=~"$cluster"' in sel, f"{q.where}: {{{sel}}}"
 
 
+def test_node_detail_keeps_clusters_apart():
+    """Node detail aggregates by GPU: with cluster = All, two clusters' nodes of
+    the same name must stay two sets of GPUs, not be summed into one."""
+    (d,) = [d for uid, d in dashboards().items() if uid == "gpulse-node-detail"]
+    seen = 0
+    for q in panel_queries(d):
+        for by in re.findall(r"\bby \(([^)]*)\)", q.expr):
+            assert "cluster" in [x.strip() for x in by.split(",")], f"{q.where}: by ({by})"
+            seen += 1
+    assert seen >= 6
+
+
 # ------------------------------------------------------------------ against Prometheus
 
 class Stack:
