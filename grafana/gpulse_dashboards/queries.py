@@ -185,9 +185,14 @@ def row_key(expr: str) -> str:
 
 
 def _ranked(expr: str, by: str, rank: str, key: str) -> str:
-    """`expr` with `rank` (count_values by `by`, see _rank) put in front of its
-    row key, so the most deviant rows sort first."""
-    return f'label_join(\n(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\n),\n"device", "/", "rank", "{key}")'
+    """`expr` with `rank` (count_values, see _rank; it carries the row's `key`
+    label) put in front of its row key, so the most deviant rows sort first.
+    The new key is built on the rank vector, which `@ end()` makes one value
+    per row for the whole range (evaluated once), and the join copies it over
+    the cells' `device`: a label function over the joined cells would run at
+    every step over every cell (about 0.45 s at 1,024 GPUs x 240 cells)."""
+    return (f'(\n{expr}\n) * on ({by}) group_left (device) label_join(\n{rank},\n'
+            f'"device", "/", "rank", "{key}")')
 
 
 def _rank(share: str, by: str, peers: str) -> str:
@@ -247,10 +252,11 @@ def gpu_rows(sel: str) -> str:
     loses its row in worst-first order."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
     rec, by = "cluster, node, gpu", "node, gpu"
+    keyed = rec + ", device"     # the records carry their row key
     return last_is_default((
-        _ranked(row_key(cell_ratio(rk, by)), by, _rank(_share(rk, by), by, "node"), "device"),
-        _ranked(recorded_cells("node_gpu", rk), rec, _rank(_recorded_share("node_gpu", rk, rec), rec, "cluster, node"),
-                "device"),
+        _ranked(row_key(cell_ratio(rk, by)), by, row_key(_rank(_share(rk, by), by, "node")), "device"),
+        _ranked(recorded_cells("node_gpu", rk), rec,
+                _rank(_recorded_share("node_gpu", rk, keyed), keyed, "cluster, node"), "device"),
         row_key(cell_ratio(nat, by)),
         *recorded_branches("node_gpu", nat)))
 
