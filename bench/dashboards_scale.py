@@ -5,6 +5,8 @@
     .venv/bin/python bench/dashboards_scale.py --gpus 128 --repeat 3
     .venv/bin/python bench/dashboards_scale.py --gpus 1024 --only "/ GPU heatmap [A] metric=active|busy" \
         --only "/ Nodes [A] metric=active|busy" --compare HEAD~5
+    .venv/bin/python bench/dashboards_scale.py --gpus 1024 --keep ...      # prints the kept directory
+    .venv/bin/python bench/dashboards_scale.py --gpus 1024 --reuse DIR --compare HEAD~1 --only ...
 
 For each cluster size: synthesise 4 h of gpulse scrapes every 15 s
 (bench/dashboards_data.py), load them with `promtool tsdb create-blocks-from
@@ -16,7 +18,9 @@ of every dashboard the way Grafana would for a 1,920-pixel-wide panel over the
 4-hour range, several times each, and print the median time and response size.
 The first size is the baseline the larger one is compared with; the heatmaps
 are timed for every colouring, from the raw counters and from the 5m recording
-rules ("Cells from"), in both row orders.
+rules ("Cells from"), in both row orders. `--reuse DIR` skips the build and
+times the queries on a TSDB kept by `--keep`: the data and records of then, the
+dashboards of now (and of `--compare REV`).
 """
 from __future__ import annotations
 
@@ -264,11 +268,26 @@ def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def reuse(work: Path) -> tuple[Prometheus, int, int, int]:
+    """Prometheus on a TSDB kept by --keep (scrapes and recording rules already
+    in it); the range from its blocks, the scraped series counted."""
+    metas = [json.loads(m.read_text()) for m in (work / "data").glob("*/meta.json")]
+    if not metas:
+        raise SystemExit(f"dashboards_scale: --reuse {work}: no TSDB blocks under {work / 'data'}")
+    start, end = min(m["minTime"] for m in metas) // 1000, max(m["maxTime"] for m in metas) // 1000
+    prom = Prometheus(work / "data", work)
+    prom.start()
+    scraped = int(float(requests.get(f"{prom.url}/api/v1/query", timeout=120, params={
+        "query": 'count({__name__=~"[^:]+"})', "time": end - 60}).json()["data"]["result"][0]["value"][1]))
+    print(f"  reusing {work}: {scraped} scraped series, {(end - start) / 3600:g} h", flush=True)
+    return prom, start, end, scraped
+
+
 def measure(gpus: int, args, scratch: Path) -> dict:
-    work = Path(tempfile.mkdtemp(prefix=f"gpulse-dash-{gpus}-"))
+    work = Path(args.reuse) if args.reuse else Path(tempfile.mkdtemp(prefix=f"gpulse-dash-{gpus}-"))
     prom = None
     try:
-        prom, start, end, scraped = build(gpus, args.hours, work, scratch)
+        prom, start, end, scraped = reuse(work) if args.reuse else build(gpus, args.hours, work, scratch)
         range_ms = (end - start) * 1000
         total_series = int(float(requests.get(f"{prom.url}/api/v1/query", timeout=60, params={
             "query": 'count({__name__=~".+"})', "time": end - 60}).json()["data"]["result"][0]["value"][1]))
@@ -285,7 +304,7 @@ def measure(gpus: int, args, scratch: Path) -> dict:
     finally:
         if prom:
             prom.stop()
-        if args.keep:
+        if args.keep or args.reuse:
             print(f"  kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
@@ -374,12 +393,16 @@ def main(argv=None) -> int:
     ap.add_argument("--hours", type=float, default=4.0, help="time range backfilled and queried (default %(default)s)")
     ap.add_argument("--repeat", type=int, default=5, help="runs of each query; the median is reported")
     ap.add_argument("--keep", action="store_true", help="keep the TSDB directories")
+    ap.add_argument("--reuse", default="", metavar="DIR",
+                    help="time the queries on a TSDB kept by --keep (one size: --gpus names it) instead of building one")
     ap.add_argument("--only", action="append", default=[], metavar="TEXT",
                     help="only the targets whose name (dashboard / panel [ref] choices) has TEXT; repeatable")
     ap.add_argument("--compare", default="", metavar="REV",
                     help="also time the dashboards as generated at git revision REV, on the same data")
     args = ap.parse_args(argv)
     sizes = sizes_and_hours(args, "dashboards_scale")
+    if args.reuse and len(sizes) != 1:
+        raise SystemExit("dashboards_scale: --reuse times one kept TSDB: give its size alone in --gpus")
     scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
     print(f"dashboards at scale: {args.hours:g} h at a {SCRAPE} scrape interval, queries as Grafana sends them "
           f"for a {WIDTH_PX}-px panel, median of {args.repeat}", flush=True)

@@ -63,7 +63,7 @@ def build() -> db.Dashboard:
              min_val=0, w=8))
          .with_panel(table_panel(
              "Energy in range", "Energy each GPU consumed over the selected time range.", JOULES,
-             query(f"sum by (gpu) (increase(gpulse_gpu_energy_joules_total{{{SEL}}}[$__range]))", "",
+             query(f"sum by (cluster, gpu) (increase(gpulse_gpu_energy_joules_total{{{SEL}}}[$__range]))", "",
                    instant=True, table=True),
              transformations=merge_table({"Value": "energy"}), w=8)))
 
@@ -84,7 +84,7 @@ def build() -> db.Dashboard:
              "Throttle reasons", "Share of time the clocks were held down, by reason, averaged over the "
              "selected GPUs. gpu_idle is harmless; sw_power_cap, hw_slowdown and the thermal reasons "
              "under load slow training.", RATIO,
-             query(f"avg by (reason) (rate(gpulse_gpu_throttle_seconds_total{{{SEL}}}[$__rate_interval]))",
+             query(f"avg by (cluster, reason) (rate(gpulse_gpu_throttle_seconds_total{{{SEL}}}[$__rate_interval]))",
                    "{{reason}}"),
              min_val=0, max_val=1, w=8)))
 
@@ -92,13 +92,13 @@ def build() -> db.Dashboard:
          .with_panel(time_series(
              "XID errors", "Driver XID errors by GPU and code per step. 79 = GPU fell off the bus, "
              "48/63/64/94/95 = memory errors, 13/31/43 = application faults.", COUNT,
-             query(f"sum by (gpu, xid) (increase(gpulse_gpu_xid_errors_total{{{SEL}}}[$__rate_interval]))",
+             query(f"sum by (cluster, gpu, xid) (increase(gpulse_gpu_xid_errors_total{{{SEL}}}[$__rate_interval]))",
                    "GPU {{gpu}} XID {{xid}}"),
              bars=True, min_val=0))
          .with_panel(time_series(
              "ECC errors", "Corrected and uncorrected ECC errors per step. Uncorrected errors need a "
              "GPU reset; a steady stream of corrected ones precedes row remapping.", COUNT,
-             query(f"sum by (gpu, type) (increase(gpulse_gpu_ecc_errors_total{{{SEL}}}[$__rate_interval]))",
+             query(f"sum by (cluster, gpu, type) (increase(gpulse_gpu_ecc_errors_total{{{SEL}}}[$__rate_interval]))",
                    "GPU {{gpu}} {{type}}"),
              bars=True, min_val=0)))
 
@@ -106,11 +106,11 @@ def build() -> db.Dashboard:
          .with_panel(time_series(
              "PCIe throughput", "Bytes per second over PCIe per GPU and direction (host ↔ GPU "
              "transfers, input data, checkpoints).", BYTES_PER_SECOND,
-             query(_rate("gpulse_gpu_pcie_bytes_total", "gpu, direction"), "GPU {{gpu}} {{direction}}"),
+             query(_rate("gpulse_gpu_pcie_bytes_total", "cluster, gpu, direction"), "GPU {{gpu}} {{direction}}"),
              min_val=0))
          .with_panel(time_series(
              "NVLink throughput", "Bytes per second over NVLink per GPU and direction: the all-reduce "
              "traffic of data-parallel training. It stops during a sync stall.", BYTES_PER_SECOND,
-             query(_rate("gpulse_gpu_nvlink_bytes_total", "gpu, direction"), "GPU {{gpu}} {{direction}}"),
+             query(_rate("gpulse_gpu_nvlink_bytes_total", "cluster, gpu, direction"), "GPU {{gpu}} {{direction}}"),
              min_val=0)))
     return d

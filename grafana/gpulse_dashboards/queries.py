@@ -55,8 +55,19 @@ assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); se
 # holds the metric-name suffix of that data, and every branch of a cell query
 # names its own data with it, so only the chosen branch matches any series and
 # Prometheus reads (and computes on) only that one. The branches are joined with
-# `or`, which costs nothing when one side is empty.
+# `or`; see last_is_default for the order.
 INCREMENTS = "increase15s"   # the gpulse.gpu.cells15s records (the default)
+
+
+def last_is_default(branches: tuple[str, ...]) -> str:
+    """Gated branches joined with `or` in one flat chain, the default choices'
+    branches last. Prometheus 2.42 does not skip an `or` with one side empty:
+    each `or` the data passes through costs about 0.1 s of CPU at 1,024 GPUs x
+    240 cells (bench/dashboards_scale.py), while one between two empty sides
+    costs nothing. `or` is left-associative, so in a flat chain with the data
+    in its last two branches (the default cells: one evaluation per cell, or
+    several) it passes through one `or` only."""
+    return "\nor\n".join(f"(\n{b}\n)" if "\nor\n" in b else b for b in branches)
 
 # Row order (`order`, common.ORDER_CHOICES) gates its branches the same way: the
 # natural-order branch adds NATURAL to its selectors, the worst-first branch
@@ -85,6 +96,11 @@ def recorded_cells(level: str, sel: str) -> str:
     s) earlier than the raw cells where evaluations fall on the edges. Which of
     the two applies is decided by the metric name: only at a 15 s interval does
     `increase${__interval}` name the records."""
+    return "\nor\n".join(f"(\n{b}\n)" for b in recorded_branches(level, sel))
+
+
+def recorded_branches(level: str, sel: str) -> tuple[str, str]:
+    """The two branches of recorded_cells: one evaluation per cell, several."""
     def pick(name: str, extra: str, one: bool) -> str:
         n = f"{level}:gpulse_gpu_{name}_seconds:"
         gate = (f'__name__=~"{n}increase${{__interval}}"' if one
@@ -95,7 +111,7 @@ def recorded_cells(level: str, sel: str) -> str:
            f"/ ignoring (signal) last_over_time({pick('sampled', '', True)}[$__interval])")
     many = (f"sum_over_time({pick('work', work, False)}[$__interval] offset 1ms)\n"
             f"/ ignoring (signal) sum_over_time({pick('sampled', '', False)}[$__interval] offset 1ms)")
-    return f"(\n{one}\n)\nor\n(\n{many}\n)"
+    return one, many
 
 
 def cell_ratio(sel: str, by: str = "node, gpu") -> str:
@@ -169,9 +185,14 @@ def row_key(expr: str) -> str:
 
 
 def _ranked(expr: str, by: str, rank: str, key: str) -> str:
-    """`expr` with `rank` (count_values by `by`, see _rank) put in front of its
-    row key, so the most deviant rows sort first."""
-    return f'label_join(\n(\n{expr}\n) * on ({by}) group_left (rank) (\n{rank}\n),\n"device", "/", "rank", "{key}")'
+    """`expr` with `rank` (count_values, see _rank; it carries the row's `key`
+    label) put in front of its row key, so the most deviant rows sort first.
+    The new key is built on the rank vector, which `@ end()` makes one value
+    per row for the whole range (evaluated once), and the join copies it over
+    the cells' `device`: a label function over the joined cells would run at
+    every step over every cell (about 0.45 s at 1,024 GPUs x 240 cells)."""
+    return (f'(\n{expr}\n) * on ({by}) group_left (device) label_join(\n{rank},\n'
+            f'"device", "/", "rank", "{key}")')
 
 
 def _rank(share: str, by: str, peers: str) -> str:
@@ -200,6 +221,30 @@ def _recorded_share(level: str, sel: str, by: str) -> str:
     return f"({total('work', ', signal=' + chr(34) + 'active' + chr(34))}\n / {total('sampled')})"
 
 
+def _share(sel: str, by: str) -> str:
+    """Each row's active share over the whole range from the data of the other
+    "Cells from" choices: raw counters, the 1m cell rules or the 5m rules (its
+    mean power over its limit when coloured by power). Each
+    branch names its data with `${cells}`, as the cells do, so only the chosen
+    one reads anything: a rank read from the raw counters whatever the choice
+    would make worst first over the 15 s records read every GPU's counters over
+    the whole range for a join that matches nothing (2 s of the 16,384-GPU
+    nodes overview)."""
+    def total(*matchers: str) -> str:
+        return f"sum by ({by}) (increase({{{', '.join((*matchers, sel))}}}[$__range] @ end()))"
+    def share(work: tuple[str, ...], sampled: tuple[str, ...]) -> str:
+        return f"({total(*work)}\n / {total(*sampled)})"
+    m1 = '__name__=~".+:cells1m"'
+    raw = share(('__name__=~"gpulse_gpu_active_${cells}"',), ('__name__=~"gpulse_gpu_sampled_${cells}"',))
+    one_minute = share(('__name__=~"node_gpu:gpulse_gpu_work_seconds:${cells}"', m1, 'signal="active"'),
+                       ('__name__=~"node_gpu:gpulse_gpu_sampled_seconds:${cells}"', m1))
+    rules = f'avg by ({by}) (avg_over_time({{__name__=~"node_gpu:gpulse_gpu_active:${{cells}}", {sel}}}[$__range] @ end()))'
+    # power cells come from the gauges whatever "Cells from" says, and so does their rank
+    power = (f'avg by ({by}) (avg_over_time({{__name__=~"gpulse_gpu_(${{metric}})_watts", {sel}}}[$__range] @ end())\n'
+             f' / {{__name__=~"gpulse_gpu_(${{metric}})_limit_watts", {sel}}} @ end())')
+    return f"(\n{raw}\nor\n{one_minute}\nor\n{rules}\nor\n{power}\n)"
+
+
 def gpu_rows(sel: str) -> str:
     """Per-GPU heatmap: one row per GPU, node by node, GPUs in index order, or
     worst first (`order`): the GPUs furthest from their node's median over the
@@ -207,14 +252,13 @@ def gpu_rows(sel: str) -> str:
     loses its row in worst-first order."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
     rec, by = "cluster, node, gpu", "node, gpu"
-    raw_share = (f'(sum by ({by}) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
-                 f' / sum by ({by}) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
-    return "\nor\n".join((
-        recorded_cells("node_gpu", nat),
+    keyed = rec + ", device"     # the records carry their row key
+    return last_is_default((
+        _ranked(row_key(cell_ratio(rk, by)), by, row_key(_rank(_share(rk, by), by, "node")), "device"),
+        _ranked(recorded_cells("node_gpu", rk), rec,
+                _rank(_recorded_share("node_gpu", rk, keyed), keyed, "cluster, node"), "device"),
         row_key(cell_ratio(nat, by)),
-        _ranked(recorded_cells("node_gpu", rk), rec, _rank(_recorded_share("node_gpu", rk, rec), rec, "cluster, node"),
-                "device"),
-        _ranked(row_key(cell_ratio(rk, by)), by, _rank(raw_share, by, "node"), "device")))
+        *recorded_branches("node_gpu", nat)))
 
 
 def node_rows(sel: str) -> str:
@@ -223,21 +267,19 @@ def node_rows(sel: str) -> str:
     by their distance from the median node, from the same records (the other
     "Cells from" choices, which sum the GPUs anyway, from the raw counters)."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
-    raw_share = (f'(sum by (node) (increase({{__name__="gpulse_gpu_active_seconds_total", {rk}}}[$__range] @ end()))\n'
-                 f' / sum by (node) (increase({{__name__="gpulse_gpu_sampled_seconds_total", {rk}}}[$__range] @ end())))')
-    return "\nor\n".join((
-        recorded_cells("node", nat),
-        cell_ratio(nat, "node"),
+    return last_is_default((
+        _ranked(cell_ratio(rk, "node"), "node", _rank(_share(rk, "node"), "node", ""), "node"),
         _ranked(recorded_cells("node", rk), "cluster, node",
                 _rank(_recorded_share("node", rk, "cluster, node"), "cluster, node", ""), "node"),
-        _ranked(cell_ratio(rk, "node"), "node", _rank(raw_share, "node", ""), "node")))
+        cell_ratio(nat, "node"),
+        *recorded_branches("node", nat)))
 
 
 def workload_rows(sel: str) -> str:
     """Overview: one row per workload across all its nodes, from the workload-level
     records (or the GPUs' data for the other `cells` choices)."""
     attributed = sel + ', workload!=""'
-    return f"{recorded_cells('workload', sel)}\nor\n{cell_ratio(attributed, 'cluster, workload')}"
+    return last_is_default((cell_ratio(attributed, "cluster, workload"), *recorded_branches("workload", sel)))
 
 
 def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:

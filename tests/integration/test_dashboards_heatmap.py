@@ -127,6 +127,18 @@ def test_every_selector_honours_the_cluster_variable():
                     assert 'cluster=~"$cluster"' in sel, f"{q.where}: {{{sel}}}"
 
 
+def test_node_detail_keeps_clusters_apart():
+    """Node detail aggregates by GPU: with cluster = All, two clusters' nodes of
+    the same name must stay two sets of GPUs, not be summed into one."""
+    (d,) = [d for uid, d in dashboards().items() if uid == "gpulse-node-detail"]
+    seen = 0
+    for q in panel_queries(d):
+        for by in re.findall(r"\bby \(([^)]*)\)", q.expr):
+            assert "cluster" in [x.strip() for x in by.split(",")], f"{q.where}: by ({by})"
+            seen += 1
+    assert seen >= 6
+
+
 # ------------------------------------------------------------------ against Prometheus
 
 class Stack:
@@ -206,6 +218,48 @@ def test_worst_first_puts_the_straggler_on_top(stack):
     assert len(rows) == 2 * GPUS
     # the straggler scenario runs GPU 1 at 99 % while its peers run at 60 %
     assert rows[0] == (STRAGGLER_NODE, "1"), rows
+
+
+@pytest.mark.parametrize("cells", ["seconds_total", "cells1m", "ratio_rate5m"])
+def test_worst_first_ranks_every_cells_choice(stack, cells):
+    """Worst first reads its rank from the data the chosen cells come from, so
+    every "Cells from" choice keeps every row and puts the straggler on top."""
+    req = request("gpulse-cluster-heatmap", "GPU heatmap", order=WORST_FIRST, cells=cells)
+    deadline = time.monotonic() + 60      # the 1m and 5m rules need a few evaluations
+    while True:
+        rows = _rows(stack.range(req))
+        if (len(rows) == 2 * GPUS and rows[0] == (STRAGGLER_NODE, "1")) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert len(rows) == 2 * GPUS, rows
+    assert rows[0] == (STRAGGLER_NODE, "1"), rows
+
+
+def _selects(selector: str, name: str) -> bool:
+    """Whether every __name__ matcher of a PromQL selector accepts `name`."""
+    ok = True
+    for op, value in re.findall(r'__name__\s*(=~|!~|!=|=)\s*"([^"]*)"', selector):
+        hit = re.fullmatch(value, name) is not None if "~" in op else value == name
+        ok = ok and (hit if op in ("=", "=~") else not hit)
+    return ok
+
+
+def test_worst_first_over_the_records_reads_no_raw_counter():
+    """With the default cells (the 15 s records) no branch of a worst-first
+    heatmap or overview selects a raw per-GPU counter: a rank branch that did
+    would read every GPU's counters over the whole range for a join that
+    matches nothing."""
+    checked = 0
+    for uid in ("gpulse-cluster-heatmap",):
+        for title in ("GPU heatmap", "Nodes"):
+            expr = request(uid, title, order=WORST_FIRST).expr
+            selectors = re.findall(r"\{([^{}]*__name__[^{}]*)\}", expr)
+            assert selectors, title
+            for sel in selectors:
+                for counter in ("gpulse_gpu_active_seconds_total", "gpulse_gpu_sampled_seconds_total"):
+                    assert not _selects(sel, counter), f"{title}: {{{sel}}} reads {counter}"
+            checked += 1
+    assert checked == 2
 
 
 def test_node_overview_has_one_row_per_node_in_order(stack):
