@@ -501,12 +501,13 @@ def records_read(exprs: list[str]) -> set[str]:
         out = more
 
 
-def prom_rules(data: Path, start: int, end: int, work: Path) -> dict:
+def prom_rules(data: Path, start: int, end: int, work: Path, only: re.Pattern | None = None) -> dict:
     """The recording rules into a Prometheus fleet store: over the whole range those the
-    panels with a target read (and their inputs), over the last EVAL_WINDOW_S every
-    other one (the input of the rules read from them); then each group evaluated as a
-    live ruler would at EVAL_AT (eval_cost)."""
-    exprs = [expr for where, (expr, *_) in panel_requests(start, end) if target_of(where)]
+    panels with a target read (`only`: those of them it finds) and their inputs, over the
+    last EVAL_WINDOW_S every other one (the input of the rules read from them); then each
+    group evaluated as a live ruler would at EVAL_AT (eval_cost)."""
+    exprs = [expr for where, (expr, *_) in panel_requests(start, end)
+             if target_of(where) and (not only or only.search(where))]
     full = records_read(exprs)
     prom = prom_server(data, work)
     prom.start()
@@ -580,9 +581,11 @@ def per_cycle(groups: dict, recording_only: bool = False) -> float:
                if g["recording"] or not recording_only)
 
 
-def prom_fleet(meta: dict, root: Path, work: Path, scratch: Path, gpus: int, rules: bool = True) -> str:
+def prom_fleet(meta: dict, root: Path, work: Path, scratch: Path, gpus: int, rules: bool = True,
+               only: re.Pattern | None = None) -> str:
     """The Prometheus fleet store prom-gpulse-GPUS in a kept directory, each phase not
-    yet done (scrapes, then rules), fleet.json written after each; its name."""
+    yet done (scrapes, then rules; `only`: see prom_rules), fleet.json written after
+    each; its name."""
     name = f"prom-gpulse-{math.ceil(gpus / GPUS_PER_NODE) * GPUS_PER_NODE}"
     store = meta["stores"].get(name)
     if store is None:
@@ -592,7 +595,7 @@ def prom_fleet(meta: dict, root: Path, work: Path, scratch: Path, gpus: int, rul
         store = meta["stores"][name] = prom_scrapes(gpus, meta["start"], meta["end"], root / name, work, scratch)
         (root / "fleet.json").write_text(json.dumps(meta, indent=1))
     if rules and "groups" not in store:
-        store.update(prom_rules(root / name, meta["start"], meta["end"], work))
+        store.update(prom_rules(root / name, meta["start"], meta["end"], work, only))
         (root / "fleet.json").write_text(json.dumps(meta, indent=1))
     return name
 
@@ -776,9 +779,9 @@ def main(argv=None) -> int:
     ap.add_argument("--reuse", type=Path, metavar="DIR", help="no backfill: start the servers on DIR (a --keep run) "
                     "and run the queries on the dashboards as they are now")
     ap.add_argument("--prom-gpus", type=int, metavar="N", help="gpulse at N GPUs into Prometheus too (node shard × "
-                    "hour files, merged by Prometheus; the records the panels with a target read backfilled over "
-                    "the range, every rule group's evaluation timed); with --reuse: added to the kept directory, "
-                    "each phase not yet there")
+                    "hour files, merged by Prometheus; the records the panels with a target (and --only) read "
+                    "backfilled over the range, every rule group's evaluation timed); with --reuse: added to the "
+                    "kept directory, each phase not yet there")
     ap.add_argument("--replay-rules", action="store_true", help="with --reuse: first replay today's recording rules "
                     "(vmalert -replay of prometheus/rules-vmalert over the kept range) into each VictoriaMetrics "
                     "store of gpulse; its CPU time is reported in place of the backfill's")
@@ -808,7 +811,7 @@ def main(argv=None) -> int:
                 raise SystemExit(f"fleet: --reuse {args.reuse}: not a kept backfill ({e})") from None
             root = args.reuse
             if args.prom_gpus:
-                prom_fleet(meta, root, work, scratch_dir(), args.prom_gpus)
+                prom_fleet(meta, root, work, scratch_dir(), args.prom_gpus, only=args.only)
             if args.stores:
                 meta["stores"] = {n: s for n, s in meta["stores"].items() if args.stores.search(n)}
                 if not any(s["source"] == "gpulse" for s in meta["stores"].values()):
@@ -832,7 +835,7 @@ def main(argv=None) -> int:
                     build_fleet(gpus, start, end, root, work)
             (root / "fleet.json").write_text(json.dumps(meta, indent=1))
             if args.prom_gpus:
-                prom_fleet(meta, root, work, scratch, args.prom_gpus)
+                prom_fleet(meta, root, work, scratch, args.prom_gpus, only=args.only)
         res = measure(meta, root, work, args.repeat, args.only, args.replay_rules)
         if args.only and not any(r.get("queries") for r in res.values()):
             raise SystemExit(f"fleet: --only {args.only.pattern}: no panel target matches")
