@@ -6,6 +6,8 @@
     .venv/bin/python bench/fleet.py --reuse /work/fleet-data     # the queries again, on a kept backfill
     nice -n 10 .venv/bin/python bench/fleet.py --reuse /work/fleet-data --stores vm-gpulse-16384 \
         --replay-rules --only '^GPU cluster heatmap / Nodes '      # today's rules, one panel, one store
+    nice -n 10 .venv/bin/python bench/fleet.py --reuse /work/fleet-data --prom-gpus 16384 \
+        --stores gpulse-16384 --repeat 1 --only '...'     # Prometheus at fleet size beside VictoriaMetrics
 
 For N GPUs (8 a node) × --hours at a 15 s scrape:
 
@@ -35,6 +37,17 @@ seconds per rule-evaluation cycle (ruler and database together, over the range's
 cycles), each panel's median time and response size, and the ratios gpulse /
 dcgm-exporter and VictoriaMetrics / Prometheus. Every figure names the size and engine
 it was measured at; a size not run is an extrapolation, and the script says so.
+
+--prom-gpus N puts gpulse at N GPUs into Prometheus too (store prom-gpulse-N; with
+--reuse, beside the kept stores, each phase not yet there): node shard × hour
+OpenMetrics files (SHARD_NODES nodes, ~1.9 GB each; two promtool runs loading while
+Python writes the next; each file deleted once loaded), then Prometheus started until
+its vertical compaction has merged each hour's overlapping shard blocks into one. The
+recording rules: the records the panels with a target read (those --only finds) over
+the whole range, every other record over the last EVAL_WINDOW_S (input for the rules
+read from them); then every rule group, recording and alerting, evaluated as instant
+queries at EVAL_AT, Prometheus' CPU per evaluation being what a live ruler pays per
+cycle (beside vmalert -replay's figure for VictoriaMetrics).
 """
 from __future__ import annotations
 
@@ -653,9 +666,10 @@ def measured(name: str, f: dict, meta: dict, res: dict, stores: dict) -> None:
         print(f"  series per GPU {f['series'] / f['gpus']:.1f}; disk {f['disk'] / 1e9:.2f} GB = "
               f"{f['disk'] / gpu_h / 1024:.1f} KiB per GPU-hour; RSS after the queries {f['rss'] / MB:.0f} MB")
     if "groups" in f:
+        rest = f.get("rules_note") or f"over the last {EVAL_WINDOW_S // 60} min every other record"
         print(f"  recording rules backfilled by promtool: over the range {', '.join(f['rules_records_range'])}; "
-              f"over the last {EVAL_WINDOW_S // 60} min every other record ({f['rules_s']:.0f} s, "
-              f"{f['rules_cpu']:.0f} CPU s of promtool and prometheus, then {f['rules_compact_cpu']:.0f} s merging)")
+              f"{rest} ({f['rules_s']:.0f} s, {f['rules_cpu']:.0f} CPU s of promtool and prometheus, then "
+              f"{f['rules_compact_cpu']:.0f} CPU s merging)")
         print(f"  rule evaluation, every group as instant queries at {len(EVAL_AT)} instants (prometheus CPU s "
               "per evaluation; per 15 s at the group's interval):")
         for g, c in f["groups"].items():
