@@ -81,8 +81,8 @@ def run(cmd: list[str]) -> str:
 
 
 class Prometheus:
-    def __init__(self, data: Path, workdir: Path, retention: str = "30d"):
-        self.data, self.workdir, self.proc, self.retention = data, workdir, None, retention
+    def __init__(self, data: Path, workdir: Path, retention: str = "30d", flags: tuple[str, ...] = ()):
+        self.data, self.workdir, self.proc, self.retention, self.flags = data, workdir, None, retention, flags
         (workdir / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
 
     def start(self) -> None:
@@ -93,7 +93,7 @@ class Prometheus:
              f"--storage.tsdb.path={self.data}", f"--web.listen-address=127.0.0.1:{port}",
              f"--storage.tsdb.retention.time={self.retention}", "--log.level=error",
              # 2h blocks stay as they are: no compaction running while queries are timed
-             "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h"],
+             "--storage.tsdb.min-block-duration=2h", "--storage.tsdb.max-block-duration=2h", *self.flags],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:

@@ -6,6 +6,8 @@
     .venv/bin/python bench/fleet.py --reuse /work/fleet-data     # the queries again, on a kept backfill
     nice -n 10 .venv/bin/python bench/fleet.py --reuse /work/fleet-data --stores vm-gpulse-16384 \
         --replay-rules --only '^GPU cluster heatmap / Nodes '      # today's rules, one panel, one store
+    nice -n 10 .venv/bin/python bench/fleet.py --reuse /work/fleet-data --prom-gpus 16384 \
+        --stores gpulse-16384 --repeat 1 --only '...'     # Prometheus at fleet size beside VictoriaMetrics
 
 For N GPUs (8 a node) × --hours at a 15 s scrape:
 
@@ -35,6 +37,17 @@ seconds per rule-evaluation cycle (ruler and database together, over the range's
 cycles), each panel's median time and response size, and the ratios gpulse /
 dcgm-exporter and VictoriaMetrics / Prometheus. Every figure names the size and engine
 it was measured at; a size not run is an extrapolation, and the script says so.
+
+--prom-gpus N puts gpulse at N GPUs into Prometheus too (store prom-gpulse-N; with
+--reuse, beside the kept stores, each phase not yet there): node shard × hour
+OpenMetrics files (SHARD_NODES nodes, ~1.9 GB each; two promtool runs loading while
+Python writes the next; each file deleted once loaded), then Prometheus started until
+its vertical compaction has merged each hour's overlapping shard blocks into one. The
+recording rules: the records the panels with a target read (those --only finds) over
+the whole range, every other record over the last EVAL_WINDOW_S (input for the rules
+read from them); then every rule group, recording and alerting, evaluated as instant
+queries at EVAL_AT, Prometheus' CPU per evaluation being what a live ruler pays per
+cycle (beside vmalert -replay's figure for VictoriaMetrics).
 """
 from __future__ import annotations
 
@@ -60,8 +73,10 @@ sys.path.insert(0, str(HERE))
 
 from _proc import cpu_seconds, free_port, rss_bytes, wait_ready  # noqa: E402
 from dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
+from dashboards_data import _write as write_families  # noqa: E402
 from dashboards_scale import (BLOCK_S, VARIABLES, WINDOW_S, Prometheus, backfill_rules, du,  # noqa: E402
-                              load_windows, need, requests_for, sizes_and_hours, timed)
+                              load_windows, need, requests_for, rule_levels, run, sizes_and_hours,
+                              timed, wait_loaded)
 
 DCGM_CAPTURE = ROOT.parent / "shared" / "data" / "captures" / "dcgm-exporter" / "l4-gpu-operator.prom"
 MB = 1e6
@@ -253,17 +268,22 @@ def target_of(where: str) -> tuple[str, str, float] | None:
     return next((t for t in TARGETS if where.startswith(t[1])), None)
 
 
+def panel_requests(start: int, end: int) -> list[tuple[str, tuple]]:
+    """(where, (expr, instant, step, span)) of every panel target of every dashboard
+    over [start, end], and of the drill-down from an overview row: one node's GPU heatmap."""
+    range_ms = (end - start) * 1000
+    reqs = [(where, r) for uid in VARIABLES for where, *r in requests_for(uid, range_ms)]
+    return reqs + [(f"{DRILL_NODE}: {where}", r) for where, *r in
+                   requests_for("gpulse-cluster-heatmap", range_ms, {"node": DRILL_NODE}) if "GPU heatmap" in where]
+
+
 def queries(server, start: int, end: int, repeat: int, only: re.Pattern | None = None) -> dict[str, tuple[float, int]]:
     """(median seconds, response bytes) of every panel target of every dashboard, and
     of the drill-down from an overview row: the GPU heatmap of one node (`only`: the
     targets whose name it finds). Panels with a target run at least three times,
     whatever `repeat` says."""
-    range_ms = (end - start) * 1000
-    reqs = [(where, r) for uid in VARIABLES for where, *r in requests_for(uid, range_ms)]
-    reqs += [(f"{DRILL_NODE}: {where}", r) for where, *r in
-             requests_for("gpulse-cluster-heatmap", range_ms, {"node": DRILL_NODE}) if "GPU heatmap" in where]
     out = {}
-    for where, (expr, instant, step, span) in reqs:
+    for where, (expr, instant, step, span) in panel_requests(start, end):
         if only and not only.search(where):
             continue
         try:
@@ -351,6 +371,248 @@ def build_compare(gpus: int, start: int, end: int, root: Path, work: Path, scrat
     return stores
 
 
+# node shards of one hour per OpenMetrics file: 1,024 GPUs, ~1.9 GB of text, what one
+# promtool run loads in about half a minute; at least 4 shards an hour, so that a small
+# run goes through the same merge of overlapping blocks as a fleet
+SHARD_NODES = 128
+PROM_FLAGS = (
+    # the 16,384-row heatmaps and the rule backfill's range queries: past the 2 min and
+    # 50 M-sample defaults at fleet size
+    "--query.timeout=30m", "--query.max-samples=2000000000")
+# the last minutes of the range where every recording rule is backfilled (the records no
+# panel with a target reads, as input to the rules read from them) and where each
+# group's evaluation is timed
+EVAL_WINDOW_S = 1200
+EVAL_AT = (300, 200, 100)       # seconds before the end: the timed evaluation instants
+
+
+def prom_server(data: Path, work: Path) -> Prometheus:
+    return Prometheus(data, work, flags=PROM_FLAGS)
+
+
+def node_of(labels: str) -> int:
+    """The node index in a series' labels (every series of the model has its instance)."""
+    i = labels.index('instance="gpu-node-') + 19
+    return int(labels[i:labels.index(":", i)])
+
+
+def write_shards(cluster: Cluster, t0: int, t1: int, shard_nodes: int, path_of):
+    """The scrapes t0, t0+15, ... < t1 as one OpenMetrics file per `shard_nodes` nodes,
+    path_of(shard) each; yields (path, series, samples) as each file is complete. One
+    pass over the cluster per hour: its counters move on once."""
+    stamps = [f" {t}\n" for t in range(t0, t1, STEP_S)]
+    formatted: dict[tuple[int, int], list[str]] = {}
+    fam: dict[str, list[str]] = {}
+    shard, series, samples = 0, 0, 0
+    for name, labels, values, key in cluster.series(t0, t1):
+        if node_of(labels) // shard_nodes != shard:
+            write_families(path_of(shard), fam)
+            yield path_of(shard), series, samples
+            fam, shard, series, samples = {}, node_of(labels) // shard_nodes, 0, 0
+        tails = formatted.get(key)
+        if tails is None:
+            tails = formatted[key] = [format(v, ".6g") + ts for v, ts in zip(values, stamps)]
+        prefix = f"{name}{{{labels}}} "
+        fam.setdefault(name, []).append("".join([prefix + tail for tail in tails]))
+        series += 1
+        samples += len(values)
+    write_families(path_of(shard), fam)
+    yield path_of(shard), series, samples
+
+
+def blocks(data: Path) -> list[tuple[int, int]]:
+    """(minTime, maxTime) of each block in a TSDB directory."""
+    out = []
+    for meta in data.glob("*/meta.json"):
+        try:
+            m = json.loads(meta.read_text())
+        except (OSError, ValueError):       # a block being written or deleted
+            continue
+        out.append((m["minTime"], m["maxTime"]))
+    return sorted(out)
+
+
+def wait_compacted(prom: Prometheus, timeout_s: float = 7200) -> int:
+    """Until Prometheus has merged every overlapping block (vertical compaction; with 2 h
+    blocks at most, nothing else is compacted) and removed the parents; the blocks left."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        b = blocks(prom.data)
+        if all(x[1] <= y[0] for x, y in zip(b, b[1:])) and not list(prom.data.glob("*.tmp*")):
+            return len(b)
+        if prom.proc.poll() is not None:
+            raise SystemExit(f"fleet: prometheus exited while compacting: {prom.proc.stderr.read()[-500:]}")
+        time.sleep(5)
+    raise SystemExit(f"fleet: {prom.data}: overlapping blocks still there after {timeout_s:.0f} s")
+
+
+def prom_scrapes(gpus: int, start: int, end: int, data: Path, work: Path, scratch: Path) -> dict:
+    """gpulse's scrapes at fleet size into Prometheus: node shard × hour files, two
+    promtool runs loading while Python writes the next, then Prometheus started until
+    it has merged the overlapping blocks of each hour. Wall and CPU of all three."""
+    cluster = Cluster(math.ceil(gpus / GPUS_PER_NODE), patterns=PATTERNS)
+    shard_nodes = min(SHARD_NODES, math.ceil(cluster.nodes / 4))
+    t0, c0 = time.monotonic(), os.times()
+    loading: list[tuple[subprocess.Popen, Path]] = []
+    series = samples = 0
+    try:
+        for w0 in range(start, end, WINDOW_S):
+            for om, s, k in write_shards(cluster, w0, w0 + WINDOW_S, shard_nodes,
+                                         lambda i, w0=w0: scratch / f"fleet-prom-{gpus}-{w0}-{i}.om"):
+                series, samples = (series + s, samples + k) if w0 == start else (series, samples + k)
+                while len(loading) >= 2:
+                    wait_loaded(*loading.pop(0))
+                loading.append((subprocess.Popen([need("promtool"), "tsdb", "create-blocks-from", "openmetrics",
+                                                  str(om), str(data)], stdout=subprocess.DEVNULL,
+                                                 stderr=subprocess.PIPE, text=True), om))
+            print(f"  gpulse {cluster.gpus} GPUs -> Prometheus: {iso(w0 + WINDOW_S)} written after "
+                  f"{time.monotonic() - t0:.0f} s", flush=True)
+        while loading:
+            wait_loaded(*loading.pop(0))
+    finally:
+        for p, om in loading:
+            p.kill()
+            p.wait()
+            om.unlink(missing_ok=True)
+    c1 = os.times()
+    loaded_s = time.monotonic() - t0
+    prom = prom_server(data, work)
+    prom.start()
+    try:
+        p0 = cpu_seconds(prom.proc.pid)
+        n = wait_compacted(prom)
+        compact_cpu = cpu_seconds(prom.proc.pid) - p0
+    finally:
+        prom.stop()
+    store = {"engine": "prom", "source": "gpulse", "gpus": cluster.gpus, "series": series, "samples": samples,
+             "backfill_s": time.monotonic() - t0, "backfill_loaded_s": loaded_s,
+             "backfill_python_cpu": c1.user - c0.user + c1.system - c0.system,
+             "backfill_promtool_cpu": c1.children_user - c0.children_user + c1.children_system
+             - c0.children_system,
+             "backfill_db_cpu": compact_cpu, "blocks": n}
+    print(f"  gpulse {cluster.gpus} GPUs -> Prometheus: {samples / 1e6:.0f} M samples in {store['backfill_s']:.0f} s "
+          f"(loaded {loaded_s:.0f} s, then compacted into {n} blocks)", flush=True)
+    return store
+
+
+def seconds(duration: str) -> int:
+    """A Prometheus duration of one unit (15s, 1m, 2h) in seconds."""
+    return int(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
+def records_read(exprs: list[str]) -> set[str]:
+    """The recorded series the expressions read, and the records those are computed from."""
+    rules = {r["record"]: r["expr"] for level in rule_levels() for _, r in level}
+
+    def read(text: str) -> set[str]:
+        return {n for n in rules if re.search(rf"(?<![\w:]){re.escape(n)}(?![\w:])", text)}
+    out = set().union(*map(read, exprs))
+    while True:
+        more = out | set().union(*(read(rules[n]) for n in out))
+        if more == out:
+            return out
+        out = more
+
+
+def prom_rules(data: Path, start: int, end: int, work: Path, only: re.Pattern | None = None) -> dict:
+    """The recording rules into a Prometheus fleet store: over the whole range those the
+    panels with a target read (`only`: those of them it finds) and their inputs, over the
+    last EVAL_WINDOW_S every other one (the input of the rules read from them); then each
+    group evaluated as a live ruler would at EVAL_AT (eval_cost)."""
+    exprs = [expr for where, (expr, *_) in panel_requests(start, end)
+             if target_of(where) and (not only or only.search(where))]
+    full = records_read(exprs)
+    prom = prom_server(data, work)
+    prom.start()
+    t0, c0, db_cpu = time.monotonic(), os.times(), 0.0
+    try:
+        for i, level in enumerate(rule_levels()):
+            for part, a in (("range", start), ("eval", end - EVAL_WINDOW_S)):
+                chosen = [(iv, r) for iv, r in level if (r["record"] in full) == (part == "range")]
+                if not chosen:
+                    continue
+                groups: dict[str, list[dict]] = {}
+                for iv, r in chosen:
+                    groups.setdefault(iv, []).append(r)
+                rules_file = work / f"rules-{i}-{part}.yml"
+                rules_file.write_text(yaml.safe_dump({"groups": [
+                    dict(name=f"level{i}-{part}-{n}", rules=rs, **({"interval": iv} if iv else {}))
+                    for n, (iv, rs) in enumerate(groups.items())]}, sort_keys=False))
+                out = work / f"rules-{i}-{part}"
+                run([need("promtool"), "tsdb", "create-blocks-from", "rules", f"--start={a}", f"--end={end}",
+                     f"--url={prom.url}", f"--output-dir={out}", f"--eval-interval={STEP_S}s", str(rules_file)])
+                print(f"  rules level {i} ({part}, {len(chosen)} records) backfilled after "
+                      f"{time.monotonic() - t0:.0f} s", flush=True)
+            # the next level reads this one's records: a restart loads the new blocks
+            db_cpu += cpu_seconds(prom.proc.pid)
+            prom.stop()
+            for block in work.glob(f"rules-{i}-*/*"):
+                shutil.move(str(block), data / block.name)
+            prom.start()
+        c1 = os.times()
+        p0 = cpu_seconds(prom.proc.pid)
+        wait_compacted(prom)
+        store = {"rules_s": time.monotonic() - t0, "rules_records_range": sorted(full),
+                 "rules_cpu": c1.children_user - c0.children_user + c1.children_system - c0.children_system
+                 + db_cpu + p0, "rules_compact_cpu": cpu_seconds(prom.proc.pid) - p0}
+        print(f"  recording rules backfilled and compacted in {store['rules_s']:.0f} s", flush=True)
+        store["groups"] = eval_cost(prom, end)
+        return store
+    finally:
+        prom.stop()
+
+
+def eval_cost(prom: Prometheus, end: int) -> dict:
+    """Each rule group of prometheus/rules, recording and alerting, evaluated at each of
+    EVAL_AT as its rules' instant queries: Prometheus' CPU seconds (and wall seconds)
+    per evaluation of the group, averaged over the instants. Groups without an interval
+    run at the scrape interval, as the shipped rules assume."""
+    out = {}
+    for f in sorted((ROOT / "prometheus" / "rules").glob("*.yml")):
+        for g in yaml.safe_load(f.read_text())["groups"]:
+            cpu = wall = 0.0
+            for ago in EVAL_AT:
+                c0, w0 = cpu_seconds(prom.proc.pid), time.perf_counter()
+                for r in g["rules"]:
+                    body = requests.post(f"{prom.url}/api/v1/query", data={"query": r["expr"], "time": end - ago},
+                                         timeout=1800).json()
+                    if body.get("status") != "success":
+                        raise SystemExit(f"fleet: rule {r.get('record') or r.get('alert')} failed: "
+                                         f"{body.get('error')}")
+                cpu += cpu_seconds(prom.proc.pid) - c0
+                wall += time.perf_counter() - w0
+            out[g["name"]] = {"interval_s": seconds(g.get("interval", f"{STEP_S}s")), "rules": len(g["rules"]),
+                              "recording": sum("record" in r for r in g["rules"]),
+                              "cpu_s": cpu / len(EVAL_AT), "wall_s": wall / len(EVAL_AT)}
+            print(f"  {g['name']}: {out[g['name']]['cpu_s']:.2f} CPU s per evaluation", flush=True)
+    return out
+
+
+def per_cycle(groups: dict, recording_only: bool = False) -> float:
+    """CPU seconds per scrape interval of the groups, each at its own interval."""
+    return sum(g["cpu_s"] * STEP_S / g["interval_s"] for g in groups.values()
+               if g["recording"] or not recording_only)
+
+
+def prom_fleet(meta: dict, root: Path, work: Path, scratch: Path, gpus: int, rules: bool = True,
+               only: re.Pattern | None = None) -> str:
+    """The Prometheus fleet store prom-gpulse-GPUS in a kept directory, each phase not
+    yet done (scrapes, then rules; `only`: see prom_rules), fleet.json written after
+    each; its name."""
+    name = f"prom-gpulse-{math.ceil(gpus / GPUS_PER_NODE) * GPUS_PER_NODE}"
+    store = meta["stores"].get(name)
+    if store is None:
+        if (root / name).exists():
+            raise SystemExit(f"fleet: {root / name}: there, but not in fleet.json (an interrupted backfill: "
+                             "remove it)")
+        store = meta["stores"][name] = prom_scrapes(gpus, meta["start"], meta["end"], root / name, work, scratch)
+        (root / "fleet.json").write_text(json.dumps(meta, indent=1))
+    if rules and "groups" not in store:
+        store.update(prom_rules(root / name, meta["start"], meta["end"], work, only))
+        (root / "fleet.json").write_text(json.dumps(meta, indent=1))
+    return name
+
+
 def measure(meta: dict, root: Path, work: Path, repeat: int, only: re.Pattern | None = None,
             replay: bool = False) -> dict:
     """Each kept database started on its own: queries (gpulse), disk, RSS after them.
@@ -361,7 +623,7 @@ def measure(meta: dict, root: Path, work: Path, repeat: int, only: re.Pattern | 
     out = {}
     for name, store in meta["stores"].items():
         server = (Victoria(root / name, work / f"{name}.log") if store["engine"] == "vm"
-                  else Prometheus(root / name, work))
+                  else prom_server(root / name, work))
         server.start()
         try:
             r = out[name] = {}
@@ -384,38 +646,74 @@ def measure(meta: dict, root: Path, work: Path, repeat: int, only: re.Pattern | 
 ENGINES = {"prom": "Prometheus 2.42", "vm": "VictoriaMetrics 1.79"}
 
 
-def report(meta: dict, res: dict, only: re.Pattern | None = None) -> None:
+def measured(name: str, f: dict, meta: dict, res: dict, stores: dict) -> None:
+    """The figures of one store at the largest size."""
     hours, cycles = meta["hours"], (meta["end"] - meta["start"]) // STEP_S
-    stores = meta["stores"]
-
-    def fig(name: str) -> dict:
-        return {**stores[name], **res[name]}
-    fleet = max((n for n, s in stores.items() if s["source"] == "gpulse"), key=lambda n: (stores[n]["gpus"], n))
-    f = fig(fleet)
     gpu_h = f["gpus"] * hours
     print()
     print(f"MEASURED: gpulse, {f['gpus']} GPUs ({f['gpus'] // GPUS_PER_NODE} nodes) × {hours:g} h at a {STEP_S} s "
           f"scrape ({cycles} scrapes/evaluations) on {ENGINES[f['engine']]}")
-    if "backfill_s" in f:
+    if "backfill_promtool_cpu" in f:
+        print(f"  backfill: {f['series']} series, {f['samples'] / 1e6:.0f} M samples in {f['backfill_s']:.0f} s "
+              f"({f['backfill_loaded_s']:.0f} s loading, then Prometheus merging the node shards into {f['blocks']} "
+              f"blocks; CPU: Python {f['backfill_python_cpu']:.0f} s, promtool {f['backfill_promtool_cpu']:.0f} s, "
+              f"prometheus {f['backfill_db_cpu']:.0f} s)")
+    elif "backfill_s" in f:
         print(f"  backfill: {f['series']} series, {f['samples'] / 1e6:.0f} M samples in {f['backfill_s']:.0f} s "
               f"({f['samples'] / f['backfill_s'] / 1e6:.2f} M samples/s; CPU: Python {f['backfill_python_cpu']:.0f} s, "
               f"victoria-metrics {f['backfill_db_cpu']:.0f} s)")
-    print(f"  series per GPU {f['series'] / f['gpus']:.1f}; disk {f['disk'] / 1e9:.2f} GB = "
-          f"{f['disk'] / gpu_h / 1024:.1f} KiB per GPU-hour; RSS after the queries {f['rss'] / MB:.0f} MB")
-    if "rules_s" in res[fleet]:
-        print(f"  recording rules at the backfill: {stores[fleet]['rules_cpu']:.1f} CPU s for {cycles} cycles = "
-              f"{1000 * stores[fleet]['rules_cpu'] / cycles:.1f} ms per cycle")
-    how = ("vmalert -replay" if f["engine"] == "vm" else "promtool") + ", today's rules" * ("rules_s" in res[fleet])
-    print(f"  recording rules ({how}): {f['rules_cpu']:.1f} "
-          f"CPU s for {cycles} cycles = {1000 * f['rules_cpu'] / cycles:.1f} ms per cycle")
+    if "disk" in f:
+        print(f"  series per GPU {f['series'] / f['gpus']:.1f}; disk {f['disk'] / 1e9:.2f} GB = "
+              f"{f['disk'] / gpu_h / 1024:.1f} KiB per GPU-hour; RSS after the queries {f['rss'] / MB:.0f} MB")
+    if "groups" in f:
+        rest = f.get("rules_note") or f"over the last {EVAL_WINDOW_S // 60} min every other record"
+        print(f"  recording rules backfilled by promtool: over the range {', '.join(f['rules_records_range'])}; "
+              f"{rest} ({f['rules_s']:.0f} s, {f['rules_cpu']:.0f} CPU s of promtool and prometheus, then "
+              f"{f['rules_compact_cpu']:.0f} CPU s merging)")
+        print(f"  rule evaluation, every group as instant queries at {len(EVAL_AT)} instants (prometheus CPU s "
+              "per evaluation; per 15 s at the group's interval):")
+        for g, c in f["groups"].items():
+            print(f"    {g:<32} {c['rules']:>3} rules every {c['interval_s']:>3} s: {c['cpu_s']:8.3f} CPU s, "
+                  f"{c['wall_s']:7.3f} s wall; {1000 * c['cpu_s'] * STEP_S / c['interval_s']:8.1f} ms per 15 s")
+        print(f"  per 15 s cycle: {1000 * per_cycle(f['groups']):.0f} ms of CPU, every group; "
+              f"{1000 * per_cycle(f['groups'], True):.0f} ms the recording groups alone")
+        vm = stores.get(name.replace("prom-", "vm-", 1), {})
+        if vm.get("rules_cpu"):
+            latest = (vm.get("replays") or [vm])[-1]
+            print(f"  beside VictoriaMetrics at the same size (vmalert -replay, recording rules, at "
+                  f"{(latest.get('at') or 'its backfill')}): {1000 * latest['rules_cpu'] / cycles:.0f} ms of CPU "
+                  "per 15 s cycle")
+    elif "rules_cpu" in f:
+        if "rules_s" in res:
+            print(f"  recording rules at the backfill: {stores[name]['rules_cpu']:.1f} CPU s for {cycles} cycles = "
+                  f"{1000 * stores[name]['rules_cpu'] / cycles:.1f} ms per cycle")
+        how = ("vmalert -replay" if f["engine"] == "vm" else "promtool") + ", today's rules" * ("rules_s" in res)
+        print(f"  recording rules ({how}): {f['rules_cpu']:.1f} "
+              f"CPU s for {cycles} cycles = {1000 * f['rules_cpu'] / cycles:.1f} ms per cycle")
     for label, prefix, limit in TARGETS:
-        hits = [(w, t, size) for w, (t, size) in f["queries"].items() if w.startswith(prefix)]
+        hits = [(w, t, size) for w, (t, size) in f.get("queries", {}).items() if w.startswith(prefix)]
         if not hits:        # left out by --only
             continue
         # requests_for lists a panel's choices in the dashboard's order, its default first
         for what, (w, t, size) in (("default", hits[0]), ("slowest", max(hits, key=lambda h: h[1]))):
             print(f"  {label}: {what} {t:.3f} s (target {limit:g} s: {'met' if t <= limit else 'MISSED'}), "
                   f"{size / MB:.2f} MB: {w[:90]}")
+
+
+def report(meta: dict, res: dict, only: re.Pattern | None = None) -> None:
+    hours, cycles = meta["hours"], (meta["end"] - meta["start"]) // STEP_S
+    stores = meta["stores"]
+
+    def fig(name: str) -> dict:
+        return {**stores[name], **res[name]}
+    top = max(s["gpus"] for s in stores.values() if s["source"] == "gpulse")
+    # the largest size, VictoriaMetrics first: the table's first column
+    tops = sorted((n for n, s in stores.items() if s["source"] == "gpulse" and s["gpus"] == top),
+                  key=lambda n: n.startswith("prom"))
+    for name in tops:
+        measured(name, fig(name), meta, res[name], stores)
+    fleet = tops[0]
+    f = fig(fleet)
     compare = sorted({s["gpus"] for s in stores.values() if s["source"] == "dcgm"})
     others = [n for n in stores if n != fleet and stores[n]["source"] == "gpulse"]
     title = f"panel query, {hours:g} h range ({f['gpus']} GPUs {f['engine']}" + \
@@ -461,10 +759,17 @@ def report(meta: dict, res: dict, only: re.Pattern | None = None) -> None:
               "not measured:")
         day = scale * 24 / hours / 1e9
         for e, label in ENGINES.items():
-            print(f"  {label}: gpulse {fig(f'{e}-gpulse-{top}')['disk'] * day:.1f} GB per day, dcgm-exporter "
-                  f"{fig(f'{e}-dcgm-{top}')['disk'] * day:.1f} GB per day")
-        print(f"  recording rules, Prometheus: {1000 * fig(f'prom-gpulse-{top}')['rules_cpu'] / cycles * scale:.0f} ms "
-              "of CPU per 15 s cycle")
+            gp = ("measured above" if f"{e}-gpulse-{FLEET}" in res else
+                  f"{fig(f'{e}-gpulse-{top}')['disk'] * day:.1f} GB per day")
+            print(f"  {label}: gpulse {gp}, dcgm-exporter {fig(f'{e}-dcgm-{top}')['disk'] * day:.1f} GB per day")
+        if f"prom-gpulse-{FLEET}" not in res:
+            print(f"  recording rules, Prometheus: {1000 * fig(f'prom-gpulse-{top}')['rules_cpu'] / cycles * scale:.0f} "
+                  "ms of CPU per 15 s cycle")
+
+
+def scratch_dir() -> Path:
+    """Where the text files promtool reads are written (RAM where there is a /dev/shm)."""
+    return Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
 
 
 def regex(text: str) -> re.Pattern:
@@ -487,6 +792,10 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", type=Path, metavar="DIR", help="build the databases in DIR (new or empty) and keep them")
     ap.add_argument("--reuse", type=Path, metavar="DIR", help="no backfill: start the servers on DIR (a --keep run) "
                     "and run the queries on the dashboards as they are now")
+    ap.add_argument("--prom-gpus", type=int, metavar="N", help="gpulse at N GPUs into Prometheus too (node shard × "
+                    "hour files, merged by Prometheus; the records the panels with a target (and --only) read "
+                    "backfilled over the range, every rule group's evaluation timed); with --reuse: added to the "
+                    "kept directory, each phase not yet there")
     ap.add_argument("--replay-rules", action="store_true", help="with --reuse: first replay today's recording rules "
                     "(vmalert -replay of prometheus/rules-vmalert over the kept range) into each VictoriaMetrics "
                     "store of gpulse; its CPU time is reported in place of the backfill's")
@@ -501,6 +810,8 @@ def main(argv=None) -> int:
         raise SystemExit(f"fleet: --compare-gpus must be between 0 and --gpus ({gpus}), got {compare}")
     if args.keep and args.reuse:
         raise SystemExit("fleet: --keep builds a backfill, --reuse reads one: give one of them")
+    if args.prom_gpus is not None and args.prom_gpus < GPUS_PER_NODE:
+        raise SystemExit(f"fleet: --prom-gpus must be at least {GPUS_PER_NODE}, got {args.prom_gpus}")
     if (args.replay_rules or args.stores) and not args.reuse:
         raise SystemExit("fleet: --replay-rules and --stores act on a kept backfill: give --reuse DIR")
     for b in ("prometheus", "promtool", "victoria-metrics", "vmalert"):
@@ -513,6 +824,8 @@ def main(argv=None) -> int:
             except (OSError, ValueError) as e:
                 raise SystemExit(f"fleet: --reuse {args.reuse}: not a kept backfill ({e})") from None
             root = args.reuse
+            if args.prom_gpus:
+                prom_fleet(meta, root, work, scratch_dir(), args.prom_gpus, only=args.only)
             if args.stores:
                 meta["stores"] = {n: s for n, s in meta["stores"].items() if args.stores.search(n)}
                 if not any(s["source"] == "gpulse" for s in meta["stores"].values()):
@@ -525,7 +838,7 @@ def main(argv=None) -> int:
             if root.exists() and any(root.iterdir()):
                 raise SystemExit(f"fleet: --keep {root}: not empty (use --reuse to query a kept backfill)")
             root.mkdir(parents=True, exist_ok=True)
-            scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())
+            scratch = scratch_dir()
             end = int(time.time()) // BLOCK_S * BLOCK_S
             start = end - int(args.hours * 3600)
             meta = {"start": start, "end": end, "hours": args.hours, "stores": {}}
@@ -535,6 +848,8 @@ def main(argv=None) -> int:
                 meta["stores"][f"vm-gpulse-{math.ceil(gpus / GPUS_PER_NODE) * GPUS_PER_NODE}"] = \
                     build_fleet(gpus, start, end, root, work)
             (root / "fleet.json").write_text(json.dumps(meta, indent=1))
+            if args.prom_gpus:
+                prom_fleet(meta, root, work, scratch, args.prom_gpus, only=args.only)
         res = measure(meta, root, work, args.repeat, args.only, args.replay_rules)
         if args.only and not any(r.get("queries") for r in res.values()):
             raise SystemExit(f"fleet: --only {args.only.pattern}: no panel target matches")
