@@ -180,7 +180,9 @@ def test_empty_buffer_falls_back_without_advancing_the_timestamp(nvml):
     # (1 and 2 s), with the last sample over a second old, one instantaneous reading each
     fallback = [s for s in ss if not on_grid(s)]
     assert 1 <= len(fallback) <= 2
-    assert all(1.0 <= s.t - o.epoch < 2.2 + 0.5 for s in fallback)
+    # an instantaneous reading is stamped when its call returns: on a loaded machine a
+    # read begun inside the window can return well after it
+    assert all(1.0 <= s.t - o.epoch < 2.2 + 2.0 for s in fallback)
     assert fakenvml.calls("nvmlDeviceGetUtilizationRates") - rates_before == len(fallback)
     # the driver's samples are picked up from the first one after the window, since
     # the fallback never moved the last-seen timestamp past them
