@@ -268,7 +268,7 @@ def node_rows(sel: str) -> str:
     """Overview: one row per node, the mean over its GPUs, from the node-level
     records (no query sums a large cluster's GPUs); worst first ranks the nodes
     by their distance from the median node, from the same records (the other
-    "Cells from" choices, which sum the GPUs anyway, from the raw counters)."""
+    "Cells from" choices, which sum the GPUs anyway, from their own data: _share)."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
     return last_is_default((
         _ranked(cell_ratio(rk, "node"), "node", _rank(_share(rk, "node"), "node", ""), "node"),
