@@ -72,7 +72,7 @@ def baseline_rules() -> dict:
     holds = shipped_holds()
     u = BASELINE_METRIC
     idle = value("idle_ratio") * 100
-    gap, z, floor = value("straggler_gap_ratio"), value("straggler_z"), value("z_mad_floor")
+    gap, z, floor = value("straggler_cost_ratio"), value("straggler_z"), value("z_mad_floor")
     gated = " * on (node) group_left () (gpulse_group_active == 1)"
 
     def peer(w: str) -> list[dict]:

@@ -27,10 +27,10 @@ from (truth_of), never from a detector, with the definitions of the threshold ta
              least min_stall_seconds within 10 minutes, or co-inactive over half of
              10 minutes; onset = the first such moment;
   rhythm     the period the case was built with (None: no steady rhythm);
-  straggler  a GPU whose true active share over a 5-minute window is >=
-             straggler_gap_ratio from the peer median and beyond straggler_z robust
-             z, in real work or in busy (a cold straggler: the others spin-wait
-             for it), for >= 2 minutes; onset = when it first stood out over one
+  straggler  a GPU that costs its peers >= straggler_cost_ratio of their time over a
+             5-minute window (hot: its true active share above the peer median;
+             cold: its busy share below it while they spin-wait) beyond straggler_z
+             robust z, for >= 2 minutes; onset = when it first stood out over one
              minute before that. The truth has no measurement
              noise, so its MAD is floored only at TRUTH_MAD_FLOOR (against a zero
              division), not at z_mad_floor, the detectors' guard against noise;
@@ -313,22 +313,32 @@ def _prefix(xs) -> list[int]:
     return p
 
 
-def _stragglers(signal: list[list[bool]], held: list[bool], n: int, dt: float,
+def _stragglers(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: int, dt: float,
                 window: float = 300.0) -> dict[int, list[float]]:
-    """GPU -> the ends of the windows (every 10 s) in which it is a straggler."""
+    """GPU -> the ends of the windows (every 10 s) in which it is a straggler: it costs
+    its peers straggler_cost_ratio of their time (hot: it computes while they wait;
+    cold: its rank is off the GPU while they spin-wait, analysis.verdict) and that gap
+    stands out of the group's spread by straggler_z."""
     w5, step = int(window / dt), int(10 / dt)
-    pre = [_prefix(r) for r in signal]
+    pa, pb = [_prefix(r) for r in act], [_prefix(r) for r in busy]
     hp = _prefix(held)
-    z_lim, gap_lim = value("straggler_z"), value("straggler_gap_ratio")
+    z_lim, cost_lim = value("straggler_z"), value("straggler_cost_ratio")
     flagged: dict[int, list[float]] = {}
+
+    def spread(xs: list[float], med: float) -> float:
+        return max(1.4826 * statistics.median(abs(x - med) for x in xs), TRUTH_MAD_FLOOR)
+
     for i in range(w5, n + 1, step):
         if hp[i] - hp[i - w5] < 0.9 * w5:
             continue
-        xs = [(p[i] - p[i - w5]) / w5 for p in pre]
-        med = statistics.median(xs)
-        scale = max(1.4826 * statistics.median(abs(x - med) for x in xs), TRUTH_MAD_FLOOR)
-        for g, x in enumerate(xs):
-            if abs(x - med) >= gap_lim and abs(x - med) / scale > z_lim:
+        a = [(p[i] - p[i - w5]) / w5 for p in pa]
+        b = [(p[i] - p[i - w5]) / w5 for p in pb]
+        ma, mb = statistics.median(a), statistics.median(b)
+        ms = statistics.median(y - x for x, y in zip(a, b))
+        sa, sb = spread(a, ma), spread(b, mb)
+        for g in range(len(a)):
+            hot, cold = a[g] - ma, min(mb - b[g], ms)
+            if (hot >= cost_lim and hot / sa > z_lim) or (cold >= cost_lim and (mb - b[g]) / sb > z_lim):
                 flagged.setdefault(g, []).append(i * dt)
     return flagged
 
@@ -376,12 +386,7 @@ def _truth(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: i
                 break
     # a hot straggler stands out in real work, a cold one in busy (the others
     # spin-wait for it while its rank works off the GPU)
-    flagged, early = _stragglers(act, held, n, dt), _stragglers(act, held, n, dt, 60.0)
-    for sig in (busy,):
-        for g, ts in _stragglers(sig, held, n, dt).items():
-            flagged[g] = sorted(set(flagged.get(g, [])) | set(ts))
-        for g, ts in _stragglers(sig, held, n, dt, 60.0).items():
-            early[g] = sorted(set(early.get(g, [])) | set(ts))
+    flagged, early = _stragglers(act, busy, held, n, dt), _stragglers(act, busy, held, n, dt, 60.0)
     strag = {g: ts for g, ts in flagged.items() if ts[-1] - ts[0] >= 120 - 1e-6 and len(ts) >= 12}
     # onset: when it first stood out over one minute, in the 5 minutes before the
     # first 5-minute window that flags it (the 5-minute mean lags the change)

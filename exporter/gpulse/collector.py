@@ -96,8 +96,13 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
             f.gauge("gpulse_gpu_peer_deviation", doc, {**lab, "signal": "busy"}, v.deviation_busy or 0.0)
             f.gauge("gpulse_gpu_peer_deviation", doc, {**lab, "signal": "active"}, v.deviation_active)
             f.gauge("gpulse_gpu_straggler", "1 while the detection model confirms this GPU as a straggler "
-                    "(deviating beyond straggler_z for straggler_min_span_seconds), else 0.", lab,
+                    "(costing its peers at least straggler_cost_ratio of their time, beyond the group's "
+                    "measured noise, for straggler_min_span_seconds), else 0.", lab,
                     1.0 if v.straggler is not None else 0.0)
+        if v.peer_wait is not None:
+            f.gauge("gpulse_gpu_peer_wait_ratio", "Share of its peers' time over the analysis window spent waiting "
+                    "for this GPU (it computes while they wait, or its rank is off the GPU while they spin-wait); "
+                    "a measurement, 0 when nobody waits for it.", lab, v.peer_wait)
             if v.cause is not None:
                 f.gauge("gpulse_gpu_straggler_cause", "1 for the cause the detection model gives a confirmed "
                         "straggler (label cause: throttling, degraded_hardware, more_work, off_gpu, unknown); "
@@ -117,7 +122,13 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
         f.counter("gpulse_group_sync_stalls_total", "Sync-stall episodes at least --min-stall long.", lab, g.stalls_total)
         f.counter("gpulse_group_sampled_seconds_total", "Time the group was observed holding a workload; denominator of the stall fraction.", lab, g.holding_seconds)
         if g.imbalance is not None:
-            f.gauge("gpulse_group_imbalance_ratio", "(max - min) / max of per-GPU active fractions over the analysis window; absent while a deviating straggler explains the spread.", lab, g.imbalance)
+            f.gauge("gpulse_group_imbalance_ratio", "(max - min) / max of per-GPU active fractions over the analysis window (a measurement: present while the group is).", lab, g.imbalance)
+            f.gauge("gpulse_group_imbalance_explained", "1 while stragglers explain the group's spread (a verdict: "
+                    "then it is not imbalance), else 0.", lab, 1 if g.imbalance_explained else 0)
+        for (reason, why), seconds in g.lost:
+            f.counter("gpulse_group_lost_seconds_total", "GPU-seconds the group lost, by reason (sync_stall, "
+                      "straggler: its peers waiting for it, imbalance) and, for a straggler, its cause.",
+                      {**lab, "reason": reason, "cause": why}, seconds)
         if g.load_balance is not None:
             f.gauge("gpulse_group_load_balance_ratio", "mean / max of per-GPU active fractions over the analysis window (1 = even).", lab, g.load_balance)
         if g.stall_period is not None:

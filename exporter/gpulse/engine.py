@@ -20,7 +20,7 @@ from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, int
 from .analysis import cause
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
-from .analysis.verdict import STRAGGLER_Z, Persistence, imbalance_explained, straggler_signal
+from .analysis.verdict import COST, LOSS_KEYS, Persistence, imbalance_explained, peer_wait, straggler_signal
 from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample, gpu_sort_key
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
@@ -28,6 +28,8 @@ from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample, 
 HOLD_MIN_BYTES = value("hold_min_bytes")
 HOLD_MIN_FRACTION = value("hold_min_ratio")
 POWER_EDGE = value("power_edge_ratio")   # read once: it is used at every sample
+IMBALANCE = value("imbalance_alert_ratio")
+IMBALANCE_MIN_ACTIVE = value("imbalance_min_active_ratio")
 
 
 class GpuView(NamedTuple):
@@ -45,6 +47,10 @@ class GpuView(NamedTuple):
     active_ratio: float | None
     deviation_busy: float | None
     deviation_active: float | None
+    # the share of its peers' time they spent waiting for it over the window
+    # (analysis.verdict: the larger of its hot and cold cost, 0 at least); None
+    # outside a peer group of straggler_min_gpus
+    peer_wait: float | None
     gauges: dict[str, float]
     counters: dict[str, Any]
     last_sample_wall: float | None
@@ -52,6 +58,10 @@ class GpuView(NamedTuple):
     straggler: tuple[str, float] | None = None
     # why, while it is one (analysis.cause over its span against its peers)
     cause: cause.Verdict | None = None
+    # (hot, cold) cost this window (analysis.verdict.peer_wait), None outside a group
+    costs: tuple[float, float] | None = None
+    # GPU-seconds its peers lost waiting for it while it was a straggler (booked)
+    lost_to: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +76,10 @@ class GroupView:
     imbalance: float | None
     load_balance: float | None
     stall_period: float | None
+    # 1 while stragglers explain the spread (analysis.verdict), so it is not imbalance
+    imbalance_explained: bool = False
+    # GPU-seconds lost, cumulative, by (reason, cause): every pair of LOSS_KEYS
+    lost: tuple[tuple[tuple[str, str], float], ...] = ()
     # the group's recent stall episodes and the start of a stall in progress, as the
     # live page draws them (analysis.coidle.StallTracker)
     episodes: tuple[Any, ...] = ()
@@ -154,6 +168,12 @@ class Engine:
         # window more changes its figures little, and judging every tick would cost
         # as much as the rest of the tick
         self._verdicts: dict[str, tuple[int, cause.Verdict]] = {}
+        # per group: GPU-seconds lost by (reason, cause), cumulative (analysis.verdict)
+        self._lost: dict[str, dict[tuple[str, str], float]] = {}
+        self._stall_seen: dict[str, float] = {}      # per group: stall seconds already booked
+        # per group: stall seconds per tick over the analysis window, and their sum
+        self._stall_win: dict[str, tuple[deque[float], list[float]]] = {}
+        self._lost_to: dict[str, float] = {}         # per GPU: its peers' waiting booked
         self.call_errors: dict[str, int] = {}
         self.source_events: dict[tuple[str, str], int] = {}
         self.last_success_wall: float | None = None
@@ -328,7 +348,7 @@ class Engine:
         unassigned_is_idle = self.attributor is not None
 
         groups: list[GroupView] = []
-        deviations: dict[str, tuple[float, float]] = {}
+        deviations: dict[str, tuple[Any, ...]] = {}
         verdicts: dict[str, cause.Verdict] = {}
         for workload, keys in sorted(members.items()):
             up = [self.gpus[k] for k in keys if self.gpus[k].up]
@@ -353,6 +373,22 @@ class Engine:
             active = {g.info.gpu: g.win.active / g.win.sampled for g in up if g.win.sampled > 0}
             idle_group = unassigned_is_idle and workload == ""
             imb = lb = None
+            explained = False
+            lost = self._lost.get(workload)
+            if lost is None:
+                lost = self._lost[workload] = dict.fromkeys(LOSS_KEYS, 0.0)
+            # every GPU of the group loses each stalled second (analysis.verdict)
+            stalled = tracker.stall_seconds - self._stall_seen.get(workload, 0.0)
+            if stalled > 0:
+                lost[("sync_stall", "")] += stalled * len(up)
+            self._stall_seen[workload] = tracker.stall_seconds
+            win = self._stall_win.get(workload)
+            if win is None:
+                win = self._stall_win[workload] = (deque(), [0.0])
+            win[0].append(max(stalled, 0.0))
+            win[1][0] += max(stalled, 0.0)
+            while len(win[0]) > window_ticks:
+                win[1][0] -= win[0].popleft()
             if active and not idle_group:
                 xs = list(active.values())
                 imb = imbalance(xs, self.idle_thr)
@@ -360,28 +396,52 @@ class Engine:
             if not idle_group:
                 db = peer_deviation(busy)
                 da = peer_deviation(active)
-                small = len(active) < value("straggler_min_gpus")
-                mb = ma = None
+            if not idle_group and len(active) < value("straggler_min_gpus"):
+                for k in active:   # measured, but who waits for whom is undefined
+                    deviations[k] = (db.get(k, 0.0), da.get(k, 0.0), None, None)
+            elif not idle_group:
+                ma, mb = median(active.values()), median(busy.values())
+                ms = median(g.win.spin_wait / g.win.sampled for g in up if g.win.sampled > 0)
+                iv = self.cfg.analysis_interval
+                judged = []
                 for k in active:
                     zb, za = db.get(k, 0.0), da.get(k, 0.0)
+                    hot, cold = peer_wait(active[k], busy.get(k, mb), ma, mb, ms)
                     pers = self.gpus[k].persistence
-                    # the common case, cheaply: nothing near straggler_z and nothing to confirm
-                    if small or (abs(za) < STRAGGLER_Z and abs(zb) < STRAGGLER_Z and pers.since is None):
-                        deviations[k] = (zb, za, None)
+                    # the common case, cheaply: no cost worth a look and nothing to confirm
+                    if hot < COST and cold < COST and pers.since is None:
+                        deviations[k] = (zb, za, None, (hot, cold))
                         continue
-                    if ma is None:
-                        mb, ma = median(busy.values()), median(active.values())
-                    flag = straggler_signal(za, zb, active[k] - ma, busy.get(k, mb) - mb)
-                    confirmed = pers.update(self.t or 0.0, self.cfg.analysis_interval, flag)
-                    deviations[k] = (zb, za, confirmed)
+                    flag = straggler_signal(za, zb, hot, cold)
+                    judged.append((k, zb, za, hot, cold, flag))
+                # the peers that wait are the GPUs that do not straggle: several
+                # stragglers at once (a slow node's GPUs in a workload) share them
+                slow = sum(1 for j in judged if j[5] is not None or self.gpus[j[0]].persistence.since is not None)
+                share = (len(active) - slow) / slow if slow else 0.0
+                stall_share = win[1][0] / (len(win[0]) * iv) if win[0] else 0.0
+                for k, zb, za, hot, cold, flag in judged:
+                    pers = self.gpus[k].persistence
+                    is_hot = flag[0] == "active" if flag is not None else pers.sign >= 0
+                    # a cold straggler's peers spin-wait, which is a sync stall where the
+                    # source sees spin-waiting as inactive: that time is booked as the
+                    # stall already, so the straggler gets only what the stalls do not hold
+                    cost = hot if is_hot else cold - stall_share
+                    confirmed, booked = pers.update(self.t or 0.0, iv, flag, max(cost, 0.0) * iv * share)
+                    deviations[k] = (zb, za, confirmed, (hot, cold))
                     v = self._cause(k, pers.since, list(active), confirmed is not None)
                     if v is not None:
                         verdicts[k] = v
+                        if booked > 0:
+                            lost[("straggler", v.cause)] += booked
+                            self._lost_to[k] = self._lost_to.get(k, 0.0) + booked
                 # a spread the GPUs of a deviating run explain is theirs, not imbalance
                 # (analysis.verdict, the report's rule)
-                if imb is not None and not small and imbalance_explained(
-                        active, [k for k in active if self.gpus[k].persistence.since is not None]):
-                    imb = None
+                explained = imb is not None and imbalance_explained(
+                    active, [k for k in active if self.gpus[k].persistence.since is not None])
+            if (imb is not None and not explained and imb >= IMBALANCE
+                    and max(active.values()) >= IMBALANCE_MIN_ACTIVE):
+                top = max(active.values())
+                lost[("imbalance", "")] += sum(top - x for x in active.values()) * self.cfg.analysis_interval
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -393,6 +453,8 @@ class Engine:
                 imbalance=imb,
                 load_balance=lb,
                 stall_period=self._period(workload, tracker),
+                imbalance_explained=explained,
+                lost=() if idle_group else tuple(lost.items()),
                 episodes=self._episodes(workload, tracker),
                 open_since=tracker.open_since,
             ))
@@ -401,6 +463,9 @@ class Engine:
             self._verdicts.pop(k, None)
         for gone in set(self.trackers) - set(members):   # the job ended: its series go too
             del self.trackers[gone]
+            self._lost.pop(gone, None)
+            self._stall_seen.pop(gone, None)
+            self._stall_win.pop(gone, None)
             self._rhythm.pop(gone, None)
             self._episode_copies.pop(gone, None)
 
@@ -420,11 +485,14 @@ class Engine:
                 active_ratio=g.win.active / g.win.sampled if g.win.sampled > 0 and g.up else None,
                 deviation_busy=dev[0] if dev else None,
                 deviation_active=dev[1] if dev else None,
+                peer_wait=max(0.0, *dev[3]) if dev and dev[3] else None,
                 gauges=g.gauges,
                 counters=g.counters,
                 last_sample_wall=g.last_wall,
                 straggler=dev[2] if dev else None,
                 cause=verdicts.get(k),
+                costs=dev[3] if dev else None,
+                lost_to=self._lost_to.get(k, 0.0),
             ))
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),

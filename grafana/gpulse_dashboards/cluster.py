@@ -167,8 +167,9 @@ def build() -> db.Dashboard:
              "Top stragglers now",
              "The 10 GPUs furthest from the median of their peers (the other GPUs of the same "
              "workload across nodes, else of the same node), in SM activity or in busy ratio. "
-             "Deviation is a robust z-score; gap is the GPU's share minus the peers' median. A GPU "
-             f"beyond ±{Q.OUTLIER_Z} and {Q.OUTLIER_GAP:.0%} away is a straggler. Active gap "
+             "Cost is the share of its peers' time they spend waiting for it; deviation is a robust "
+             "z-score; gap is the GPU's share minus the peers' median. A GPU costing its peers "
+             f"{Q.OUTLIER_COST:.0%} or more, beyond ±{Q.OUTLIER_Z}, is a straggler. Active gap "
              "positive: a hot straggler the others wait for. Busy gap negative while its peers "
              "spin: a cold straggler whose rank is busy off the GPU.",
              Q.straggler_table(SEL),
@@ -176,7 +177,7 @@ def build() -> db.Dashboard:
          .with_panel(time_series(
              "Outliers: gap to peers over time",
              f"Gap to the peers' median of every GPU that is a straggler by the alert's rule "
-             f"(robust z beyond ±{Q.OUTLIER_Z} and at least {Q.OUTLIER_GAP:.0%} away), in the "
+             f"(costing its peers {Q.OUTLIER_COST:.0%} of their time, robust z beyond ±{Q.OUTLIER_Z}), in the "
              "signal that shows it: active (hot straggler) or busy (cold straggler). Empty when "
              "the cluster is balanced; a line that persists for 10 minutes pages.", RATIO,
              query(Q.outlier_gap(SEL), "{{node}}/{{gpu}} {{signal}}"),

@@ -34,12 +34,16 @@ BUSY_PEER_DEV = "node_gpu:gpulse_gpu_busy:peer_deviation5m"
 BUSY_PEER_GAP = "node_gpu:gpulse_gpu_busy:peer_gap_ratio5m"
 STALL_RATIO = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
 
-# What makes a GPU a straggler, as the GpulseStragglerGPU alert judges it: a
-# robust z-score beyond straggler_z against its peers AND at least
-# straggler_gap_ratio of time away from their median, in either signal (active
-# finds a hot straggler, busy a cold one). The panels list exactly what would page.
+# What makes a GPU a straggler, as the GpulseStragglerGPU alert judges it: it
+# costs its peers at least straggler_cost_ratio of their time (PEER_WAIT: hot, it
+# computes while they wait; cold, its rank is off the GPU while they spin-wait)
+# AND its gap stands out of the group's spread by a robust z-score beyond
+# straggler_z. The panels list exactly what would page.
 OUTLIER_Z = value("straggler_z")
-OUTLIER_GAP = value("straggler_gap_ratio")
+OUTLIER_COST = value("straggler_cost_ratio")
+PEER_WAIT = "node_gpu:gpulse_gpu_peer_wait:ratio5m"
+NODE_PEER_WAIT = "workload_node:gpulse_node_peer_wait:ratio5m"
+NODE_PEER_DEV = "workload_node:gpulse_node:peer_deviation5m"
 
 # The work score (palette.work_score) is active + SPIN_WEIGHT x spin-wait. Since
 # spin-wait = busy - active wherever activity does not exceed utilisation (always
@@ -325,6 +329,7 @@ def straggler_table(sel: str) -> dict[str, str]:
     """Column name -> instant query, for the current top outliers."""
     top = outliers(sel)
     return {
+        "cost to peers": f"{PEER_WAIT}{{{sel}}} and {top}",
         "active deviation": f"{PEER_DEV}{{{sel}}} and {top}",
         "active gap": f"{PEER_GAP}{{{sel}}} and {top}",
         "busy deviation": f"{BUSY_PEER_DEV}{{{sel}}} and {top}",
@@ -336,7 +341,7 @@ def outlier_gap(sel: str) -> str:
     """Gap to the peer median of every GPU the straggler alert would flag, with
     the signal that flags it."""
     def flagged(gap: str, dev: str) -> str:
-        return (f"{gap}{{{sel}}} and abs({gap}{{{sel}}}) >= {OUTLIER_GAP}"
+        return (f"{gap}{{{sel}}} and {PEER_WAIT}{{{sel}}} >= {OUTLIER_COST}"
                 f" and abs({dev}{{{sel}}}) > {OUTLIER_Z}")
     return _by_signal(f"({flagged(PEER_GAP, PEER_DEV)})", f"({flagged(BUSY_PEER_GAP, BUSY_PEER_DEV)})")
 

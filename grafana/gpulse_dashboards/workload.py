@@ -74,8 +74,9 @@ def build() -> db.Dashboard:
          .with_panel(straggler_table(
              "Top stragglers now",
              "The job's 10 ranks furthest from the median rank, in SM activity or busy ratio. "
-             "Deviation is a robust z-score; gap is the rank's share minus the median. Beyond "
-             f"±{Q.OUTLIER_Z} and {Q.OUTLIER_GAP:.0%} away it is a straggler: active gap positive = "
+             "Cost is the share of the other ranks' time spent waiting for it; deviation is a robust "
+             "z-score; gap is the rank's share minus the median. Costing them "
+             f"{Q.OUTLIER_COST:.0%} or more, beyond ±{Q.OUTLIER_Z}, it is a straggler: active gap positive = "
              "the rank the others wait for; busy gap negative = a rank busy off the GPU.",
              Q.straggler_table(SEL),
              links=[to_node_detail("${__data.fields.node}", "${__data.fields.gpu}")]))

@@ -71,7 +71,7 @@ def recording(source, step):
     from gpulse.report.collect import Recording, collect
     cfg = test_config(source="sim", sample_interval=step, analysis_interval=step, history=10,
                       analysis_window=max(30.0, 2 * step))
-    rec = Recording("test", step, cfg.idle_threshold, "sm_active")
+    rec = Recording("test", step, cfg.idle_threshold, "sm_active", cfg.analysis_window)
     return collect(run_offline(source, cfg), rec, source.node_and_gpu)
 
 

@@ -49,7 +49,7 @@ def fleet(nodes, bad_node, gpus=8):
     node (bad_node) a copy of one with a hot straggler on its GPU 1."""
     good, bad = sim_rec("balanced", "x", gpus), sim_rec("straggler", "x", gpus)
     rec = Recording(source="fleet", interval=good.interval, idle_threshold=good.idle_threshold,
-                    activity=good.activity, times=copy.copy(good.times), epoch=False)
+                    activity=good.activity, window=good.window, times=copy.copy(good.times), epoch=False)
     for name in nodes:
         src = bad if name == bad_node else good
         grp = copy.deepcopy(src.groups[""])

@@ -141,7 +141,7 @@ def test_range_source_over_two_nodes_names_the_idle_gpu():
     levels = {("a", "0"): 0.95, ("a", "1"): 0.95, ("b", "0"): 0.95, ("b", "1"): 0.05}
     src = PromRangeSource(counters(levels, 180, reset_at=90), 1000.0, 1180.0, 1.0)
     cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)
-    rec = Recording("test", 1.0, cfg.idle_threshold, "sm_active")
+    rec = Recording("test", 1.0, cfg.idle_threshold, "sm_active", cfg.analysis_window)
     collect(run_offline(src, cfg), rec, src.node_and_gpu)
     doc = analyse(rec).as_json()
     assert [(g["node"], g["gpu"], g["workload"]) for g in doc["gpus"]] == \

@@ -47,7 +47,8 @@ def test_every_template_uses_the_table_and_becomes_a_rule_file():
         used |= names
     # every threshold the alerts page on is named in a template
     for name in ("stall_page_ratio", "stall_recurring_episodes", "pause_page_seconds", "straggler_z",
-                 "straggler_gap_ratio", "z_mad_floor", "imbalance_alert_ratio", "imbalance_min_active_ratio"):
+                 "straggler_cost_ratio", "z_mad_floor", "imbalance_alert_ratio", "imbalance_min_active_ratio",
+                 "straggler_min_gpus"):
         assert name in used, f"no template reads {name}"
 
 
@@ -74,7 +75,7 @@ def test_a_threshold_changed_in_the_table_changes_every_rule_that_uses_it():
         doc = yaml.safe_load(text)
         for rule, number in _numbers_in_conditions(doc):
             assert number in allowed, f"{t.name}: {rule} compares with {number}, not from the table"
-        for name in ("stall_page_ratio", "straggler_gap_ratio", "imbalance_alert_ratio"):
+        for name in ("stall_page_ratio", "straggler_cost_ratio", "imbalance_alert_ratio"):
             if f"@{{{name}:percent}}" in t.read_text(encoding="utf-8"):
                 assert generate.FORMATS["percent"](odd[name].value) in text
 
@@ -102,14 +103,14 @@ def test_generated_rules_are_promtool_clean():
 def test_dashboards_read_the_straggler_criterion_from_the_table():
     from gpulse_dashboards import queries
     assert queries.OUTLIER_Z == thresholds.value("straggler_z")
-    assert queries.OUTLIER_GAP == thresholds.value("straggler_gap_ratio")
+    assert queries.OUTLIER_COST == thresholds.value("straggler_cost_ratio")
     # and by name, not by a copy that happens to be equal today
     tree = ast.parse((ROOT / "grafana" / "gpulse_dashboards" / "queries.py").read_text(encoding="utf-8"))
     assigned = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             assigned[node.targets[0].id] = node.value
-    for const, name in (("OUTLIER_Z", "straggler_z"), ("OUTLIER_GAP", "straggler_gap_ratio")):
+    for const, name in (("OUTLIER_Z", "straggler_z"), ("OUTLIER_COST", "straggler_cost_ratio")):
         v = assigned[const]
         assert (isinstance(v, ast.Call) and isinstance(v.func, ast.Name) and v.func.id == "value"
                 and [a.value for a in v.args if isinstance(a, ast.Constant)] == [name]), \
@@ -121,7 +122,8 @@ def test_runbooks_quote_the_table():
     pct = generate.FORMATS["percent"]
     runbooks = ROOT / "docs" / "runbooks"
     for page, names in (("GpulseSyncStalls.md", ("stall_page_ratio",)),
-                        ("GpulseStragglerGPU.md", ("straggler_gap_ratio",)),
+                        ("GpulseStragglerGPU.md", ("straggler_cost_ratio",)),
+                        ("GpulseStragglerNode.md", ("straggler_cost_ratio",)),
                         ("GpulseWorkloadImbalance.md", ("imbalance_alert_ratio", "imbalance_min_active_ratio"))):
         text = (runbooks / page).read_text(encoding="utf-8")
         for name in names:

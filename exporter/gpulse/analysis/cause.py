@@ -16,7 +16,7 @@ Rules, first match wins (a throttled or degraded GPU is never told to rebalance)
                      uncorrectable ECC errors or XID errors in the span, PCIe replays
                      rising by cause_pcie_replays_count more than peers', or (hot, with
                      throttle reasons known) SM clock below peers with no reason set
-  (then by direction: busy below the peers' median by straggler_gap_ratio is cold,
+  (then by direction: busy below the peers' median by straggler_cost_ratio is cold,
    busy or active above it is hot, active below it with busy level is light)
   off_gpu            cold while the peers wait for it: they spin-wait (busy at partial
                      power, blocked in the collective) at least cause_peers_wait_ratio
@@ -197,7 +197,7 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     """The cause of straggler `s` against its peers (see module doc)."""
     evidence: list[str] = []
     missing: list[str] = []
-    gap = value("straggler_gap_ratio")
+    gap = value("straggler_cost_ratio")
     clock_gap = value("cause_clock_gap_ratio")
     share_min = value("cause_throttle_share_ratio")
 

@@ -99,12 +99,15 @@ _TABLE = (
     Threshold("spin_wait_share_ratio", 0.5, "ratio",
               "peers that spend this share of their busy time spin-waiting wait at idle-level power"),
     # -- stragglers and imbalance ----------------------------------------------
+    Threshold("straggler_cost_ratio", 0.05, "ratio",
+              "share of its peers' time spent waiting for a GPU (or node) that makes it a straggler: the job runs "
+              "about this much slower for it"),
     Threshold("straggler_z", 3.5, "z",
-              "robust z-score against the peer median beyond which a GPU is a straggler"),
-    Threshold("straggler_gap_ratio", 0.1, "ratio",
-              "and at least this far (share of time) from the peer median"),
-    Threshold("z_mad_floor", 0.05, "ratio",
-              "floor of the MAD in the robust z-score, so a very tight group does not flag noise"),
+              "and its gap to the peer median this many times the group's measured spread (robust z): "
+              "a gap the measurement noise explains is no straggler"),
+    Threshold("z_mad_floor", 0.01, "ratio",
+              "floor of the measured spread (1.4826 MAD) in the robust z-score: utilisation and SM activity are read "
+              "in whole percents, so a spread below one point is not measured"),
     Threshold("straggler_min_gpus", 3, "count",
               "peer groups smaller than this have no straggler (who deviates from whom is undefined)"),
     Threshold("straggler_persistence_ratio", 0.5, "ratio",
@@ -115,8 +118,8 @@ _TABLE = (
               "peers spin-waiting at least this share of the time is worth saying in a straggler finding"),
     Threshold("straggler_break_seconds", 30.0, "seconds",
               "a straggler that stops deviating for less than this (a few ordinary steps) is still the same straggler"),
-    Threshold("straggler_high_gap_ratio", 0.3, "ratio",
-              "a straggler this far from its peers is a high-severity finding"),
+    Threshold("straggler_high_gap_ratio", 0.15, "ratio",
+              "a straggler costing its peers this share of their time is a high-severity finding"),
     Threshold("imbalance_alert_ratio", 0.3, "ratio",
               "(max - min) / max of active fractions beyond which a group is imbalanced (a 5-minute window or the whole run)"),
     Threshold("imbalance_min_active_ratio", 0.2, "ratio",

@@ -4,13 +4,24 @@ report call a straggler, work, and a time span of either.
 Everything here is pure and clock-free (per-tick values in, verdicts out); the
 numbers come from analysis/thresholds.py only.
 
-Straggler, at one analysis window (live, and per tick in the report)
-    deviating(z, gap) = |z| ≥ straggler_z  ∧  |gap| ≥ straggler_gap_ratio
-    z: the robust peer deviation (analysis.balance, MAD floor z_mad_floor) of the GPU's
-    active or busy fraction over the window; gap: its distance from the group median.
-    Groups under straggler_min_gpus GPUs have none. With straggler_z · z_mad_floor ≥
-    straggler_gap_ratio (3.5 · 0.05 = 0.175 ≥ 0.1, pinned by a test) the gap condition
-    follows from z, so a stored z alone decides.
+Straggler, at one analysis window (live, and per tick in the report): by what it costs
+    In synchronous training every rank waits at each synchronisation point for the
+    slowest. A GPU's cost is the share of its peers' time spent waiting for it:
+        hot  (signal "active"): it computes while they wait
+             cost = a_k − median(a)              a: active fraction over the window
+        cold (signal "busy"): its rank is off the GPU while they spin-wait
+             cost = min(median(b) − b_k, median(s))   b: busy, s: spin-wait fraction
+    (a rank that is off the GPU only costs what its peers spend spin-waiting; one that
+    just gets less work costs nobody anything, its own waiting is imbalance).
+    deviating(z, cost) = cost ≥ straggler_cost_ratio  ∧  z ≥ straggler_z
+    z: the gap to the group median in units of the group's measured spread (robust z,
+    analysis.balance, 1.4826 MAD floored at z_mad_floor, the measurement's resolution),
+    signed so that waiting peers make it positive. Peers that all wait for the same
+    rank agree to a point or two, so a 5 % cost is a 5σ event; ranks whose step
+    times jitter independently (the slowest rank changes from step to step) spread as
+    wide as their gaps and are no straggler. The structural guard is persistence
+    (below): the same rank must cost its peers window after window for
+    straggler_min_span_seconds. Groups under straggler_min_gpus GPUs have none.
 
 Straggler, over a run (the report)
     a GPU deviating the same way for ≥ straggler_persistence_ratio of the work time is
@@ -33,11 +44,25 @@ Imbalance explained by stragglers (the report and the live gauge)
     side of the midpoint between the busiest and the least busy is one: one slow GPU
     under the rest, or a few hot ones above it. The straggler verdict then says it,
     and the spread is not called imbalance: the report gives no imbalance finding
-    over its stragglers, the exporter holds gpulse_group_imbalance_ratio back while
-    the GPUs of a deviating run explain the window's spread. Live the run counts
-    from its first deviating window, not from confirmation, because the report's
-    straggler span starts there too: the spread of those first
-    straggler_min_span_seconds belongs to the straggler the report will name.
+    over its stragglers, and the exporter keeps measuring gpulse_group_imbalance_ratio
+    while it sets the verdict gpulse_group_imbalance_explained to 1 (a measurement
+    never disappears because of a verdict). Live the run counts from its first
+    deviating window, not from confirmation, because the report's straggler span
+    starts there too: the spread of those first straggler_min_span_seconds belongs
+    to the straggler the report will name.
+
+Lost GPU-seconds (live counter, the report's headline, the rules)
+    sync_stall  every GPU of the group, for every stalled second;
+    straggler   its peers' waiting: cost × tick × the GPUs that do not straggle, shared
+                among the GPUs that do (a slow node's GPUs in one workload wait for
+                nobody but cost the rest once), booked from the first deviating
+                window of a run once the run is confirmed (Persistence), under the
+                straggler's cause; a cold straggler's peers spin-wait, which is a
+                sync stall where spin-waiting reads inactive, so its charge is its
+                cost less the window's stall share (no second count);
+    imbalance   while the group is imbalanced (spread ≥ imbalance_alert_ratio, the
+                busiest ≥ imbalance_min_active_ratio) and no straggler explains it,
+                each GPU's distance to the busiest: Σ (max(a) − a_k) × tick.
 
 Work (phases)
     a tick is *working* when some GPU of the group was non-idle (utilisation ≥
@@ -52,28 +77,44 @@ import math
 from dataclasses import dataclass
 from typing import Collection, Mapping, Sequence
 
+from .cause import CAUSES
 from .thresholds import value
 
 # read once: the live engine asks for every GPU at every tick
 STRAGGLER_Z = value("straggler_z")
-STRAGGLER_GAP = value("straggler_gap_ratio")
+COST = value("straggler_cost_ratio")
 MIN_SPAN = value("straggler_min_span_seconds")
 BREAK = value("straggler_break_seconds")
+SIGNALS = ("active", "busy")   # hot, cold (see module doc)
+# What lost GPU-seconds are counted under (see module doc): (reason, cause). Every
+# pair exists from the start, so a counter that first moves by a whole confirmed
+# span is not lost to a rate() that needs two points of it.
+LOSS_KEYS = (("sync_stall", ""), ("imbalance", "")) + tuple(("straggler", c) for c in CAUSES)
 
 
-def deviating(z: float | None, gap: float | None = None) -> bool:
-    """The one straggler test at one window (see module doc)."""
-    if z is None or not abs(z) >= STRAGGLER_Z:     # NaN is never deviating
+def deviating(z: float | None, cost: float | None) -> bool:
+    """The one straggler test at one window (see module doc); z and cost signed so that
+    waiting peers make both positive."""
+    if z is None or cost is None or not z >= STRAGGLER_Z:     # NaN is never deviating
         return False
-    return gap is None or abs(gap) >= STRAGGLER_GAP
+    return cost >= COST
 
 
-def straggler_signal(dev_active: float | None, dev_busy: float | None,
-                     gap_active: float | None = None, gap_busy: float | None = None) -> tuple[str, float] | None:
-    """(signal, z) of the first signal (active, then busy) on which a GPU deviates."""
-    for signal, z, gap in (("active", dev_active, gap_active), ("busy", dev_busy, gap_busy)):
-        if deviating(z, gap):
-            return signal, z   # type: ignore[return-value]
+def peer_wait(active: float, busy: float, median_active: float, median_busy: float,
+              median_spin: float) -> tuple[float, float]:
+    """(hot, cold) cost of one GPU: the share of its peers' time spent waiting for it
+    while it computes, and while it is off the GPU (see module doc)."""
+    return active - median_active, min(median_busy - busy, median_spin)
+
+
+def straggler_signal(z_active: float | None, z_busy: float | None,
+                     cost_active: float | None, cost_busy: float | None) -> tuple[str, float] | None:
+    """(signal, z) of the first signal (active, then busy) on which a GPU deviates; the
+    z of the busy signal is returned negative (the GPU is idler than its peers)."""
+    if deviating(z_active, cost_active):
+        return "active", z_active          # type: ignore[return-value]
+    if z_busy is not None and deviating(-z_busy, cost_busy):
+        return "busy", z_busy
     return None
 
 
@@ -149,24 +190,43 @@ def straggler_spans(flags: Sequence[bool], ticks: Sequence[int],
 
 @dataclass(slots=True)
 class Persistence:
-    """Live straggler confirmation of one GPU (see module doc). Feed every window."""
+    """Live straggler confirmation of one GPU (see module doc). Feed every window.
+
+    It also books what the straggler costs its peers (GPU-seconds of their waiting)
+    the way the report counts it over its span: from the first deviating window of
+    the run, owed until the run is confirmed and dropped if it never is; windows of a
+    break are owed until the run deviates again (then the break is part of the span)
+    and dropped when the run ends with it."""
     since: float | None = None      # start of the current deviating run (breaks bridged)
     last: float | None = None       # last window that deviated
     sign: float = 0.0
     latest: tuple[str, float] | None = None
+    owed: float = 0.0               # peers' waiting in the run, not booked yet
+    tail: float = 0.0               # peers' waiting since the last deviating window
 
-    def update(self, t: float, interval: float, signal: tuple[str, float] | None) -> tuple[str, float] | None:
-        """The confirmed (signal, z) at window end t, or None."""
+    def update(self, t: float, interval: float, signal: tuple[str, float] | None,
+               charge: float = 0.0) -> tuple[tuple[str, float] | None, float]:
+        """(the confirmed (signal, z) at window end t or None, GPU-seconds of peers'
+        waiting booked now); `charge` is this window's share of that waiting."""
         brk = BREAK
         if signal is not None:
             sign = math.copysign(1.0, signal[1])
             if self.since is None or self.last is None or sign != self.sign or t - self.last > brk:
                 self.since, self.sign = t, sign
+                self.owed = self.tail = 0.0
             self.last, self.latest = t, signal
+            self.owed += self.tail + charge
+            self.tail = 0.0
         if self.since is None or self.last is None:
-            return None
+            return None, 0.0
         if t - self.last > brk:
             self.since = self.last = self.latest = None
-            return None
+            self.owed = self.tail = 0.0
+            return None, 0.0
+        if signal is None:
+            self.tail += charge
         confirmed = self.last - self.since + interval >= MIN_SPAN - 1e-9
-        return self.latest if confirmed else None
+        if not confirmed:
+            return None, 0.0
+        booked, self.owed = self.owed, 0.0
+        return self.latest, booked

@@ -46,6 +46,9 @@ class GpuTrack:
     sampled: array = field(default_factory=lambda: array("f"))
     dev_busy: array = field(default_factory=lambda: array("f"))     # engine's windowed robust z
     dev_active: array = field(default_factory=lambda: array("f"))
+    cost_active: array = field(default_factory=lambda: array("f"))  # engine's windowed (hot, cold) cost
+    cost_busy: array = field(default_factory=lambda: array("f"))
+    lost_to: float = 0.0      # GPU-seconds its peers lost waiting for it (the engine's, booked)
     prev: tuple[float, ...] | None = None
     # analysis.cause vectors (len(cause.SLOTS) values each) at ticks signal_ticks,
     # and the one at the end of the run
@@ -67,7 +70,7 @@ class GpuTrack:
         return list(self.signals[j * w:(j + 1) * w])
 
     def pad(self, n: int) -> None:
-        for name in FIELDS + ("dev_busy", "dev_active"):
+        for name in FIELDS + ("dev_busy", "dev_active", "cost_active", "cost_busy"):
             a = getattr(self, name)
             if len(a) < n:
                 a.extend([NAN] * (n - len(a)))
@@ -87,6 +90,7 @@ class GroupTrack:
     imbalance: array = field(default_factory=lambda: array("f"))
     episodes: list[Episode] = field(default_factory=list)     # every episode, in order
     prev_stall: float = 0.0
+    lost: dict[tuple[str, str], float] = field(default_factory=dict)   # the engine's, cumulative
     tracker: Any = None
     seen: int = 0
     last_members: tuple[str, ...] = ()   # the engine's member list at the latest tick
@@ -107,6 +111,7 @@ class Recording:
     interval: float               # seconds per tick
     idle_threshold: float
     activity: str                 # the engine's activity measure
+    window: float                 # the engine's analysis window (seconds)
     gpus: dict[str, GpuTrack] = field(default_factory=dict)
     groups: dict[str, GroupTrack] = field(default_factory=dict)
     times: array = field(default_factory=lambda: array("d"))
@@ -194,6 +199,10 @@ class Collector:
             g.sampled.append(cur[4] - prev[4])
             g.dev_busy.append(NAN if v.deviation_busy is None else v.deviation_busy)
             g.dev_active.append(NAN if v.deviation_active is None else v.deviation_active)
+            hot, cold = v.costs if v.costs is not None else (NAN, NAN)
+            g.cost_active.append(hot)
+            g.cost_busy.append(cold)
+            g.lost_to = v.lost_to
             g.prev = cur
             if i % self._every == 0 and k in engine.gpus:
                 g.signals.extend(engine.signals(k))
@@ -211,7 +220,9 @@ class Collector:
                 gr.prev_stall = 0.0
             gr.stall.append(gv.stall_seconds - gr.prev_stall)
             gr.prev_stall = gv.stall_seconds
-            gr.imbalance.append(NAN if gv.imbalance is None else gv.imbalance)
+            gr.imbalance.append(NAN if gv.imbalance is None or gv.imbalance_explained else gv.imbalance)
+            if gv.lost:
+                gr.lost = dict(gv.lost)
             self._take_episodes(engine, gr)
         # tracks the snapshot did not reach (a GPU or group gone) are padded to this tick;
         # when it reached them all, none is short

@@ -33,8 +33,9 @@ Recurrence
     the rhythm). The headline period is the recurring pattern with the most episodes.
 
 Stragglers
-    The engine's per-tick peer deviation, judged by analysis.verdict.deviating, the
-    same test the live page and the exporter's verdict use. A GPU deviating the same
+    The engine's per-tick cost to the peers and peer deviation, judged by
+    analysis.verdict.deviating, the same test the live page and the exporter's
+    verdict use. A GPU deviating the same
     way for ≥ straggler_persistence_ratio of the work ticks is a straggler of the whole
     run; one deviating for ≥ straggler_min_span_seconds in a row is a straggler for
     that span. "busier": it computes while peers wait; "idler": its rank is busy
@@ -60,7 +61,7 @@ from typing import Any
 from ..analysis import imbalance as imbalance_of, load_balance, peer_deviation, stall_period
 from ..analysis.period import families
 from ..analysis.thresholds import value
-from ..analysis.verdict import deviating, imbalance_explained, is_working, straggler_spans, work_runs
+from ..analysis.verdict import deviating, imbalance_explained, is_working, peer_wait, straggler_spans, work_runs
 from .clock import clock_of
 from .collect import GpuTrack, GroupTrack, Recording
 
@@ -138,13 +139,17 @@ class Analysis:
         self.gpu_stats: dict[str, dict[str, float]] = {}
         self.findings: list[Finding] = []
         self.imbalance: dict[str, Any] = {}
+        self.straggler_nodes: list[dict[str, Any]] = []
         for gr in rec.groups.values():
             self._group(gr)
         self._gpu_fractions()
         self._stragglers()
+        self._straggler_nodes()
         self._imbalance()
         self._patterns()
+        self.lost = self._lost()
         self._words()
+        self.lost_headline = self._lost_headline(self.lost)
 
     # ------------------------------------------------------------ time helpers
 
@@ -353,50 +358,176 @@ class Analysis:
             self.gpu_stats[k] = self._stats(k, work.get(k, []))
 
     def _stragglers(self) -> None:
-        """analysis.verdict over the engine's per-tick deviations (see module doc)."""
+        """analysis.verdict over the engine's per-tick costs and deviations (see module doc)."""
         work = self._all_work()
         for gr in self.rec.groups.values():
             keys = [k for k in gr.gpus if self.gpu_stats.get(k, {}).get("busy_fraction") is not None]
             if len(keys) < value("straggler_min_gpus"):
                 continue          # two GPUs: who deviates from whom is undefined
             best: dict[str, dict[str, Any]] = {}
-            zmin = value("straggler_z")
+            cost_min = value("straggler_cost_ratio")
             cache: dict[tuple, dict[str, dict[str, float | None]]] = {}
-            for signal in ("active", "busy"):
+            for signal, sign in (("active", 1.0), ("busy", -1.0)):
                 for k in keys:
                     g = self.rec.gpus[k]
-                    dev = g.dev_busy if signal == "busy" else g.dev_active
+                    dev = g.dev_active if signal == "active" else g.dev_busy
+                    costs = g.cost_active if signal == "active" else g.cost_busy
                     ticks = work.get(k, [])
-                    devs = [dev[i] for i in ticks]
-                    if not any(abs(d) >= zmin for d in devs):   # NaN compares false
-                        continue          # the common case, cheaply: never deviated
-                    for sign in (1.0, -1.0):
-                        persistence, spans = straggler_spans(
-                            [d * sign > 0 and deviating(d) for d in devs], ticks, self.iv)
-                        if not spans:
-                            continue
-                        span_ticks = [i for a, b in spans for i in range(a, b + 1)]
-                        key = tuple(spans)
-                        if key not in cache:     # a straggler's signals often share spans
-                            cache[key] = ({kk: self.gpu_stats[kk] for kk in keys} if span_ticks == ticks
-                                          else {kk: self._stats(kk, span_ticks) for kk in keys})
-                        stats = cache[key]
-                        xs = {kk: st[f"{signal}_fraction"] for kk, st in stats.items()
-                              if st[f"{signal}_fraction"] is not None}
-                        if k not in xs or len(xs) < value("straggler_min_gpus"):
-                            continue
-                        z = peer_deviation(xs)[k]
-                        peers = median(v for kk, v in xs.items() if kk != k)
-                        cand = {"key": k, "node": g.node, "gpu": g.gpu, "workload": gr.workload,
-                                "direction": "busier" if sign > 0 else "idler", "signal": signal,
-                                "gap": abs(xs[k] - peers), "fraction": xs[k], "peer_median": peers,
-                                "z": z, "persistence": persistence,
-                                "whole_run": persistence >= value("straggler_persistence_ratio"),
-                                "spans": [(self.tick_start(a), self.tick_end(b)) for a, b in spans],
-                                "stats": stats}
-                        if k not in best or abs(z) > abs(best[k]["z"]):
-                            best[k] = cand
+                    if not any(costs[i] >= cost_min for i in ticks):   # NaN compares false
+                        continue          # the common case, cheaply: never cost anyone enough
+                    persistence, spans = straggler_spans(
+                        [deviating(sign * dev[i], costs[i]) for i in ticks], ticks, self.iv)
+                    if not spans:
+                        continue
+                    span_ticks = [i for a, b in spans for i in range(a, b + 1)]
+                    key = tuple(spans)
+                    if key not in cache:     # a straggler's signals often share spans
+                        cache[key] = ({kk: self.gpu_stats[kk] for kk in keys} if span_ticks == ticks
+                                      else {kk: self._stats(kk, span_ticks) for kk in keys})
+                    stats = cache[key]
+                    xs = {kk: st[f"{signal}_fraction"] for kk, st in stats.items()
+                          if st[f"{signal}_fraction"] is not None}
+                    if k not in xs or len(xs) < value("straggler_min_gpus"):
+                        continue
+                    z = peer_deviation(xs)[k]
+                    med = median(xs.values())
+                    spin = median(st["spin_wait_fraction"] or 0.0 for st in stats.values())
+                    hot, cold = peer_wait(stats[k]["active_fraction"] or 0.0, stats[k]["busy_fraction"] or 0.0,
+                                          median(st["active_fraction"] or 0.0 for st in stats.values()),
+                                          median(st["busy_fraction"] or 0.0 for st in stats.values()), spin)
+                    cand = {"key": k, "node": g.node, "gpu": g.gpu, "workload": gr.workload,
+                            "direction": "busier" if sign > 0 else "idler", "signal": signal,
+                            "gap": abs(xs[k] - med), "cost": max(0.0, hot if sign > 0 else cold),
+                            "fraction": xs[k], "peer_median": med,
+                            "z": z, "persistence": persistence,
+                            "whole_run": persistence >= value("straggler_persistence_ratio"),
+                            "spans": [(self.tick_start(a), self.tick_end(b)) for a, b in spans],
+                            "lost_gpu_seconds": g.lost_to,
+                            "stats": stats}
+                    if k not in best or cand["cost"] > best[k]["cost"]:
+                        best[k] = cand
             self.stragglers.extend(best.values())
+
+    def _straggler_nodes(self) -> None:
+        """A slow node of a multi-node workload (analysis.verdict at node level): the
+        mean of its GPUs against the median of the workload's per-node means, windowed
+        like the engine's GPU verdict. Its GPUs are then named once, as the node."""
+        rec = self.rec
+        if not rec.multi_node:
+            return
+        window = max(1, round(rec.window / self.iv))
+        for gr in rec.groups.values():
+            by_node: dict[str, list[GpuTrack]] = {}
+            for k in gr.gpus:
+                if k in rec.gpus:
+                    by_node.setdefault(rec.gpus[k].node, []).append(rec.gpus[k])
+            if len(by_node) < value("straggler_min_gpus"):
+                continue
+            ticks = self.work_ticks.get(gr.workload, [])
+            if not ticks:
+                continue
+            # per node and tick: (active, busy, spin, sampled) summed over its GPUs
+            sums = {n: [[sum(getattr(g, f)[i] for g in gs if g.sampled[i] > 0) for i in ticks]
+                        for f in ("active", "busy", "spin_wait", "sampled")] for n, gs in by_node.items()}
+            flags: dict[tuple[str, str], list[bool]] = {(n, s): [] for n in by_node for s in ("active", "busy")}
+            costs: dict[tuple[str, str], list[float]] = {key: [] for key in flags}
+            run = {n: [0.0, 0.0, 0.0, 0.0] for n in by_node}
+            for j in range(len(ticks)):
+                frac: dict[str, tuple[float, float, float]] = {}
+                for n, (act, bsy, spn, smp) in sums.items():
+                    r = run[n]
+                    for x, arr in enumerate((act, bsy, spn, smp)):
+                        r[x] += arr[j] - (arr[j - window] if j >= window else 0.0)
+                    if r[3] > 0:
+                        frac[n] = (r[0] / r[3], r[1] / r[3], r[2] / r[3])
+                if len(frac) < value("straggler_min_gpus"):
+                    for key in flags:
+                        flags[key].append(False)
+                        costs[key].append(0.0)
+                    continue
+                ma = median(v[0] for v in frac.values())
+                mb = median(v[1] for v in frac.values())
+                ms = median(v[2] for v in frac.values())
+                za = peer_deviation({n: v[0] for n, v in frac.items()})
+                zb = peer_deviation({n: v[1] for n, v in frac.items()})
+                for n in by_node:
+                    if n not in frac:
+                        hot = cold = 0.0
+                        ok_a = ok_b = False
+                    else:
+                        hot, cold = peer_wait(frac[n][0], frac[n][1], ma, mb, ms)
+                        ok_a, ok_b = deviating(za[n], hot), deviating(-zb[n], cold)
+                    flags[(n, "active")].append(ok_a)
+                    flags[(n, "busy")].append(ok_b and not ok_a)
+                    costs[(n, "active")].append(hot)
+                    costs[(n, "busy")].append(cold)
+            for (n, signal), fl in flags.items():
+                _, spans = straggler_spans(fl, ticks, self.iv)
+                if not spans:
+                    continue
+                pos = {t: j for j, t in enumerate(ticks)}
+                idx = [pos[i] for a, b in spans for i in range(a, b + 1) if i in pos]
+                node_cost = sum(costs[(n, signal)][j] for j in idx) / len(idx)
+                f = 0 if signal == "active" else 1
+                means = {m: (sum(sums[m][f][j] for j in idx) / max(1e-9, sum(sums[m][3][j] for j in idx)))
+                         for m in by_node}
+                others = len(gr.gpus) - len(by_node[n])
+                keys = {g.key for g in by_node[n]}
+                self.straggler_nodes.append({
+                    "node": n, "workload": gr.workload, "direction": "busier" if signal == "active" else "idler",
+                    "signal": signal, "cost": max(0.0, node_cost), "fraction": means[n],
+                    "peer_median": median(means.values()),
+                    "z": peer_deviation(means)[n], "gpus": len(by_node[n]), "keys": keys,
+                    "spans": [(self.tick_start(a), self.tick_end(b)) for a, b in spans],
+                    "lost_gpu_seconds": sum(rec.gpus[k].lost_to for k in keys),
+                    "others": others})
+                # named once, as the node: its GPUs' own verdicts in that direction go
+                self.stragglers = [st for st in self.stragglers
+                                   if not (st["key"] in keys and st["workload"] == gr.workload
+                                           and st["signal"] == signal)]
+
+    def _lost(self) -> dict[str, Any]:
+        """GPU-seconds lost, from the engine's counters (gpulse_group_lost_seconds_total):
+        the figure the exporter and the rules give for the same run."""
+        by: dict[tuple[str, str], float] = {}
+        for gr in self.rec.groups.values():
+            for key, v in gr.lost.items():
+                by[key] = by.get(key, 0.0) + v
+        work = sum((st.get("sampled_seconds") or 0.0) for st in self.gpu_stats.values())
+        total = sum(by.values())
+        return {"gpu_seconds": total, "work_gpu_seconds": work,
+                "by_reason": [{"reason": r, "cause": c, "gpu_seconds": v}
+                              for (r, c), v in sorted(by.items(), key=lambda kv: -kv[1]) if v > 0]}
+
+    def _lost_headline(self, lost: dict[str, Any]) -> str:
+        """'This run lost N GPU-hours of M (X %): Y % to GPU 3 (throttling), ...'."""
+        total, work = lost["gpu_seconds"], lost["work_gpu_seconds"]
+        if work <= 0:
+            return ""
+        if total < 1.0:
+            return f"This run lost no GPU time to sync stalls, stragglers or imbalance (of {_hours(work)})."
+        parts = []
+        named = 0.0
+        for nd in sorted(self.straggler_nodes, key=lambda d: -d["lost_gpu_seconds"]):
+            if nd["lost_gpu_seconds"] > 0:
+                parts.append(f"{_pct(nd['lost_gpu_seconds'] / work)} waiting for node {nd['node']}"
+                             + (f" ({nd['cause']})" if nd.get("cause") else ""))
+                named += nd["lost_gpu_seconds"]
+        for st in sorted(self.stragglers, key=lambda s: -s["lost_gpu_seconds"]):
+            if st["lost_gpu_seconds"] > 0:
+                parts.append(f"{_pct(st['lost_gpu_seconds'] / work)} waiting for {self.label(st['key'])}"
+                             + (f" ({st['cause']})" if st.get("cause") else ""))
+                named += st["lost_gpu_seconds"]
+        for item in lost["by_reason"]:
+            if item["reason"] == "sync_stall":
+                parts.append(f"{_pct(item['gpu_seconds'] / work)} to sync stalls")
+            elif item["reason"] == "imbalance":
+                parts.append(f"{_pct(item['gpu_seconds'] / work)} to imbalance")
+        rest = sum(i["gpu_seconds"] for i in lost["by_reason"] if i["reason"] == "straggler") - named
+        if rest >= 0.005 * work:
+            parts.append(f"{_pct(rest / work)} waiting for stragglers of shorter spans")
+        return (f"This run lost {total / 3600:.2f} of {_hours(work)} ({_pct(total / work)})"
+                + (": " + ", ".join(parts) if parts else "") + ".")
 
     def _imbalance(self) -> None:
         vals: list[float] = []
@@ -424,9 +555,21 @@ class Analysis:
     def _words(self) -> None:
         F = self.findings
         pattern_findings = [(p, f) for p in self.patterns if (f := self._pattern_words(p)) is not None]
-        for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
+        for nd in sorted(self.straggler_nodes, key=lambda d: -d["cost"]):
+            gr = self.rec.groups.get(nd["workload"])
+            peers = gr.gpus if gr else []
+            # the node's cause: its GPUs' one verdict when they agree (a power-capped
+            # rack), else the first GPU's against the other nodes'
+            verdicts = [self.rec.cause_of(k, [p for p in peers if p not in nd["keys"]] + [k], nd["spans"])
+                        for k in sorted(nd["keys"])]
+            causes = {v.cause for v in verdicts}
+            v = verdicts[0] if len(causes) == 1 else next((v for v in verdicts if v.cause != "unknown"), verdicts[0])
+            nd["cause"] = v.cause
+            F.append(_with_cause(self._node_words(nd), v))
+        for st in sorted(self.stragglers, key=lambda s: -s["cost"]):
             gr = self.rec.groups.get(st["workload"])
             v = self.rec.cause_of(st["key"], gr.gpus if gr else [], st["spans"])
+            st["cause"] = v.cause
             f = _with_cause(self._straggler_words(st, v.cause), v)
             F.append(self._one_cause(st, f, pattern_findings))
         imb = self._imbalance_words()
@@ -495,7 +638,7 @@ class Analysis:
             f"from {self._when(a)} for {_secs(b - a)}" for a, b in st["spans"])
         what = "of the work time" if st["whole_run"] else f"of its straggling time ({when})"
         rank = st["gpu"] if st["gpu"].isdigit() else k
-        sev = "high" if st["gap"] >= value("straggler_high_gap_ratio") else "medium"
+        sev = "high" if st["cost"] >= value("straggler_high_gap_ratio") else "medium"
         spans = st["spans"]
         if st["direction"] == "idler":
             power = (f" at idle-level power (spin-waiting {_pct(peer_spin)} of the time)"
@@ -515,9 +658,23 @@ class Analysis:
             return Finding("straggler", sev, text, "", spans)   # the cause's remedy is set by _with_cause
         peer_act = median(stats[p]["active_fraction"] or 0.0 for p in peers)
         wait = f", spending {_pct(peer_spin)} of the time spin-waiting" if peer_spin >= value("spin_wait_mention_ratio") else ""
+        lost = (f" They lost {_hours(st['lost_gpu_seconds'])} waiting for it ({_pct(st['cost'])} of their time)."
+                if st["lost_gpu_seconds"] >= 1 else "")
         text = (f"{self.label(k)} worked {_pct(me['active_fraction'])} {what} against {_pct(peer_act)} "
-                f"for {self.labels(peers)}{wait}: they wait for it at every synchronisation point.")
+                f"for {self.labels(peers)}{wait}: they wait for it at every synchronisation point.{lost}")
         return Finding("straggler", sev, text, "", spans)   # the cause's remedy is set by _with_cause
+
+    def _node_words(self, nd: dict[str, Any]) -> Finding:
+        when = "; ".join(f"from {self._when(a)} for {_secs(b - a)}" for a, b in nd["spans"])
+        what = "real work" if nd["signal"] == "active" else "busy time"
+        lost = (f"; they lost {_hours(nd['lost_gpu_seconds'])} waiting for it" if nd["lost_gpu_seconds"] >= 1 else "")
+        text = (f"Node {nd['node']} is a straggler of workload {nd['workload'] or '(the node group)'}: its "
+                f"{nd['gpus']} GPUs averaged {_pct(nd['fraction'])} {what} against a median of "
+                f"{_pct(nd['peer_median'])} for the workload's nodes ({when}), so the other nodes' "
+                f"{nd['others']} GPUs wait for it {_pct(nd['cost'])} of their time at every synchronisation "
+                f"point{lost}.")
+        sev = "high" if nd["cost"] >= value("straggler_high_gap_ratio") else "medium"
+        return Finding("straggler_node", sev, text, "", list(nd["spans"]))
 
     def _imbalance_words(self) -> Finding | None:
         # the pager's definition over the whole run: the same spread, the same busiest-GPU guard
@@ -702,6 +859,11 @@ class Analysis:
             "stall_period_seconds": None,
             "stall_patterns": [],
             "stragglers": [],
+            "straggler_nodes": [],
+            "lost": {**{k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.lost.items()
+                        if k != "by_reason"},
+                     "by_reason": [{**i, "gpu_seconds": round(i["gpu_seconds"], 3)} for i in self.lost["by_reason"]],
+                     "headline": self.lost_headline},
             "imbalance": {k: (round(v, 6) if v is not None else None) for k, v in self.imbalance.items()},
             "findings": [{"kind": f.kind, "severity": f.severity, "text": f.text, "remedy": f.remedy,
                           "spans": _spans(f.spans),
@@ -748,9 +910,12 @@ class Analysis:
         if recurring:   # the headline: the rhythm with the most stalls (two long ones are weak evidence)
             head = max(recurring, key=lambda p: (p["count"], p["stalled_seconds"]))
             doc["stall_period_seconds"] = round(head["period_seconds"], 3)
-        for st in sorted(self.stragglers, key=lambda s: -s["gap"]):
+        for st in sorted(self.stragglers, key=lambda s: -s["cost"]):
             doc["stragglers"].append({k: (round(v, 6) if isinstance(v, float) else _spans(v) if k == "spans" else v)
-                                      for k, v in st.items() if k not in ("key", "stats")})
+                                      for k, v in st.items() if k not in ("key", "stats", "cause")})
+        for nd in sorted(self.straggler_nodes, key=lambda d: -d["cost"]):
+            doc["straggler_nodes"].append({k: (round(v, 6) if isinstance(v, float) else _spans(v) if k == "spans" else v)
+                                           for k, v in nd.items() if k not in ("keys", "others", "cause", "signal")})
         seen = set()
         for f in self.findings:
             if f.remedy and f.remedy not in seen:
@@ -763,6 +928,10 @@ def _with_cause(f: Finding, v: Any) -> Finding:
     """The finding with its cause (analysis.cause.Verdict); the cause's remedy replaces the general one."""
     f.cause, f.remedy = v, v.remedy
     return f
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} GPU-hours"
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

@@ -40,7 +40,7 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
                    "history": 10, **(analysis or {})})
     source = ReplaySource(cfg)
     rec = Recording(source=os.path.basename(path), interval=cfg.analysis_interval,
-                    idle_threshold=cfg.idle_threshold, activity=cfg.activity)
+                    idle_threshold=cfg.idle_threshold, activity=cfg.activity, window=cfg.analysis_window)
 
     def node_and_gpu(key: str) -> tuple[str, str]:
         run = source.run
@@ -82,7 +82,8 @@ def _engine_activity(cfg: Any, has_sm: bool) -> str:
 def from_source(source: Any, cfg: Any, label: str, until: float | None = None) -> Recording:
     """Any Source (the simulator, a test double of a live node) for `until` virtual seconds."""
     rec = Recording(source=label, interval=cfg.analysis_interval, idle_threshold=cfg.idle_threshold,
-                    activity=_engine_activity(cfg, getattr(source, "has_sm_active", False)))
+                    activity=_engine_activity(cfg, getattr(source, "has_sm_active", False)),
+                    window=cfg.analysis_window)
     rec.epoch = False
     collect(run_offline(source, cfg, until=until), rec, lambda k: (cfg.node_name, k))
     return rec
@@ -117,7 +118,7 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
                    "analysis_window": window, **(analysis or {})})
     source = prom.PromRangeSource(data, start, end, step)
     rec = Recording(source=f"{url} {sel}", interval=step, idle_threshold=cfg.idle_threshold,
-                    activity=_engine_activity(cfg, True))
+                    activity=_engine_activity(cfg, True), window=cfg.analysis_window)
     collect(run_offline(source, cfg), rec, source.node_and_gpu)
     if not any(any(x > 0 for x in g.sampled) for g in rec.gpus.values()):
         raise ReportError(f"the gpulse series matching {sel} have fewer than two scrapes between "

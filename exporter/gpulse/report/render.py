@@ -399,10 +399,22 @@ def cards(p: Picture, doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         ("imbalance_real", "imbalance of real work", "–" if real is None else f"{real:.2f}", real_note),
         ("imbalance_busy", "imbalance of utilisation", "–" if busy_imb is None else f"{busy_imb:.2f}",
          "(max − min) / max of each GPU's utilisation (busy) over the work time; spin-waiting counts as busy"),
+        ("lost", "GPU time lost", _lost_value(doc),
+         "GPU-hours the GPUs lost to sync stalls, waiting for stragglers and imbalance, of the GPU-hours of work "
+         "(gpulse_group_lost_seconds_total, the exporter's and the rules' figure)"),
         ("stragglers", "waited-for GPUs (stragglers)", strag_value,
          "the GPUs everyone waits for: cold = its rank is busy off the GPU while the others spin-wait; "
          "hot = it computes longer than its peers"),
     ]
+
+
+def _lost_value(doc: dict[str, Any]) -> str:
+    lost = doc.get("lost") or {}
+    work = lost.get("work_gpu_seconds") or 0.0
+    if work <= 0:
+        return "–"
+    total = lost.get("gpu_seconds") or 0.0
+    return f"{total / 3600:.2f} of {work / 3600:.2f} GPU-h ({_pct(total / work)})"
 
 
 def _work_span(doc: dict[str, Any]) -> float:
@@ -519,8 +531,9 @@ def _clock_json(p: Picture) -> dict[str, Any]:
 # ------------------------------------------------------------------ outputs
 
 def summary_lines(doc: dict[str, Any]) -> list[str]:
-    """What the command prints: the findings, most severe first."""
-    return [f"[{f['severity']}] {f['text']}"
+    """What the command prints: what the run lost, then the findings, most severe first."""
+    head = doc.get("lost", {}).get("headline")
+    return ([head] if head else []) + [f"[{f['severity']}] {f['text']}"
             + (" " + describe(f["cause"], f["evidence"], f["missing"]) if "cause" in f else "")
             + (f" Remedy: {f['remedy']}." if f["remedy"] else "")
             for f in doc["findings"]]

@@ -23,9 +23,9 @@ def test_idle_group_is_balanced():
 
 
 def test_robust_z_hand_computed():
-    # median 0.6, MAD 0.0 → floor 0.05: the hot GPU is (0.99-0.6)/0.05 = 7.8
+    # median 0.6, MAD 0.0 → floor 0.01 (whole percents): the hot GPU is (0.99-0.6)/0.01 = 39
     z = robust_z([0.6, 0.99, 0.6, 0.6, 0.6])
-    assert z[1] == pytest.approx(7.8)
+    assert z[1] == pytest.approx(39.0)
     assert z[0] == 0.0
     # spread peers: median 0.5, |dev| = .1,.0,.1,.4 → MAD = 0.1, scale 0.14826
     z = robust_z([0.4, 0.5, 0.6, 0.9])
@@ -36,8 +36,9 @@ def test_robust_z_hand_computed():
 
 
 def test_robust_z_even_group_does_not_explode():
+    # a wobble under the measurement's resolution (one percent) stays far from straggler_z
     z = robust_z([0.900, 0.901, 0.899, 0.900])
-    assert max(abs(v) for v in z) < 0.1
+    assert max(abs(v) for v in z) < 0.2
     assert robust_z([0.7]) == [0.0]
 
 

@@ -96,15 +96,17 @@ def test_every_threshold_is_documented():
         assert t.doc and t.unit in ("ratio", "seconds", "z", "count", "watts_ratio", "bytes", "factor")
 
 
-def test_the_gap_condition_follows_from_z():
-    # one straggler definition: with the MAD floor, |z| ≥ straggler_z puts the GPU at
-    # least straggler_z · z_mad_floor from the median, which must cover the gap, so a
-    # stored z alone decides (the report judges per tick from the engine's z)
+def test_a_straggler_is_judged_by_its_cost_beyond_the_measured_noise():
+    # one straggler definition: its peers wait straggler_cost_ratio of their time for
+    # it, and that gap stands out of the group's measured spread by straggler_z
     v = thresholds.value
-    assert v("straggler_z") * v("z_mad_floor") >= v("straggler_gap_ratio")
-    z = v("straggler_z")
-    assert deviating(z) and deviating(-z) and not deviating(z * 0.99)
-    assert not deviating(z, gap=v("straggler_gap_ratio") / 2)
+    z, cost = v("straggler_z"), v("straggler_cost_ratio")
+    assert deviating(z, cost) and not deviating(z * 0.99, cost) and not deviating(z, cost * 0.99)
+    assert not deviating(-z, cost) and not deviating(z, -cost)     # waiting peers make both positive
+    assert not deviating(float("nan"), cost) and not deviating(None, cost)
+    # the floor of the spread is the measurement's resolution, not a gap of its own:
+    # a tight group's 5 % straggler clears straggler_z
+    assert cost / v("z_mad_floor") >= z
 
 
 def test_unknown_threshold_is_named():
