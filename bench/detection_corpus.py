@@ -41,6 +41,7 @@ KEEP = {
     "gpulse_gpu_busy_seconds_total", "gpulse_gpu_active_seconds_total", "gpulse_gpu_sampled_seconds_total",
     "gpulse_group_active", "gpulse_group_sync_stall_seconds_total", "gpulse_group_sync_stalls_total",
     "gpulse_group_sampled_seconds_total", "gpulse_group_stall_period_seconds",
+    "gpulse_gpu_spin_wait_seconds_total", "gpulse_group_lost_seconds_total",
 }
 BASELINE_METRIC = "DCGM_FI_DEV_GPU_UTIL"
 PERSIST = 60.0          # a live gauge verdict must hold this long (seconds of ticks)
@@ -132,7 +133,7 @@ def observe(path: str, node: str) -> Observed:
                 confirmed.setdefault(v.info.gpu, t)
         acts = [v.active_ratio for v in snap.gpus if v.active_ratio is not None]
         pers.see("imbalance", g.holding and bool(acts) and max(acts) > imb_min
-                 and (g.imbalance or 0.0) > imb_lim, t)
+                 and (g.imbalance or 0.0) > imb_lim and not g.imbalance_explained, t)
         # a scrape every SCRAPE seconds of the log's own time
         if t + 1e-6 >= (n + 1) * SCRAPE:
             vals: dict[str, float] = {}

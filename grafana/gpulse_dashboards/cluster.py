@@ -10,7 +10,8 @@ from . import queries as Q
 from .common import (CLUSTER, COUNT, HEATMAP_POINTS, LONG_RANGE_POINTS, RATIO, RULE_5M_INTERVAL, SECONDS,
                      alerts_annotation, cells_variable, dashboard_data_link, label_variable, metric_variable,
                      new_dashboard, order_variable, query, stall_period_annotation)
-from .panels import gpu_heatmap, stall_strip, stat_panel, status_history, straggler_table, time_series
+from .panels import (gpu_heatmap, merge_table, stall_strip, stat_panel, status_history, straggler_table,
+                     table_panel, time_series)
 
 UID = "gpulse-cluster-heatmap"
 SEL = f'{CLUSTER}, node=~"$node", workload=~"$workload"'
@@ -161,6 +162,22 @@ def build() -> db.Dashboard:
                  f'max by (cluster, node) (gpulse_group_stall_period_seconds{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0)))
+
+    d = (d.with_row(db.Row("What it costs"))
+         .with_panel(table_panel(
+             "GPU-hours lost by workload and reason",
+             "GPU-hours each workload (or node, without attribution) lost over the range, by reason: "
+             "sync stalls (every GPU, each stalled second), waiting for a straggler (by its cause: "
+             "throttling and degraded hardware belong to whoever runs the nodes, more work and off-GPU "
+             "work to the job's owner) and imbalance. From gpulse_group_lost_seconds_total, the figure "
+             "gpulse report's headline and the gpulse.lost records give.", "h",
+             query(Q.lost_hours(SEL, "workload, node"), "", instant=True, table=True),
+             transformations=merge_table({"Value": "GPU-hours"}), sort_by="GPU-hours", w=16))
+         .with_panel(straggler_table(
+             "Slow nodes now",
+             "Nodes of a multi-node workload whose GPUs together cost the other nodes' GPUs "
+             f"{Q.OUTLIER_COST:.0%} or more of their time: GpulseStragglerNode pages on these, once per "
+             "node (its GPUs' own straggler alerts hold back).", Q.slow_nodes(WORKLOAD_SEL), w=8)))
 
     d = (d.with_row(db.Row("Stragglers"))
          .with_panel(straggler_table(

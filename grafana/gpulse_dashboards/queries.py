@@ -351,3 +351,23 @@ def per_workload_or_node(workload_expr: str, node_expr: str) -> str:
     one line per node instead. `or on()` adds the right side only when the left
     side is empty."""
     return f"{workload_expr}\nor on()\n{node_expr}"
+
+
+LOST = "gpulse_group_lost_seconds_total"
+
+
+def lost_hours(sel: str, by: str) -> str:
+    """GPU-hours lost over the dashboard's range, by `by` (reason and cause always):
+    increase() of the exporter's counter itself, exact at any range and scrape."""
+    return f"sum by ({by}, reason, cause) (increase({LOST}{{{sel}}}[$__range])) / 3600 > 0"
+
+
+def slow_nodes(sel: str) -> dict[str, str]:
+    """Column name -> instant query: every node of a multi-node workload that costs
+    the other nodes at least OUTLIER_COST of their time (what GpulseStragglerNode
+    pages on), with its cost and score."""
+    flagged = f"{NODE_PEER_WAIT}{{{sel}}} >= {OUTLIER_COST}"
+    return {
+        "node cost to peers": flagged,
+        "node deviation": f"{NODE_PEER_DEV}{{{sel}}} and on (cluster, workload, node) ({flagged})",
+    }

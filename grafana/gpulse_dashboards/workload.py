@@ -10,7 +10,7 @@ from .cluster import CELLS_HELP, to_node_detail
 from .common import (CLUSTER, HEATMAP_POINTS, PER_SECOND, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation,
                      cells_variable, label_variable, metric_variable, new_dashboard, order_variable, query,
                      runbook_link, stall_period_annotation)
-from .panels import gpu_heatmap, stall_strip, straggler_table, time_series
+from .panels import gpu_heatmap, merge_table, stall_strip, straggler_table, table_panel, time_series
 
 UID = "gpulse-training-workload"
 SEL = f'{CLUSTER}, workload="$workload"'
@@ -85,7 +85,21 @@ def build() -> db.Dashboard:
              "Each rank's SM activity minus the job's median over 5 minutes. Lines hugging 0 are "
              "healthy; one line far above or below the band is a straggler.", RATIO,
              query(f'{Q.PEER_GAP}{{{SEL}}}', "{{node}}/{{gpu}}"),
-             min_val=-1, max_val=1, interval=RULE_5M_INTERVAL)))
+             min_val=-1, max_val=1, interval=RULE_5M_INTERVAL))
+         .with_panel(straggler_table(
+             "Slow nodes now",
+             "Nodes of the job whose GPUs together cost the other nodes' GPUs "
+             f"{Q.OUTLIER_COST:.0%} or more of their time (what GpulseStragglerNode pages on): a "
+             "power-capped or warm node, a slow NIC, more work placed on it. Empty when no node "
+             "is slower than the rest.", Q.slow_nodes(SEL)))
+         .with_panel(table_panel(
+             "GPU-hours lost by reason",
+             "GPU-hours the job lost over the range: to sync stalls (every GPU, each stalled second), "
+             "waiting for a straggler (by its cause: throttling and degraded hardware belong to whoever "
+             "runs the nodes, more work and off-GPU work to the job), and to imbalance "
+             "(gpulse_group_lost_seconds_total, the figure the report's headline gives).", "h",
+             query(Q.lost_hours(SEL, "workload"), "", instant=True, table=True),
+             transformations=merge_table({"Value": "GPU-hours"}), sort_by="GPU-hours")))
 
     d = (d.with_row(db.Row("Sync stalls"))
          .with_panel(time_series(

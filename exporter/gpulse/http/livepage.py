@@ -99,7 +99,8 @@ class LivePage:
         for g in snap.groups:
             doc["groups"].append({
                 "workload": g.workload, "gpus": list(g.gpus), "holding": g.holding, "in_stall": g.in_stall,
-                "imbalance": g.imbalance, "load_balance": g.load_balance, "stall_period": g.stall_period,
+                "imbalance": g.imbalance, "imbalance_explained": g.imbalance_explained,
+                "load_balance": g.load_balance, "stall_period": g.stall_period,
                 "stall_fraction_window": _covered(g.episodes, g.open_since, now, window) if now is not None else None,
                 "stall_fraction_total": g.stall_seconds / g.holding_seconds if g.holding_seconds > 0 else None,
             })

@@ -69,7 +69,9 @@
       axis.appendChild(s);
     });
     var g = last.groups.filter(function (x) { return x.holding; })[0] || last.groups[0] || {};
-    setText("imbalance", g.imbalance === null || g.imbalance === undefined ? "–" : g.imbalance.toFixed(2));
+    // a measurement always; while stragglers explain the spread it is theirs, not imbalance
+    setText("imbalance", g.imbalance === null || g.imbalance === undefined ? "–" :
+      g.imbalance.toFixed(2) + (g.imbalance_explained ? " (stragglers)" : ""));
     setText("stall-window", pct(g.stall_fraction_window));
     setText("stall-total", pct(g.stall_fraction_total));
     setText("stall-period", g.stall_period ? g.stall_period.toFixed(1) + " s" : "none");
