@@ -111,9 +111,17 @@ def _fmt(v) -> str:
     return "_" if v is None else repr(round(v, 6))
 
 
-def write_test_file(observed: list, baseline_path: Path, path: Path) -> int:
+def write_test_file(observed: list, baseline_path: Path | None, path: Path,
+                    alerts: dict[str, str] | None = None) -> int:
+    """One promtool unit-test file: every observed series as input, the shipped rules
+    (and the baseline's, when given), and per alert of `alerts` (name -> the labels
+    to group its firings by; default: every alert of ALERTS) a query for its first
+    firing, read back by first_firing. Returns the number of scrapes."""
     n = max(o.scrapes for o in observed)
-    lines = ["rule_files:"] + [f"  - {p}" for p in (*SHIPPED, baseline_path)]
+    if alerts is None:
+        alerts = {name: "node, gpu" if fam == "straggler" else "node" for fam, names in ALERTS.items() for name in names}
+    rules = (*SHIPPED, baseline_path) if baseline_path is not None else SHIPPED
+    lines = ["rule_files:"] + [f"  - {p}" for p in rules]
     lines += [f"evaluation_interval: {SCRAPE}s", "tests:", f"  - interval: {SCRAPE}s", "    input_series:"]
     for o in observed:
         for key, col in o.series.items():
@@ -121,12 +129,10 @@ def write_test_file(observed: list, baseline_path: Path, path: Path) -> int:
             lines.append(f"      - series: '{key}'")
             lines.append(f"        values: '{' '.join(_fmt(v) for v in col)}'")
     lines.append("    promql_expr_test:")
-    for fam, names in ALERTS.items():
-        by = "node, gpu" if fam == "straggler" else "node"
-        for name in names:
-            expr = (f'min by ({by}) (min_over_time(timestamp(ALERTS{{alertname="{name}",alertstate="firing"}})'
-                    f"[{n * SCRAPE}s:{SCRAPE}s]))")
-            lines += [f"      - expr: '{expr}'", f"        eval_time: {n * SCRAPE}s", "        exp_samples: []"]
+    for name, by in alerts.items():
+        expr = (f'min by ({by}) (min_over_time(timestamp(ALERTS{{alertname="{name}",alertstate="firing"}})'
+                f"[{n * SCRAPE}s:{SCRAPE}s]))")
+        lines += [f"      - expr: '{expr}'", f"        eval_time: {n * SCRAPE}s", "        exp_samples: []"]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return n
 

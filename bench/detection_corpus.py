@@ -159,15 +159,22 @@ def observe(path: str, node: str) -> Observed:
     return Observed(node, hist[-1][0] if hist else 0.0, live, series, n)
 
 
+def report_doc(*args: str) -> dict:
+    """findings.json of `gpulse report ARGS` (e.g. --input LOG, or --prometheus URL ...),
+    run as its own process on this tree."""
+    with tempfile.TemporaryDirectory() as out:
+        r = subprocess.run([sys.executable, "-m", "gpulse", "report", *args, "--out", out, "--quiet"],
+                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "exporter"), "PATH": "/usr/bin:/bin"})
+        if r.returncode != 0:
+            raise SystemExit(f"gpulse report failed on {' '.join(args)}: "
+                             f"{(r.stderr or r.stdout).strip().splitlines()[-1:]}")
+        return json.loads((Path(out) / "findings.json").read_text(encoding="utf-8"))
+
+
 def report_verdict(path: str) -> Verdict:
     """`gpulse report` on the log: recurring stall patterns, the headline period, the
     stragglers and the imbalance finding of findings.json."""
-    with tempfile.TemporaryDirectory() as out:
-        r = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", str(path), "--out", out, "--quiet"],
-                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "exporter"), "PATH": "/usr/bin:/bin"})
-        if r.returncode != 0:
-            raise SystemExit(f"gpulse report failed on {path}: {(r.stderr or r.stdout).strip().splitlines()[-1:]}")
-        doc = json.loads((Path(out) / "findings.json").read_text(encoding="utf-8"))
+    doc = report_doc("--input", str(path))
     work = doc["run"]["work_seconds"] or 0.0
     ratio = value("stall_page_ratio")
     recurring = [p for p in doc["stall_patterns"] if p["count"] >= value("stall_recurring_episodes")]

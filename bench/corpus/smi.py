@@ -128,13 +128,17 @@ def _stamp(epoch: float, t: float) -> str:
 class Extra:
     """More --query-gpu columns for a log (clocks, throttle reasons, temperature...).
     `header` lists them; `watts(gpu, t, watts)` may change a row's power (a GPU held
-    at its power limit); `cells(gpu, t, state, busy, watts)` gives the row's values.
+    at its power limit); `mib(gpu, t, mib)` its memory in use (uneven memory across
+    GPUs); `cells(gpu, t, state, busy, watts)` gives the row's values.
     Its own random generator, so a log without extras is the same as before."""
 
     header: tuple[str, ...] = ()
 
     def watts(self, gpu: int, t: float, watts: float) -> float:
         return watts
+
+    def mib(self, gpu: int, t: float, mib: float) -> float:
+        return mib
 
     def cells(self, gpu: int, t: float, state: str, busy: float, watts: float) -> list[str]:
         return []
@@ -167,6 +171,8 @@ def write_log(path: str, tl: Timeline, lv: Levels, fmt: str, seed: int,
             util = int(round(100 * min(1.0, max(0.0, busy + (rng.gauss(0.0, 0.01) if 0 < busy < 1 else 0.0)))))
             held = tl.state(g, row_t) != OFF
             mib = (lv.job_mib + rng.randint(-64, 64)) if held else (lv.free_mib + (91 if g == 0 else 0))
+            if extra and held:
+                mib = extra.mib(g, row_t, mib)
             cells = [_stamp(t0, row_t)]
             if fmt == "instant":
                 cells.append(str(g))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from typing import Any, BinaryIO, Iterable, Iterator
 
@@ -34,6 +35,11 @@ from .engine import Snapshot, run_offline
 from .sources.base import SourceError
 
 
+# A label value a user types: printable, no line breaks (any UTF-8 is a valid value,
+# but a control character in a workload name is a mistake, not a name).
+_LABEL_VALUE = re.compile(r"[^\x00-\x1f\x7f]{1,253}")
+
+
 class ExportError(Exception):
     """One line for stderr; `code` is the exit status."""
 
@@ -44,13 +50,23 @@ class ExportError(Exception):
 
 class _Opened:
     """A source that has been opened already (to learn the recorded start), handed to
-    run_offline, which opens its source again: the log is parsed once."""
+    run_offline, which opens its source again: the log is parsed once. `workload`,
+    when given, is every reading's workload, as attribution would give it: the GPUs
+    form that workload's peer group and every per-GPU and group series carries it,
+    so the per-node exports of one job compare across nodes in the rules."""
 
-    def __init__(self, source: Any, devices: list):
-        self._source, self._devices = source, devices
+    def __init__(self, source: Any, devices: list, workload: str = ""):
+        self._source, self._devices, self._workload = source, devices, workload
 
     def open(self) -> list:
         return self._devices
+
+    def poll(self, now: float) -> Any:
+        res = self._source.poll(now)
+        if self._workload:
+            for r in res.readings:
+                r.attribution = {**(r.attribution or {}), "workload": self._workload}
+        return res
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._source, name)
@@ -65,10 +81,11 @@ def replay_config(path: str, fmt: str = "auto", node: str = "") -> Any:
         raise ExportError(str(e), 2) from None
 
 
-def scrapes(cfg: Any, interval: float) -> Iterator[tuple[float, Snapshot]]:
+def scrapes(cfg: Any, interval: float, workload: str = "") -> Iterator[tuple[float, Snapshot]]:
     """(scrape time, snapshot served then) for every scrape of a replay of cfg's log,
     scrape times on the `interval` grid, until the first scrape after the last
-    snapshot (which serves the final values, as a finished replay keeps doing)."""
+    snapshot (which serves the final values, as a finished replay keeps doing);
+    `workload`: see _Opened."""
     from .sources.replay import ReplaySource
 
     if not os.path.isfile(cfg.replay.file):
@@ -81,7 +98,7 @@ def scrapes(cfg: Any, interval: float) -> Iterator[tuple[float, Snapshot]]:
             raise ExportError(f"{cfg.replay.file}: no samples to export")
         served: Snapshot | None = None
         t = None
-        for _engine, snap in run_offline(_Opened(source, devices), cfg, wall0=start):
+        for _engine, snap in run_offline(_Opened(source, devices, workload), cfg, wall0=start):
             if t is None:
                 t = math.ceil(snap.wall / interval) * interval
             while served is not None and t < snap.wall:
@@ -125,13 +142,14 @@ class _Series:
         return out
 
 
-def export(cfg: Any, interval: float, out: BinaryIO) -> int:
+def export(cfg: Any, interval: float, out: BinaryIO, workload: str = "") -> int:
     """Write the OpenMetrics text of a replay of cfg's log scraped every `interval`
-    seconds; returns the number of scrapes."""
+    seconds (every per-GPU and group series labelled `workload` when given);
+    returns the number of scrapes."""
     store = _Series()
     pending: tuple[float, Snapshot] | None = None
     n = 0
-    for t, snap in scrapes(cfg, interval):
+    for t, snap in scrapes(cfg, interval, workload):
         if pending is not None:
             _scrape(store, cfg, *pending, final=False)
             n += 1
@@ -162,6 +180,9 @@ def add_parser(sub: Any) -> None:
                    help="Prometheus scrape interval to emulate (default: 15s)")
     p.add_argument("--node", default="", metavar="NAME",
                    help="value of the node label (default: as gpulse serve: $NODE_NAME, else the hostname)")
+    p.add_argument("--workload", default="", metavar="NAME",
+                   help="workload label on every per-GPU and group series, as attribution would give it "
+                        "(one job's per-node exports then compare across nodes in the rules; default: none)")
     p.set_defaults(run=run)
 
 
@@ -173,8 +194,10 @@ def run(ns: Any) -> int:
             raise ExportError(f"--scrape-interval: {e}", 2) from None
         if not interval > 0:
             raise ExportError("--scrape-interval: must be positive", 2)
+        if ns.workload and not _LABEL_VALUE.fullmatch(ns.workload):
+            raise ExportError(f"--workload: {ns.workload!r} is not a printable label value", 2)
         cfg = replay_config(ns.input, ns.input_format, ns.node)
-        export(cfg, interval, sys.stdout.buffer)
+        export(cfg, interval, sys.stdout.buffer, ns.workload)
         sys.stdout.buffer.flush()
     except ExportError as e:
         print(f"gpulse export: {e}", file=sys.stderr)

@@ -196,6 +196,34 @@ def test_export_equals_a_live_scrape_of_the_same_replay(tmp_path):
     assert final[stall] > 1, "the cut should hold part of a checkpoint stall"
 
 
+# ------------------------------------------------------------------ --workload
+
+def test_workload_labels_every_per_gpu_and_group_series(tmp_path):
+    """One job's per-node exports compare across nodes in the rules only when their
+    series share a `workload` label: --workload puts it on every per-GPU series (as
+    attribution would; identity stays on gpulse_gpu_info alone) and on every group
+    series, and leaves the rest of the export as it was."""
+    log = cut_trace(tmp_path / "ckpt50-part.csv", 225, 45)
+    plain = series_of(parse_om(gpulse_export("--input", str(log), "--node", NODE).stdout.decode()))
+    body = gpulse_export("--input", str(log), "--node", NODE, "--workload", "llm-7b").stdout.decode()
+    labelled = series_of(parse_om(body))
+    per_gpu = [k for k in labelled if dict(k[1]).get("gpu") and k[0] != "gpulse_gpu_info"]
+    group = [k for k in labelled if k[0].startswith("gpulse_group_")]
+    assert len({dict(k[1])["gpu"] for k in per_gpu}) == 8 and group
+    assert all(dict(k[1]).get("workload") == "llm-7b" for k in per_gpu + group)
+    assert not any("workload" in dict(k[1]) for k in plain)
+    # the same series and values, with the label added
+    unlabel = {(n, tuple(x for x in labels if x[0] != "workload")): pts for (n, labels), pts in labelled.items()}
+    assert set(unlabel) == set(plain)
+    counters = [k for k in plain if k[0] == "gpulse_gpu_active_seconds_total"]
+    assert all(unlabel[k] == plain[k] for k in counters)
+
+    p = gpulse_export("--input", str(log), "--workload", "a\nb", check=False)
+    assert p.returncode == 2 and p.stdout == b""
+    (line,) = p.stderr.decode().splitlines()
+    assert "--workload" in line
+
+
 # ------------------------------------------------------------------ bad input
 
 def test_bad_input_is_one_line_and_exit_code(tmp_path):

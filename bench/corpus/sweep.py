@@ -1,0 +1,257 @@
+"""Straggler sensitivity cases: synchronous data-parallel training with one slow GPU
+or one slow node, at a graded slowdown, and controls that must name nothing.
+
+Every case is a job of 8 GPUs (or 4 nodes x 8 GPUs, one log per node) that trains in
+steps: each rank computes for c * (1 + noise) seconds (c drawn per case, 1.0-2.5 s;
+noise uniform within +-JITTER, drawn per rank and step, so without a straggler the
+slowest rank changes every step), spin-waits in the collective (busy at idle-level
+power) until the slowest rank is done, then all of them all-reduce for ALLREDUCE * c.
+After start-up and HEALTHY seconds of even training, the straggler's ranks take
+`slowdown` longer per step until the job exits (ONSET: the labelled onset). Why
+they are slow (`cause`), with the columns of causes.Health on every log:
+
+    more_work  they compute longer; clocks, power and temperature as their peers';
+    thermal    SM clock down, hw_thermal_slowdown counter climbing, hot (87 C);
+    power      at the power limit, sw_power_cap counter climbing, SM clock down;
+    link       the extra time is host-device copies over a degraded PCIe link (no
+               kernel running: idle, memory held), with pcie.link.width.current 4
+               against .max 16. The log reader does not parse the link width, so the
+               case is labelled without evidence (the right cause answer: unknown);
+    off_gpu    their rank works off the GPU for the extra time (idle at idle-level
+               power, memory held) while the peers spin-wait.
+
+Controls: per-rank jitter of +-2 % and +-8 %, every rank slowing together by 30 %
+over the run (drift), one GPU 15 C hotter with no throttle and normal speed, uneven
+memory use across GPUs, and a 4 x 8 job with +-2 % jitter.
+
+Levels (power, memory) come from the real 8xH100 traces (cases.levels), clocks,
+power limit and temperatures from the real H100 capture (causes.capture); the logs
+carry the real logs' timing (smi.write_log: 100 ms polls, row skew, query stalls,
+1 s-averaged or instantaneous power, start-up and exit).
+
+Ground truth comes from the timeline, never from a detector: a GPU's cost is the
+share of its peers' time spent waiting for it, sum over steps of (its time before
+entering the collective - the median of its peers') / sum of step times, over the
+5-minute stretch of steps where it is largest; a node's cost the same with the
+median of its GPUs against the median of the other nodes' GPUs. A GPU (node) costing
+>= COST_LIMIT is a straggler (slow node), a case with one is a positive; a case
+whose largest cost is within BORDER of the limit is borderline (+5 % lands there:
+0.05 / 1.05 / (1 + ALLREDUCE) = 4.6 %) and is scored apart.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .cases import DATA, LEAD, STARTUP, _frame, _startup, levels  # noqa: F401 (DATA: for the bench)
+from .causes import Capture, Health, capture
+from .smi import COMPUTE, IDLE, SPIN, Levels, Timeline, write_log
+
+SLOWDOWNS = (0.05, 0.10, 0.15, 0.20, 0.30)
+CAUSES = ("more_work", "thermal", "power", "link", "off_gpu")
+CONTROLS = ("jitter2", "jitter8", "drift", "hot", "memory")
+COST_LIMIT = 0.05
+BORDER = 0.01
+JITTER = 0.02
+ALLREDUCE = 0.03
+HEALTHY, SLOW, TAIL = 120.0, 480.0, 20.0
+WINDOW = 300.0
+GPUS = 8
+# the answers counted right for the straggler's cause
+ACCEPT = {"more_work": ("more_work",), "thermal": ("throttling",), "power": ("throttling",),
+          "link": ("unknown", "degraded_hardware"), "off_gpu": ("off_gpu",)}
+
+
+@dataclass
+class SweepCase:
+    name: str
+    kind: str                            # "gpu", "node" or "control"
+    cause: str                           # a CAUSES member; a control's name
+    slowdown: float = 0.0
+    nodes: int = 1
+    fmt: str = "avg"
+    seed: int = 0
+    slow: tuple[tuple[int, int], ...] = ()   # (node, gpu) of the slow ranks
+    evidence: bool = True
+    accept: tuple[str, ...] = ()
+    # filled by build()
+    paths: list[Path] = field(default_factory=list)
+    onset: float = 0.0                   # seconds after the first row
+    cost: dict[str, float] = field(default_factory=dict)        # "nodeN/gpu" -> cost
+    node_cost: dict[str, float] = field(default_factory=dict)   # "nodeN" -> cost
+    stragglers: tuple[str, ...] = ()
+    slow_nodes: tuple[str, ...] = ()
+    positive: bool = False
+    borderline: bool = False
+
+    @property
+    def workload(self) -> str:
+        """The case's name as a label value that is also a plain regular expression."""
+        return self.name.replace("/", "-").replace("+", "-p")
+
+    def node(self, n: int) -> str:
+        return f"{self.workload}-n{n}"
+
+
+def cases(quick: bool = False) -> list[SweepCase]:
+    """Every case of the sweep (quick: a subset); deterministic."""
+    out: list[SweepCase] = []
+    for ci, cause in enumerate(CAUSES):
+        for si, slow in enumerate(SLOWDOWNS):
+            gpu = (1 + ci + 3 * si) % GPUS         # the straggler moves across the indices
+            fmt = ("avg", "instant")[(ci + si) % 2]     # both power columns across the sweep
+            out.append(SweepCase(f"{cause}+{round(slow * 100)}", "gpu", cause, slow, fmt=fmt,
+                                 seed=5000 + 10 * ci + si, slow=((0, gpu),), evidence=cause != "link",
+                                 accept=ACCEPT[cause]))
+    for k, name in enumerate(CONTROLS):
+        out.append(SweepCase(f"control-{name}", "control", name, fmt=("avg", "instant")[k % 2], seed=5100 + k))
+    out.append(SweepCase("4x8/gpu+25", "gpu", "more_work", 0.25, nodes=4, seed=5200, slow=((2, 5),),
+                         accept=ACCEPT["more_work"]))
+    out.append(SweepCase("4x8/node+25", "node", "more_work", 0.25, nodes=4, fmt="instant", seed=5201,
+                         slow=tuple((1, g) for g in range(GPUS)), accept=ACCEPT["more_work"]))
+    out.append(SweepCase("4x8/control", "control", "jitter2", nodes=4, seed=5202))
+    if quick:
+        keep = {"thermal+10", "thermal+20", "control-jitter8", "control-hot", "4x8/node+25"}
+        out = [c for c in out if c.name in keep]
+    return out
+
+
+# -- the job ------------------------------------------------------------------------------
+
+class _Columns(Health):
+    """causes.Health plus what the controls and the link cause need: one GPU hotter
+    than its peers, uneven memory, the PCIe link width (current < max while the
+    link is degraded)."""
+
+    def __init__(self, cap: Capture, lv: Levels, seed: int, gpu: int = -1, spans: tuple = (),
+                 fault: str = "", hot: int = -1, uneven: bool = False):
+        super().__init__(cap, lv, seed, gpu, spans, fault)
+        self.hot, self.uneven = hot, uneven
+        self.header = (*self.header, "pcie.link.width.current", "pcie.link.width.max")
+
+    def mib(self, gpu: int, t: float, mib: float) -> float:
+        # GPU 0 keeps half of what the others hold, the rest spread over +-12 %
+        return mib * (0.5 if gpu == 0 else 0.88 + 0.24 * gpu / (GPUS - 1)) if self.uneven else mib
+
+    def cells(self, gpu: int, t: float, state: str, busy: float, watts: float) -> list[str]:
+        vals = super().cells(gpu, t, state, busy, watts)
+        if gpu == self.hot:
+            vals[2] = str(int(vals[2]) + 15)
+        narrow = self.fault == "link" and self._faulty(gpu, t)
+        return [*vals, "4" if narrow else "16", "16"]
+
+
+def _steps(case: SweepCase, rng: random.Random) -> tuple[list[Timeline], list[tuple[float, float]], float]:
+    """Lay the job out: per node a Timeline; the steps (start, end); the onset."""
+    end = LEAD + STARTUP + HEALTHY + SLOW + TAIL
+    tls = [Timeline(GPUS, end) for _ in range(case.nodes)]
+    for tl in tls:
+        t = _startup(tl, LEAD)
+    c = rng.uniform(1.0, 2.5)
+    jit = 0.08 if case.cause == "jitter8" else JITTER
+    first, onset, stop = t, t + HEALTHY, t + HEALTHY + SLOW
+    slow = set(case.slow)
+    ranks = [(n, g) for n in range(case.nodes) for g in range(GPUS)]
+    steps = []
+    while t < stop:
+        f = 1.0 + 0.3 * (t - first) / (stop - first) if case.cause == "drift" else 1.0
+        gpu_t = {r: c * f * (1 + rng.uniform(-jit, jit)) for r in ranks}
+        off = {r: 0.0 for r in ranks}       # time off the GPU (or in copies) before the collective
+        if t >= onset:
+            for r in slow:
+                extra = gpu_t[r] * case.slowdown
+                if case.cause in ("off_gpu", "link"):
+                    off[r] = extra
+                else:
+                    gpu_t[r] += extra
+        step = max(gpu_t[r] + off[r] for r in ranks)
+        e = t + step + ALLREDUCE * c
+        for (n, g) in ranks:
+            tl = tls[n]
+            tl.add(g, t, t + gpu_t[(n, g)], COMPUTE)
+            tl.add(g, t + gpu_t[(n, g)], t + gpu_t[(n, g)] + off[(n, g)], IDLE)
+            tl.add(g, t + gpu_t[(n, g)] + off[(n, g)], e, SPIN)
+        steps.append((t, e))
+        t = e
+    for tl in tls:
+        tl.end = t + 2.0 + TAIL
+        _frame(tl, t)
+    return tls, steps, onset
+
+
+def _work(tl: Timeline, gpu: int, steps: list[tuple[float, float]]) -> list[float]:
+    """Per step, the time the GPU spends before it enters the collective (everything
+    in the step but spin-waiting), read from the timeline's segments."""
+    seg = tl.seg[gpu]
+    out, i = [], 0
+    for a, b in steps:
+        while i < len(seg) and seg[i][1] <= a:
+            i += 1
+        w, j = 0.0, i
+        while j < len(seg) and seg[j][0] < b:
+            if seg[j][2] != SPIN:
+                w += min(b, seg[j][1]) - max(a, seg[j][0])
+            j += 1
+        out.append(w)
+    return out
+
+
+def _worst_window(diff: list[float], steps: list[tuple[float, float]]) -> float:
+    """max over 5-minute stretches of steps of sum(diff) / their length."""
+    best, j, acc = 0.0, 0, 0.0
+    for i, (a, b) in enumerate(steps):
+        acc += diff[i]
+        while steps[j][0] < b - WINDOW:
+            acc -= diff[j]
+            j += 1
+        if b - steps[j][0] >= WINDOW - 5.0:
+            best = max(best, acc / (b - steps[j][0]))
+    return best
+
+
+def truth(case: SweepCase, tls: list[Timeline], steps: list[tuple[float, float]]) -> None:
+    """Fill the case's costs and labels from its timelines."""
+    keys = [(n, g) for n in range(case.nodes) for g in range(GPUS)]
+    work = {k: _work(tls[k[0]], k[1], steps) for k in keys}
+    med = statistics.median
+    cost, node_cost = {}, {}
+    for k in keys:
+        diff = [work[k][s] - med(work[o][s] for o in keys if o != k) for s in range(len(steps))]
+        cost[f"{case.node(k[0])}/{k[1]}"] = _worst_window(diff, steps)
+    if case.nodes > 1:
+        for n in range(case.nodes):
+            own = [k for k in keys if k[0] == n]
+            rest = [k for k in keys if k[0] != n]
+            diff = [med(work[k][s] for k in own) - med(work[k][s] for k in rest) for s in range(len(steps))]
+            node_cost[case.node(n)] = _worst_window(diff, steps)
+    case.cost, case.node_cost = cost, node_cost
+    case.stragglers = tuple(k for k, v in cost.items() if v >= COST_LIMIT)
+    case.slow_nodes = tuple(k for k, v in node_cost.items() if v >= COST_LIMIT)
+    case.positive = bool(case.stragglers or case.slow_nodes)
+    top = max([*cost.values(), *node_cost.values()])
+    case.borderline = abs(top - COST_LIMIT) < BORDER
+
+
+def build(case: SweepCase, out: Path, lv: Levels | None = None, cap: Capture | None = None) -> SweepCase:
+    """Write the case's log(s) under `out` and label it; deterministic."""
+    lv, cap = lv or levels(), cap or capture()
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(case.seed)
+    tls, steps, onset = _steps(case, rng)
+    truth(case, tls, steps)
+    # the rows' times are counted from the first poll (write_log starts within POLL of 0)
+    case.onset = onset
+    fault = {"thermal": "thermal", "power": "power", "link": "link"}.get(case.cause, "")
+    case.paths = []
+    for n, tl in enumerate(tls):
+        gpus = [g for (m, g) in case.slow if m == n]
+        seed = case.seed * 10 + n
+        cols = _Columns(cap, lv, seed, gpus[0] if len(gpus) == 1 else -1,
+                        ((onset, tl.end),) if gpus else (), fault if gpus else "",
+                        hot=3 if case.cause == "hot" else -1, uneven=case.cause == "memory")
+        path = out / f"{case.node(n)}.csv"
+        write_log(str(path), tl, lv, case.fmt, seed, extra=cols)
+        case.paths.append(path)
+    return case

@@ -1,0 +1,108 @@
+"""The straggler sensitivity cases (bench/corpus/sweep.py): their ground truth.
+
+A straggler's cost is the share of its peers' time spent waiting for it, computed
+from the timeline the logs are sampled from: for a rank slower by s per step, with
+peers within +-2 % of each other and an all-reduce of 3 %, about s / (1 + s + 0.03).
+Checked on a few cases: the cost comes out at that figure and on the slow GPU only,
+positives and negatives (and the borderline +5 %) are labelled by it, a slow node
+costs as a node while a slow GPU of a 4 x 8 job does not make its node slow, the
+controls cost nothing, and a written case reads as a clean log with its columns.
+"""
+from __future__ import annotations
+
+import random
+import sys
+
+import pytest
+
+from conftest import ROOT, require_data
+
+sys.path.insert(0, str(ROOT))
+from bench.corpus import sweep  # noqa: E402
+
+from gpulse.sources.recorded import read_log  # noqa: E402
+
+CASES = {c.name: c for c in sweep.cases()}
+
+
+def _label(name: str) -> sweep.SweepCase:
+    c = CASES[name]
+    tls, steps, onset = sweep._steps(c, random.Random(c.seed))
+    sweep.truth(c, tls, steps)
+    c.onset = onset
+    return c
+
+
+def _expected(s: float) -> float:
+    return s / (1 + s + sweep.ALLREDUCE)
+
+
+@pytest.mark.parametrize("name", ["thermal+10", "more_work+20", "off_gpu+15", "link+30"])
+def test_a_slow_gpu_costs_its_slowdown_and_is_the_only_straggler(name):
+    c = _label(name)
+    key = f"{c.node(0)}/{c.slow[0][1]}"
+    assert c.cost[key] == pytest.approx(_expected(c.slowdown), abs=0.01)
+    assert c.stragglers == (key,) and c.positive and not c.borderline
+    assert max(v for k, v in c.cost.items() if k != key) < 0.015
+
+
+def test_plus_five_is_a_borderline_negative():
+    c = _label("power+5")
+    key = f"{c.node(0)}/{c.slow[0][1]}"
+    assert 0.04 < c.cost[key] < sweep.COST_LIMIT
+    assert not c.positive and c.borderline and c.stragglers == ()
+
+
+@pytest.mark.parametrize("name", ["control-jitter2", "control-jitter8", "control-drift", "control-hot",
+                                  "control-memory", "4x8/control"])
+def test_controls_cost_nothing(name):
+    c = _label(name)
+    assert not c.positive and not c.borderline
+    assert max([*c.cost.values(), *c.node_cost.values()]) < 0.02
+
+
+def test_the_straggler_moves_across_gpu_indices():
+    gpus = {c.slow[0][1] for c in CASES.values() if c.kind == "gpu" and c.nodes == 1}
+    assert len(gpus) == sweep.GPUS
+
+
+def test_jitter_changes_the_slowest_rank_every_step():
+    c = CASES["control-jitter8"]
+    tls, steps, _ = sweep._steps(c, random.Random(c.seed))
+    work = [sweep._work(tls[0], g, steps) for g in range(sweep.GPUS)]
+    slowest = [max(range(sweep.GPUS), key=lambda g: work[g][s]) for s in range(len(steps))]
+    assert len(set(slowest)) == sweep.GPUS
+    assert max(slowest.count(g) for g in range(sweep.GPUS)) < 0.25 * len(steps)
+
+
+def test_a_slow_node_is_a_node_a_slow_gpu_is_not():
+    node = _label("4x8/node+25")
+    assert node.slow_nodes == (node.node(1),)
+    assert node.node_cost[node.node(1)] == pytest.approx(_expected(0.25), abs=0.01)
+    assert set(node.stragglers) == {f"{node.node(1)}/{g}" for g in range(sweep.GPUS)}
+    gpu = _label("4x8/gpu+25")
+    assert gpu.slow_nodes == () and gpu.stragglers == (f"{gpu.node(2)}/5",)
+    assert max(gpu.node_cost.values()) < 0.02
+
+
+def test_the_onset_is_after_start_up_and_the_quick_subset_has_every_kind():
+    c = _label("thermal+20")
+    assert c.onset == pytest.approx(sweep.LEAD + sweep.STARTUP + sweep.HEALTHY)
+    quick = {c.kind for c in sweep.cases(quick=True)} | {c.nodes for c in sweep.cases(quick=True)}
+    assert {"gpu", "control", "node", 4} <= quick
+
+
+def test_a_written_case_reads_as_a_clean_log_with_its_columns(tmp_path):
+    require_data("traces/h100-8gpu/ckpt1000.csv")
+    require_data("captures/nvidia-smi/h100-80gb-hbm3-query-gpu.csv")
+    c = sweep.build(CASES["link+15"], tmp_path)     # an instant-power log: it has an index column
+    assert c.fmt == "instant"
+    (path,) = c.paths
+    header = path.read_text().splitlines()[0]
+    assert "pcie.link.width.current" in header and "clocks_event_reasons_counters" in header
+    run = read_log(str(path))
+    assert not run.errors and sorted({r.gpu for r in run.records}, key=int) == [str(g) for g in range(8)]
+    gpu = str(c.slow[0][1])
+    narrow = [line for line in path.read_text().splitlines()[1:] if line.split(", ")[1] == gpu
+              and line.split(", ")[-2] == "4"]
+    assert narrow, "the degraded link shows as width 4 against 16"
