@@ -364,11 +364,21 @@ class Server:
     # ------------------------------------------------------------ web config
 
     def set_web_config(self, web: WebConfig) -> None:
-        """Swap in a new web config. Turning TLS on or off needs a new listener; refused."""
+        """Swap in a new web config. Turning TLS on or off needs a new listener;
+        refused. So is a reload that would open the door: one that removes every
+        user (/metrics would answer anyone) or stops requiring client certificates.
+        Such a file is more likely a bad edit than an intent, and a silent SIGHUP
+        must not undo access control; a restart applies it on purpose."""
         with self._reload_lock:
             old, old_auth = self.security
             if (web.context is None) != (old.context is None):
                 raise ValueError("turning TLS on or off needs a restart")
+            if old.auth_required and not web.auth_required:
+                raise ValueError("the new file has no basic_auth_users: /metrics would answer without "
+                                 "credentials; removing every user needs a restart")
+            if _requires_client_cert(old) and not _requires_client_cert(web):
+                raise ValueError("the new file no longer requires client certificates "
+                                 "(client_auth_type RequireAndVerifyClientCert); that needs a restart")
             # unchanged users keep their authenticator and with it the cache of good logins
             self.security = (web, old_auth if web.users == old.users else BasicAuth(web.users))
 
@@ -572,6 +582,10 @@ class Server:
 
 
 _date_cache = (0, "")
+
+
+def _requires_client_cert(web: WebConfig) -> bool:
+    return web.tls is not None and web.tls.client_auth_type == "RequireAndVerifyClientCert"
 
 
 def _date() -> str:
