@@ -85,6 +85,8 @@ class Runtime:
             self.attributor.start()
         log.info("gpulse listening on %s (%s; source %s, node %s)", self.url(web.context is not None),
                  "TLS" if web.context is not None else "plain HTTP", cfg.source, cfg.node_name)
+        if self.server.probe_address is not None:
+            log.info("probes (/healthz, /readyz only) on plain HTTP port %d", self.server.probe_address[1])
 
     def url(self, tls: bool) -> str:
         """The address to open, as a URL a terminal makes clickable: all interfaces

@@ -277,3 +277,33 @@ def test_sighup_that_would_open_the_door_is_refused_and_logged(tmp_path, pki):
         with pytest.raises(requests.exceptions.RequestException):
             requests.get(url, verify=ca, timeout=10)
         assert any("no longer requires client certificates" in m for m in live.log.messages())
+
+
+def test_probe_port_answers_the_kubelet_under_mutual_tls(gpulse_proc, pki):
+    """With RequireAndVerifyClientCert the kubelet's HTTPS probe (no client
+    certificate) fails the handshake, so the pod would never be ready. The probe
+    port answers /healthz and /readyz in plain HTTP, and nothing else."""
+    from conftest import free_port
+    web = write_web_config(pki["dir"] / "web-probes.yml", {
+        "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key",
+                              "client_auth_type": "RequireAndVerifyClientCert",
+                              "client_ca_file": pki["ca"].path.name},
+        "basic_auth_users": {"prometheus": bcrypt_hash(PW)},
+    })
+    ca = str(pki["ca"].path)
+    client = (str(pki["client"].cert), str(pki["client"].key))
+    probe = free_port()
+    g = start(gpulse_proc, web, ca, "--web.probe-listen-address", f"127.0.0.1:{probe}",
+              client=client, auth=("prometheus", PW))
+    # what the kubelet's httpGet probe does on the main port: no certificate, refused
+    with pytest.raises(requests.exceptions.RequestException):
+        requests.get(g.url + "/healthz", verify=ca, timeout=10)
+    plain = f"http://127.0.0.1:{probe}"
+    assert requests.get(plain + "/healthz", timeout=10).text == "ok\n"
+    assert requests.get(plain + "/readyz", timeout=10).status_code == 200
+    for path in ("/metrics", "/", "/api/heatmap"):
+        r = requests.get(plain + path, auth=("prometheus", PW), timeout=10)
+        assert r.status_code == 404 and "gpulse_" not in r.text, (path, r.status_code)
+    r = requests.get(g.url + "/metrics", verify=ca, cert=client, auth=("prometheus", PW), timeout=10)
+    assert r.status_code == 200 and METRIC in r.text
+    assert f"probes (/healthz, /readyz only) on plain HTTP port {probe}" in g.output()
