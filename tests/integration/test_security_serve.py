@@ -307,3 +307,26 @@ def test_probe_port_answers_the_kubelet_under_mutual_tls(gpulse_proc, pki):
     r = requests.get(g.url + "/metrics", verify=ca, cert=client, auth=("prometheus", PW), timeout=10)
     assert r.status_code == 200 and METRIC in r.text
     assert f"probes (/healthz, /readyz only) on plain HTTP port {probe}" in g.output()
+
+
+def test_every_answer_says_nosniff_once(tmp_path):
+    """/metrics is text/plain carrying names others wrote; a browser must not sniff
+    it (or any other answer) as HTML. A web config that sets the header too gets it
+    once, not twice."""
+    import http.client
+    with Live() as live:
+        for path in ("/metrics", "/", "/healthz", "/nothing-here"):
+            r = requests.get(live.url + path, timeout=10)
+            assert r.raw.headers.getlist("X-Content-Type-Options") == ["nosniff"], (path, r.headers)
+        # a head refused before Tornado parses it (HTTP/0.9-style line)
+        conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=10)
+        conn.putrequest("GET", "/" + "x" * 9000)
+        conn.endheaders()
+        refused = conn.getresponse()
+        assert refused.status == 414 and refused.getheader("X-Content-Type-Options") == "nosniff"
+        conn.close()
+    path = write_web_config(tmp_path / "web.yml", {"http_server_config": {"headers": {
+        "X-Content-Type-Options": "nosniff"}}})
+    with Live(web__config_file=str(path)) as live:
+        r = requests.get(live.url + "/metrics", timeout=10)
+        assert r.raw.headers.getlist("X-Content-Type-Options") == ["nosniff"]

@@ -82,6 +82,10 @@ RENDER_WAITS = 3            # renders of newer snapshots a scrape waits for befo
 FD_RESERVE = 64             # descriptors kept for the source, logs, /proc reads, the listener
 TLS_HANDSHAKE = 0x16        # first byte of a TLS record carrying a ClientHello
 SERVER = "gpulse"            # no library or interpreter version in the Server header
+# Every answer says nosniff: /metrics is text/plain that carries label values others
+# wrote (pod and workload names), and a browser that sniffed it as HTML would run
+# their script on the origin of the live page. A web config may set it too (once).
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
 METHODS = ("GET", "HEAD")
 NOT_ALLOWED = ("POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 VERSION = re.compile(rb"HTTP/1\.[01]")
@@ -310,7 +314,7 @@ class _Exchange(httputil.HTTPMessageDelegate):
         headers["Date"] = _date()
         headers["Content-Type"] = resp.content_type
         headers["Content-Length"] = str(len(resp.body))
-        for k, v in resp.headers + self.web.headers:
+        for k, v in _with_nosniff(resp.headers + self.web.headers):
             headers.add(k, v)
         if self.close:
             headers["Connection"] = "close"
@@ -544,7 +548,7 @@ class Server:
                       extra: tuple[tuple[str, str], ...]) -> bool:
         """Answer a head Tornado is not shown, and close. Always False."""
         head = [f"HTTP/1.1 {code} {REASONS[code]}", "Server: " + SERVER, "Content-Type: " + TEXT, f"Content-Length: {len(body)}",
-                "Connection: close", *(f"{k}: {v}" for k, v in extra)]
+                "Connection: close", *(f"{k}: {v}" for k, v in _with_nosniff(extra))]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         await self._last_words(stream, data)
         return False
@@ -599,6 +603,12 @@ class Server:
 
 
 _date_cache = (0, "")
+
+
+def _with_nosniff(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    if any(k.lower() == NOSNIFF[0].lower() for k, _ in headers):
+        return headers
+    return (*headers, NOSNIFF)
 
 
 def _requires_client_cert(web: WebConfig) -> bool:
