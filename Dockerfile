@@ -2,6 +2,7 @@
 # a slim stage with no compiler, no pip cache and a non-root user.
 #
 #   make image                      # or: docker build -t gpulse:0.1.0 .
+#   make image-push IMAGE=registry.example.com/gpulse:0.1.0   # after make image with that IMAGE
 #   docker run --rm --gpus all -p 9479:9479 gpulse:0.1.0
 #   docker run --rm -p 9479:9479 gpulse:0.1.0 --source=sim   # no GPU needed
 #

@@ -6,6 +6,9 @@ PY     := $(VENV)/bin/python
 SUM    := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 BASE   := $(VENV)/.base-$(SUM)
 TESTS  := $(VENV)/.test-$(SUM)
+CHARTS := $(VENV)/.chart-$(SUM)
+# the one package `make chart` needs, at the version the test extra pins
+HELM_SDK := $(shell sed -n 's/^ *"\(helm-python-sdk==[^"]*\)".*/\1/p' pyproject.toml)
 
 .PHONY: demo test test-unit bench dashboards rules rules-variants proto chart clean
 
@@ -47,8 +50,14 @@ dashboards: $(TESTS)
 	$(PY) -m pip install --quiet "$$($(PY) grafana/generate.py --requirement)"
 	$(PY) grafana/generate.py
 
+# Packaging needs Helm's engine (helm-python-sdk) and nothing else: not gpulse, not the test extra.
+$(CHARTS): pyproject.toml
+	@test -x $(PY) || { echo "gpulse: creating the virtual environment $(VENV)"; $(PYTHON) -m venv $(VENV); }
+	$(PY) -m pip install --quiet "$(HELM_SDK)"
+	@rm -f $(VENV)/.chart-* && touch $@
+
 # The Helm chart as a self-contained package (rules and dashboards inside): dist/gpulse-<version>.tgz
-chart: $(TESTS)
+chart: $(CHARTS)
 	$(PY) helm/package_chart.py
 
 # Regenerate prometheus/rules/ from prometheus/templates/ and the threshold table.
@@ -65,10 +74,16 @@ proto: $(TESTS)
 clean:
 	rm -rf $(VENV) .pytest_cache bench/out tests/fakenvml/build
 
-# Container image (needs a Docker engine): make image IMAGE=registry.example.com/gpulse:0.1.0
+# Container image (needs a Docker engine, or DOCKER=podman). No image is published:
+#   make image IMAGE=registry.example.com/gpulse:0.1.0        # build
+#   make image-push IMAGE=registry.example.com/gpulse:0.1.0   # push where the nodes pull from
+# then install the chart with --set image.repository=registry.example.com/gpulse.
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE   ?= gpulse:$(VERSION)
 DOCKER  ?= docker
-.PHONY: image
+.PHONY: image image-push
 image:
 	$(DOCKER) build -t $(IMAGE) .
+
+image-push:
+	$(DOCKER) push $(IMAGE)

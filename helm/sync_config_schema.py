@@ -30,6 +30,7 @@ CHART_OWNED = {
     "node_name": "NODE_NAME from the downward API",
     "web.listen_address": "containerPort",
     "web.config_file": "webConfig",
+    "web.probe_listen_address": "probePort (set when the web config serves TLS)",
     "kube.enabled": "attribution.enabled",
     "kube.pod_resources_socket": "attribution.podResourcesPath",
     "kube.api": "attribution.kubeApi",

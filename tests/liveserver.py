@@ -28,8 +28,10 @@ class Records(logging.Handler):
 
 
 class Live:
-    def __init__(self, source: Any = None, log_level: int = logging.ERROR, **overrides: Any):
-        """source: None for the configured one, or a callable cfg -> Source."""
+    def __init__(self, source: Any = None, log_level: int = logging.ERROR, config_file: str | None = None,
+                 **overrides: Any):
+        """source: None for the configured one, or a callable cfg -> Source;
+        config_file: the --config file the runtime was started from (what SIGHUP looks at)."""
         settings = {"source": "sim", "sim__gpus": 2, "web__listen_address": "127.0.0.1:0", **overrides}
         self.cfg = test_config(**settings)
         self.log = Records(log_level)
@@ -37,7 +39,7 @@ class Live:
         self._saved_level = self._logger.level
         self._logger.setLevel(min(log_level, logging.INFO))
         self._logger.addHandler(self.log)
-        self.rt = Runtime(self.cfg)
+        self.rt = Runtime(self.cfg, config_file=config_file)
         if source is not None:
             self.source = source(self.cfg)
             with mock.patch("gpulse.runtime.make_source", lambda cfg: self.source):

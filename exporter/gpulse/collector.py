@@ -68,7 +68,7 @@ class _Families:
         self.add(name, "gauge", doc, labels, value)
 
 
-def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, int]] | None = None) -> list[Metric]:
+def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, int], int] | None = None) -> list[Metric]:
     f = _Families()
     node = snap.node
     f.gauge("gpulse_build_info", "gpulse version and source; value 1.",
@@ -152,8 +152,11 @@ def snapshot_families(snap: Snapshot, attribution_health: tuple[bool, dict[str, 
         hist.add_sample("gpulse_exporter_sample_duration_seconds_sum", n_lab, d["sum"])
         f.families[hist.name] = hist
     if attribution_health is not None:
-        up, errors = attribution_health
+        up, errors, rewritten = attribution_health
         f.gauge("gpulse_attribution_up", "1 when GPU-to-workload attribution works.", n_lab, 1 if up else 0)
+        f.gauge("gpulse_attribution_rewritten_label_values",
+                "Attribution label values cut to 253 characters plus a hash, or with invalid text replaced.",
+                n_lab, rewritten)
         for reason, n in sorted(errors.items()):
             f.counter("gpulse_attribution_errors_total", "Attribution failures, by reason.", {**n_lab, "reason": reason}, n)
     return list(f.families.values())
@@ -236,7 +239,7 @@ class Exposition:
 
     def __init__(self, node: str, get_snapshot: Callable[[], Snapshot | None],
                  health: Callable[[], dict[str, Any]],
-                 attribution_health: Callable[[], tuple[bool, dict[str, int]]] | None = None,
+                 attribution_health: Callable[[], tuple[bool, dict[str, int], int]] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.get_snapshot = get_snapshot
         self.attribution_health = attribution_health

@@ -230,6 +230,8 @@ class WebConfig:
     max_requests: int = setting(64, "concurrent requests served; more get 503", lo=1, hi=10000)
     timeout: Duration = setting(10.0, "per-connection read/write timeout", lo=0.1, hi=600, metavar="DURATION")
     healthz_public: bool = setting(True, "serve /healthz and /readyz without authentication")
+    probe_listen_address: str = setting("", "plain-HTTP address answering only /healthz and /readyz, for probes "
+                                        "that cannot present a client certificate; empty: none", metavar="HOST:PORT")
 
 
 @dataclass(frozen=True)
@@ -521,10 +523,12 @@ def load_config(file: str | None = None, overrides: dict[str, Any] | None = None
 
 
 def _cross_checks(v: dict[str, Any]) -> None:
-    try:
-        parse_listen_address(v["web.listen_address"])
-    except ValueError as e:
-        raise ConfigError(f"web.listen_address: {e}") from None
+    for key in ("web.listen_address", "web.probe_listen_address"):
+        try:
+            if key == "web.listen_address" or v[key]:
+                parse_listen_address(v[key])
+        except ValueError as e:
+            raise ConfigError(f"{key}: {e}") from None
     if v["analysis_window"] < v["analysis_interval"]:
         raise ConfigError("analysis_window: must be at least analysis_interval")
     if v["sample_interval"] > v["analysis_interval"]:

@@ -5,6 +5,7 @@ milliseconds, before the GPU library is touched), then the source is opened.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -17,6 +18,7 @@ from .http.livepage import register as register_live_page
 from .http.server import ListenError, make_server
 from .sources import SourceError, make_source
 from .http.webconfig import WebConfigError, load_web_config
+from .safeyaml import FileTextError, read_text
 
 log = logging.getLogger("gpulse")
 
@@ -47,6 +49,7 @@ class Runtime:
         self.attributor = None
         self._stopped = threading.Event()
         self._reload_lock = threading.Lock()
+        self._config_digest = _digest(config_file)
 
     def start(self) -> None:
         cfg = self.cfg
@@ -82,6 +85,8 @@ class Runtime:
             self.attributor.start()
         log.info("gpulse listening on %s (%s; source %s, node %s)", self.url(web.context is not None),
                  "TLS" if web.context is not None else "plain HTTP", cfg.source, cfg.node_name)
+        if self.server.probe_address is not None:
+            log.info("probes (/healthz, /readyz only) on plain HTTP port %d", self.server.probe_address[1])
 
     def url(self, tls: bool) -> str:
         """The address to open, as a URL a terminal makes clickable: all interfaces
@@ -128,8 +133,12 @@ class Runtime:
 
     def reload(self) -> None:
         """SIGHUP: re-read what can change without a restart: the web config (TLS
-        certificates, users, headers). A bad file is logged and the running config
-        kept; connections and requests in progress are not touched."""
+        certificates, users, headers). A bad file, or one that would open the door
+        (no users left, client certificates no longer required), is logged and the
+        running config kept; connections and requests in progress are not touched.
+        The --config file is read at start only: an edit to it is named in a warning,
+        not applied (sources, samplers and attribution would have to restart)."""
+        self._config_file_changed()
         path = self.cfg.web.config_file
         if not path:
             log.info("SIGHUP: no --web.config.file to reload")
@@ -149,3 +158,18 @@ class Runtime:
                 return
         log.info("SIGHUP: web config %s reloaded (%s, %d users)", path,
                  "TLS" if web.context is not None else "plain HTTP", len(web.users))
+
+    def _config_file_changed(self) -> None:
+        if self.config_file and _digest(self.config_file) != self._config_digest:
+            log.warning("SIGHUP: %s has changed since start and is not reloaded (only the web config "
+                        "is); restart gpulse to apply it", self.config_file)
+
+
+def _digest(path: str | None) -> str | None:
+    """A fingerprint of the --config file as read at start (None: unreadable)."""
+    if not path:
+        return None
+    try:
+        return hashlib.sha256(read_text(path).encode()).hexdigest()
+    except FileTextError:
+        return None

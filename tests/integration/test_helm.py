@@ -243,6 +243,9 @@ def matrix() -> dict[str, tuple[dict, list[str]]]:
                                             "alerts": {alert: {"for": "30m", "keep_firing_for": "15m",
                                                                "labels": {"team": "ml-platform"},
                                                                "thresholds": {old: new}}}}}, OPERATOR_API),
+        "network-policy": ({"networkPolicy": {"enabled": True, "metricsFrom": [
+                                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]}}, []),
         "everything-off": ({"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
                             "dashboards": {"enabled": False}, "gpuNodeAffinity": {"enabled": False},
                             "tolerations": [], "resources": {}, "priorityClassName": ""}, OPERATOR_API),
@@ -250,7 +253,8 @@ def matrix() -> dict[str, tuple[dict, list[str]]]:
 
 
 CASES = ["defaults", "with-operator", "attribution", "attribution-off", "attribution-socket-only", "tls-basic-auth",
-         "existing-web-config", "podmonitor", "scheduling", "dcgm-source", "rules-tuned", "everything-off"]
+         "existing-web-config", "podmonitor", "scheduling", "dcgm-source", "rules-tuned", "network-policy",
+         "everything-off"]
 
 
 def test_matrix_names_are_all_tested():
@@ -358,18 +362,20 @@ def test_attribution_mounts_the_socket_read_only_and_grants_pod_reads(chart):
     pod = ds["spec"]["template"]["spec"]
     c = container(manifests)
     (vol,) = [v for v in pod["volumes"] if v.get("hostPath")]
-    assert vol["hostPath"]["path"] == "/var/lib/kubelet/pod-resources"
+    assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}   # never created
     (mount,) = [m for m in c["volumeMounts"] if m["name"] == vol["name"]]
     assert mount["readOnly"] is True and mount["mountPath"] == "/var/lib/kubelet/pod-resources"
     assert "--kube.enabled" in c["args"]
     assert "--kube.pod-resources-socket=/var/lib/kubelet/pod-resources/kubelet.sock" in c["args"]
     assert "--kube.api" in c["args"]
-    # The socket is root-only; root here still has no capabilities.
+    # The socket is root-only; root here still has no capabilities, and the pod
+    # does not claim to run as non-root while its container runs as user 0.
     assert c["securityContext"]["runAsUser"] == 0 and c["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert "runAsNonRoot" not in pod["securityContext"] and "runAsUser" not in pod["securityContext"]
     role = one(manifests, "ClusterRole")
-    assert role["rules"][0] == {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}
-    assert all(v in ("get", "list", "watch") for r in role["rules"] for v in r["verbs"])
+    # one list call per refresh (apiserver.ApiClient.pods): no get, no watch
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     binding = one(manifests, "ClusterRoleBinding")
     sa = one(manifests, "ServiceAccount")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
@@ -403,8 +409,9 @@ def test_inline_web_config_becomes_a_mounted_secret(chart):
     assert set(secrets) == {secret["metadata"]["name"], "gpulse-tls"}
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert mounts[secrets["gpulse-tls"]] == "/etc/gpulse/tls"
-    assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
-    assert c["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    # TLS on the metrics port: the probes use the plain probe port
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"]["port"] == "probes" and c[probe]["httpGet"]["scheme"] == "HTTP"
     endpoint = one(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["scheme"] == "https" and endpoint["basicAuth"]["username"]["name"] == "gpulse-scrape"
     # A changed web config must roll the pods.
@@ -420,7 +427,8 @@ def test_existing_web_config_secret_is_used_not_written(chart):
     assert not by_kind(manifests, "Secret")
     pod = one(manifests, "DaemonSet")["spec"]["template"]["spec"]
     assert {"name": "web-config", "secret": {"secretName": "my-web-config"}} in pod["volumes"]
-    assert container(manifests)["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    # its TLS settings (client certificates required or not) are unknown here: the probes keep off the TLS port
+    assert container(manifests)["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes", "scheme": "HTTP"}
 
 
 # ------------------------------------------------------------------ Prometheus Operator objects
@@ -626,15 +634,20 @@ def test_rendered_args_start_gpulse_and_the_probes_hit_served_paths(chart, gpuls
     assert "gpulse_gpu_up" in g.metrics()
 
 
-def test_tls_and_basic_auth_keep_probes_open_and_metrics_closed(chart, gpulse_proc, tmp_path):
-    """The chart's web-config Secret and probe scheme against the real server:
-    the kubelet's probes (HTTPS, no credentials) pass, /metrics wants the password."""
+def test_mutual_tls_probes_use_their_own_plain_port(chart, gpulse_proc, tmp_path):
+    """The chart's web-config Secret and probes against the real server with
+    client_auth_type RequireAndVerifyClientCert: the kubelet presents no client
+    certificate, so its probes go to the plain probe port (/healthz and /readyz
+    only) and pass; /metrics wants the certificate and the password."""
     import requests
+    from conftest import free_port
     from tlsutil import CA, bcrypt_hash
     ca = CA(tmp_path)
-    server = ca.issue("server", server=True)
+    server, client = ca.issue("server", server=True), ca.issue("client", server=False)
     values = {"config": {"source": "sim", "sim": {"gpus": 2}},
-              "webConfig": {"config": {"tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key)},
+              "webConfig": {"config": {"tls_server_config": {"cert_file": str(server.cert), "key_file": str(server.key),
+                                                             "client_auth_type": "RequireAndVerifyClientCert",
+                                                             "client_ca_file": str(ca.path)},
                                        "basic_auth_users": {"prometheus": bcrypt_hash("s3cret")}}}}
     manifests = docs(render(chart, values))
     c = container(manifests)
@@ -645,18 +658,43 @@ def test_tls_and_basic_auth_keep_probes_open_and_metrics_closed(chart, gpulse_pr
     # The Secret's file, where the pod would see it.
     local = tmp_path / Path(in_pod).name
     local.write_text(one(manifests, "Secret")["stringData"][Path(in_pod).name])
-    port_arg = f"--web.listen-address=:{c['ports'][0]['containerPort']}"
-    args = [f"--web.config.file={local}" if a == arg else a for a in c["args"] if a != port_arg]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    port_arg = f"--web.listen-address=:{ports['metrics']}"
+    probe_arg = f"--web.probe-listen-address=:{ports['probes']}"
+    assert port_arg in c["args"] and probe_arg in c["args"]
+    probe_port = free_port()
+    args = [f"--web.config.file={local}" if a == arg else
+            f"--web.probe-listen-address=127.0.0.1:{probe_port}" if a == probe_arg else a
+            for a in c["args"] if a != port_arg]
     g = gpulse_proc(*args, ready=False)
-    base = f"https://127.0.0.1:{g.port}"
-    wait_http(base + "/readyz", verify=str(ca.path))
+    wait_http(f"http://127.0.0.1:{probe_port}/readyz")
     for probe in ("livenessProbe", "readinessProbe"):
         get = c[probe]["httpGet"]
-        assert get["scheme"] == "HTTPS"
-        assert requests.get(base + get["path"], verify=str(ca.path), timeout=5).status_code == 200
-    assert requests.get(base + "/metrics", verify=str(ca.path), timeout=5).status_code == 401
-    ok = requests.get(base + "/metrics", verify=str(ca.path), auth=("prometheus", "s3cret"), timeout=5)
+        assert get["port"] == "probes" and get["scheme"] == "HTTP"
+        assert requests.get(f"http://127.0.0.1:{probe_port}{get['path']}", timeout=5).status_code == 200
+        # what the chart used to do: HTTPS on the metrics port, no client certificate
+        with pytest.raises(requests.exceptions.RequestException):
+            requests.get(f"https://127.0.0.1:{g.port}{get['path']}", verify=str(ca.path), timeout=5)
+    assert requests.get(f"http://127.0.0.1:{probe_port}/metrics", timeout=5).status_code == 404
+    cert = (str(client.cert), str(client.key))
+    base = f"https://127.0.0.1:{g.port}"
+    assert requests.get(base + "/metrics", verify=str(ca.path), cert=cert, timeout=5).status_code == 401
+    ok = requests.get(base + "/metrics", verify=str(ca.path), cert=cert, auth=("prometheus", "s3cret"), timeout=5)
     assert ok.status_code == 200 and "gpulse_gpu_up" in ok.text
+    # the probe port is the pod's, not the Service's
+    assert [p["targetPort"] for p in one(manifests, "Service")["spec"]["ports"]] == ["metrics"]
+
+
+def test_network_policy_admits_the_metrics_port_from_the_named_peers(chart):
+    assert not by_kind(docs(render(chart)), "NetworkPolicy")
+    values, _ = matrix()["network-policy"]
+    manifests = docs(render(chart, values))
+    policy = one(manifests, "NetworkPolicy")
+    ds = one(manifests, "DaemonSet")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}],
+                                          "from": values["networkPolicy"]["metricsFrom"]}]
 
 
 # ------------------------------------------------------------------ the commands docs/kubernetes.md shows

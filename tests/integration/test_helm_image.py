@@ -1,9 +1,10 @@
 """The container image: the Dockerfile agrees with the chart, and its build
 context (what .dockerignore lets through) installs a working `gpulse serve`.
 
-No Docker engine or registry is reachable here, so the image itself is not
-built; the steps it runs are: build the package from the context alone,
-install it, and run the entrypoint as the image's user.
+Where no container engine answers, the image itself is not built; the steps it
+runs are: build the package from the context alone, install it, and run the
+entrypoint as the image's user. Where one answers (`docker info` or `podman
+info`), `make image` builds it and it must start the way the chart runs it.
 """
 from __future__ import annotations
 
@@ -188,3 +189,46 @@ def test_image_recipe_installs_a_working_gpulse_serve(tmp_path):
             proc.kill()
             out, _ = proc.communicate()
     assert "Traceback" not in out, out
+
+
+def _engine() -> str | None:
+    """A container engine that answers, or None (a client without a daemon is none)."""
+    for name in ("docker", "podman"):
+        exe = shutil.which(name)
+        if exe and subprocess.run([exe, "info"], capture_output=True, timeout=60).returncode == 0:
+            return exe
+    return None
+
+
+def test_built_image_starts_as_the_chart_runs_it():
+    """`make image`, then the image as the chart runs it (user 10001, read-only
+    root filesystem, no capability, a writable /tmp): `--help` answers and
+    `--source=sim` serves /metrics."""
+    import requests
+    engine = _engine()
+    if engine is None:
+        pytest.skip("no container engine answers here (docker info, podman info)")
+    tag = f"gpulse-test:{os.getpid()}"
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    build = subprocess.run(["make", "--no-print-directory", "image", f"IMAGE={tag}", f"DOCKER={engine}"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=1200, env=env)
+    assert build.returncode == 0, build.stdout[-2000:] + build.stderr[-2000:]
+    run = [engine, "run", "--rm", "--read-only", "--tmpfs", "/tmp", "--cap-drop=ALL",
+           "--security-opt=no-new-privileges"]
+    container = None
+    try:
+        helped = subprocess.run(run + [tag, "--help"], capture_output=True, text=True, timeout=120)
+        assert helped.returncode == 0 and "--source" in helped.stdout, helped.stderr
+        port = free_port()
+        started = subprocess.run(run + ["-d", "-p", f"127.0.0.1:{port}:9479", tag, "--source=sim"],
+                                 capture_output=True, text=True, timeout=120)
+        assert started.returncode == 0, started.stderr
+        container = started.stdout.strip()
+        wait_http(f"http://127.0.0.1:{port}/readyz", timeout=60)
+        assert "gpulse_gpu_up" in requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        uid = subprocess.run([engine, "exec", container, "id", "-u"], capture_output=True, text=True, timeout=60)
+        assert uid.stdout.strip() == str(image_user()[0])
+    finally:
+        if container:
+            subprocess.run([engine, "rm", "-f", container], capture_output=True, timeout=120)
+        subprocess.run([engine, "rmi", "-f", tag], capture_output=True, timeout=120)

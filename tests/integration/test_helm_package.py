@@ -4,10 +4,13 @@ copied away from the repository, which the chart folder with its links does not.
 from __future__ import annotations
 
 import io
+import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 
 import pytest
 import yaml
@@ -83,4 +86,23 @@ def test_the_packaging_command_writes_the_tgz(tmp_path):
     assert archive == str(tmp_path / f"gpulse-{version}.tgz")
     package_chart.check(archive)
     makefile = (ROOT / "Makefile").read_text()
-    assert "chart: $(TESTS)\n\t$(PY) helm/package_chart.py\n" in makefile
+    assert "chart: $(CHARTS)\n\t$(PY) helm/package_chart.py\n" in makefile
+
+
+def test_make_chart_installs_only_what_packaging_needs(tmp_path):
+    """`make chart` used to install the whole test extra (selenium, hypothesis,
+    grpcio-tools, ...) to run a script that imports Helm's engine alone."""
+    if shutil.which("make") is None:
+        pytest.skip("make not installed")
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    p = subprocess.run(["make", "--no-print-directory", "-n", "chart", f"VENV={tmp_path / 'venv'}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert p.returncode == 0, p.stderr
+    installs = [line for line in p.stdout.splitlines() if "pip install" in line]
+    pin = next(d for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+               ["optional-dependencies"]["test"] if d.startswith("helm-python-sdk=="))
+    assert installs == [f'{tmp_path / "venv"}/bin/python -m pip install --quiet "{pin}"'], p.stdout
+    # and the script itself imports nothing of gpulse or the test extra but Helm's engine
+    source = (ROOT / "helm" / "package_chart.py").read_text()
+    imports = set(re.findall(r"^\s*(?:import|from) (\w+)", source, re.M))
+    assert imports <= {"__future__", "argparse", "sys", "tarfile", "pathlib", "helm_python"}, imports

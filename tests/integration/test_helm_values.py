@@ -154,8 +154,8 @@ def test_attribution_is_auto_by_default(chart):
     pod = one(manifests, "DaemonSet")["spec"]["template"]["spec"]
     c = container(manifests)
     (vol,) = [v for v in pod["volumes"] if v.get("hostPath")]
-    # a node whose kubelet keeps the folder elsewhere still starts the pod; gpulse falls back
-    assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "DirectoryOrCreate"}
+    # never created on the node: a node without the folder keeps the pod from starting
+    assert vol["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
     (mount,) = [m for m in c["volumeMounts"] if m["name"] == vol["name"]]
     assert mount["readOnly"] is True
     # gpulse's own default (kube.enabled auto) decides; --kube.enabled would insist

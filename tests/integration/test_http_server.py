@@ -224,3 +224,36 @@ def test_unknown_user_costs_what_the_costliest_user_costs():
     unknown = statistics.median(seconds("nobody") for _ in range(3))
     admin = statistics.median(seconds("admin") for _ in range(3))
     assert 0.1 < unknown / admin < 10, (unknown, admin)
+
+
+def test_every_check_does_the_bcrypt_work_of_the_costliest_hash():
+    """Users of cost 4 and 10: without padding the cost-4 user answers in ~2 ms and
+    an unknown name in ~60 ms, which tells the names apart. Counted in bcrypt rounds
+    (2^cost per check) through the real library, so the verdict needs no clock."""
+    import base64
+
+    from gpulse.http.basicauth import DENIED, OK, BasicAuth, cost
+
+    users = {"fast": bcrypt_hash("a", 4).encode(), "admin": bcrypt_hash("b", 10).encode()}
+    auth = BasicAuth(users)
+    real = auth._bcrypt
+    rounds: list[int] = []
+
+    class Counting:
+        @staticmethod
+        def checkpw(password: bytes, hashed: bytes) -> bool:
+            rounds.append(2 ** cost(hashed))
+            return real.checkpw(password, hashed)
+
+    auth._bcrypt = Counting
+
+    def work(user: str, password: str, verdict: str) -> int:
+        rounds.clear()
+        header = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        assert auth.verify(header) == verdict
+        return sum(rounds)
+
+    done = {(u, p): work(u, p, v) for u, p, v in (
+        ("nobody", "x", DENIED), ("fast", "wrong", DENIED), ("fast", "a", OK),
+        ("admin", "wrong", DENIED), ("admin", "b", OK))}
+    assert set(done.values()) == {2 ** 10}, done

@@ -17,6 +17,7 @@ import pytest
 import requests
 
 from conftest import require_binary, wait_http
+from liveserver import Live
 from tlsutil import CA, bcrypt_hash, write_web_config
 
 PW = "correct horse"
@@ -237,3 +238,95 @@ def test_sighup_without_web_config_is_harmless(gpulse_proc):
     time.sleep(0.3)
     assert requests.get(g.url + "/healthz", timeout=5).status_code == 200
     assert "no --web.config.file to reload" in g.output()
+
+
+def test_sighup_that_would_open_the_door_is_refused_and_logged(tmp_path, pki):
+    """A reload removing every user (/metrics would answer anyone) or no longer
+    requiring client certificates is refused at ERROR, and the running config stays;
+    an edit to --config is named in a warning, not silently ignored."""
+    import logging
+
+    path = tmp_path / "web.yml"
+    write_web_config(path, {"basic_auth_users": {"alice": bcrypt_hash(PW)}})
+    settings = tmp_path / "gpulse.yml"
+    settings.write_text("sample_interval: 100ms\n")
+    with Live(log_level=logging.WARNING, config_file=str(settings), web__config_file=str(path)) as live:
+        assert requests.get(live.url + "/metrics", timeout=10).status_code == 401
+        write_web_config(path, {"basic_auth_users": {}})
+        live.rt.reload()
+        assert requests.get(live.url + "/metrics", timeout=10).status_code == 401
+        assert requests.get(live.url + "/metrics", auth=("alice", PW), timeout=10).status_code == 200
+        errors = [r.getMessage() for r in live.log.records if r.levelno >= logging.ERROR]
+        assert len(errors) == 1 and "no basic_auth_users" in errors[0] and "keeping the previous" in errors[0], errors
+        assert not any("has changed since start" in m for m in live.log.messages())
+
+        settings.write_text("sample_interval: 1s\n")
+        live.rt.reload()
+        assert any(f"{settings} has changed since start and is not reloaded" in m for m in live.log.messages())
+
+    ca = str(pki["ca"].path)
+    client = (str(pki["client"].cert), str(pki["client"].key))
+    tls = {"cert_file": str(pki["server"].cert), "key_file": str(pki["server"].key)}
+    write_web_config(path, {"tls_server_config": {**tls, "client_auth_type": "RequireAndVerifyClientCert",
+                                                  "client_ca_file": ca}})
+    with Live(web__config_file=str(path)) as live:
+        url = f"https://127.0.0.1:{live.port}/metrics"
+        assert requests.get(url, verify=ca, cert=client, timeout=10).status_code == 200
+        write_web_config(path, {"tls_server_config": tls})
+        live.rt.reload()
+        with pytest.raises(requests.exceptions.RequestException):
+            requests.get(url, verify=ca, timeout=10)
+        assert any("no longer requires client certificates" in m for m in live.log.messages())
+
+
+def test_probe_port_answers_the_kubelet_under_mutual_tls(gpulse_proc, pki):
+    """With RequireAndVerifyClientCert the kubelet's HTTPS probe (no client
+    certificate) fails the handshake, so the pod would never be ready. The probe
+    port answers /healthz and /readyz in plain HTTP, and nothing else."""
+    from conftest import free_port
+    web = write_web_config(pki["dir"] / "web-probes.yml", {
+        "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key",
+                              "client_auth_type": "RequireAndVerifyClientCert",
+                              "client_ca_file": pki["ca"].path.name},
+        "basic_auth_users": {"prometheus": bcrypt_hash(PW)},
+    })
+    ca = str(pki["ca"].path)
+    client = (str(pki["client"].cert), str(pki["client"].key))
+    probe = free_port()
+    g = start(gpulse_proc, web, ca, "--web.probe-listen-address", f"127.0.0.1:{probe}",
+              client=client, auth=("prometheus", PW))
+    # what the kubelet's httpGet probe does on the main port: no certificate, refused
+    with pytest.raises(requests.exceptions.RequestException):
+        requests.get(g.url + "/healthz", verify=ca, timeout=10)
+    plain = f"http://127.0.0.1:{probe}"
+    assert requests.get(plain + "/healthz", timeout=10).text == "ok\n"
+    assert requests.get(plain + "/readyz", timeout=10).status_code == 200
+    for path in ("/metrics", "/", "/api/heatmap"):
+        r = requests.get(plain + path, auth=("prometheus", PW), timeout=10)
+        assert r.status_code == 404 and "gpulse_" not in r.text, (path, r.status_code)
+    r = requests.get(g.url + "/metrics", verify=ca, cert=client, auth=("prometheus", PW), timeout=10)
+    assert r.status_code == 200 and METRIC in r.text
+    assert f"probes (/healthz, /readyz only) on plain HTTP port {probe}" in g.output()
+
+
+def test_every_answer_says_nosniff_once(tmp_path):
+    """/metrics is text/plain carrying names others wrote; a browser must not sniff
+    it (or any other answer) as HTML. A web config that sets the header too gets it
+    once, not twice."""
+    import http.client
+    with Live() as live:
+        for path in ("/metrics", "/", "/healthz", "/nothing-here"):
+            r = requests.get(live.url + path, timeout=10)
+            assert r.raw.headers.getlist("X-Content-Type-Options") == ["nosniff"], (path, r.headers)
+        # a head refused before Tornado parses it (HTTP/0.9-style line)
+        conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=10)
+        conn.putrequest("GET", "/" + "x" * 9000)
+        conn.endheaders()
+        refused = conn.getresponse()
+        assert refused.status == 414 and refused.getheader("X-Content-Type-Options") == "nosniff"
+        conn.close()
+    path = write_web_config(tmp_path / "web.yml", {"http_server_config": {"headers": {
+        "X-Content-Type-Options": "nosniff"}}})
+    with Live(web__config_file=str(path)) as live:
+        r = requests.get(live.url + "/metrics", timeout=10)
+        assert r.raw.headers.getlist("X-Content-Type-Options") == ["nosniff"]

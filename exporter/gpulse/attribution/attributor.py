@@ -6,7 +6,9 @@ server delays the next refresh, never a reader.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
 import threading
 import time
 from typing import Protocol
@@ -20,6 +22,27 @@ log = logging.getLogger("gpulse.attribution")
 # A kubelet restart takes the socket away for a few seconds; keeping the last map
 # that long avoids dropping and re-creating every attributed series.
 STALE_REFRESHES = 3
+
+# Label values come from whoever created the pod: Kubernetes checks names to 253
+# characters (a DNS subdomain) but an ownerReference name only for being non-empty,
+# and a tenant's workload label lands on every series of its GPUs and in every alert
+# about it. Longer values keep their first MAX_LABEL_VALUE characters and gain a
+# short hash of the whole, so two long names stay two workloads; no valid
+# Kubernetes name is touched.
+MAX_LABEL_VALUE = 253
+HASH_CHARS = 8
+_SURROGATE = re.compile("[\ud800-\udfff]")    # only ever alone in a str: no UTF-8 for them
+
+
+def label_value(value: str) -> tuple[str, bool]:
+    """(value fit for a label, whether it had to be rewritten): text that is not
+    valid Unicode (a lone surrogate from a non-conformant API) gets U+FFFD, a value
+    over MAX_LABEL_VALUE characters is cut and tagged with a hash of the whole."""
+    value, fixed = _SURROGATE.subn("\ufffd", value)
+    if len(value) <= MAX_LABEL_VALUE:
+        return value, fixed > 0
+    digest = hashlib.sha256(value.encode("utf-8")).hexdigest()[:HASH_CHARS]
+    return f"{value[:MAX_LABEL_VALUE]}~{digest}", True
 
 
 class Mapper(Protocol):
@@ -47,6 +70,7 @@ class Attributor:
         self._failing: dict[str, str] = {}
         self._lock = threading.Lock()
         self._errors: dict[str, int] = {r: 0 for r in reasons}
+        self.rewritten = 0           # distinct label values of the current map label_value() changed
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.refreshes = 0
@@ -62,10 +86,11 @@ class Attributor:
                 return dict(hit)
         return None
 
-    def health(self) -> tuple[bool, dict[str, int]]:
-        """(every enabled part's last refresh worked, errors so far by reason)."""
+    def health(self) -> tuple[bool, dict[str, int], int]:
+        """(every enabled part's last refresh worked, errors so far by reason, distinct
+        label values of the current map rewritten to fit: too long or invalid text)."""
         with self._lock:
-            return all(self._part_up.values()), dict(self._errors)
+            return all(self._part_up.values()), dict(self._errors), self.rewritten
 
     # ------------------------------------------------------------ the refresh thread
 
@@ -118,7 +143,15 @@ class Attributor:
         for m in reversed(self.mappers):
             merged.update(self._parts.get(m.name, {}))
         empty = {n: "" for n in self.label_names}
-        self._map = {k: {**empty, **v} for k, v in merged.items()}
+        # each distinct value is bounded (and counted) once, however many GPUs share it
+        values: dict[str, tuple[str, bool]] = {}
+        for v in merged.values():
+            for value in v.values():
+                if value not in values:
+                    values[value] = label_value(value)
+        self._map = {k: {**empty, **{n: values[x][0] for n, x in v.items()}} for k, v in merged.items()}
+        with self._lock:
+            self.rewritten = sum(changed for _, changed in values.values())
         self.refreshes += 1
 
     def _failed(self, part: str, e: AttributionFailure) -> None:

@@ -4,9 +4,11 @@ bcrypt is slow on purpose (~50-100 ms at cost 10), and Prometheus sends the same
 credentials with every scrape, so a successful check is remembered: keyed by an
 HMAC of user, hash and password under a per-process random key, which keeps the
 password itself out of memory and makes a changed hash (SIGHUP) miss the cache.
-Failures are never cached and every check - known user or not - runs bcrypt
-once, against the costliest configured hash for an unknown user, so the answer
-time does not tell which user names exist. `cached()` answers without bcrypt
+Failures are never cached and every check - known user or not - does the bcrypt
+work of the costliest configured hash: an unknown user is checked against that
+hash, a user of a lower cost c against their own hash and then against dummy hashes
+of costs c, c+1, ..., M-1 (2^c + 2^c + ... + 2^(M-1) = 2^M rounds), so the answer
+time tells neither which user names exist nor which of them have cheap hashes. `cached()` answers without bcrypt
 where it can (a remembered login, a malformed header); the server runs
 `verify()` for the rest on BCRYPT_SLOTS threads of their own with at most
 BCRYPT_QUEUE checks waiting, and answers "busy" beyond that, so a
@@ -65,6 +67,13 @@ def cost(hashed: bytes) -> int:
     return int(hashed[4:6])
 
 
+def dummy_hash(c: int) -> bytes:
+    """A well-formed bcrypt hash of cost c that no password matches in practice:
+    checking against it costs what a real hash of that cost costs, and it needs no
+    hashing to make."""
+    return b"$2b$%02d$" % c + b"." * 53
+
+
 class BasicAuth:
     def __init__(self, users: dict[str, bytes]):
         self.users = dict(users)
@@ -73,6 +82,9 @@ class BasicAuth:
         # an unknown user is checked against a real hash (result ignored) of the
         # highest cost configured, so no user name answers faster than a real one
         self._decoy = max(self.users.values(), key=cost, default=None)
+        top = cost(self._decoy) if self._decoy is not None else 0
+        # the padding a user of a lower cost gets after their own check, per cost
+        self._pad = {c: tuple(dummy_hash(k) for k in range(c, top)) for c in {cost(h) for h in self.users.values()}}
         self._key = os.urandom(32)
         self._ok: set[bytes] = set()
         self._lock = threading.Lock()
@@ -90,6 +102,12 @@ class BasicAuth:
         hashed = self.users.get(user)
         if hashed is not None and self._cache_key(user, hashed, password) in self._ok:
             return OK
+
+    def _check(self, password: bytes, hashed: bytes) -> bool:
+        try:
+            return bool(self._bcrypt.checkpw(password[:BCRYPT_MAX], hashed))
+        except ValueError:          # a hash the library cannot read: no one gets in with it
+            return False
         return None
 
     def verify(self, header: str | None) -> str:
@@ -100,10 +118,9 @@ class BasicAuth:
         user, password = creds
         hashed = self.users.get(user)
         target = hashed if hashed is not None else self._decoy
-        try:
-            good = self._bcrypt.checkpw(password[:BCRYPT_MAX], target)
-        except ValueError:          # a hash the library cannot read: no one gets in with it
-            good = False
+        good = self._check(password, target)
+        for pad in self._pad.get(cost(target), ()) if hashed is not None else ():
+            self._check(password, pad)
         if not (good and hashed is not None):
             return DENIED
         with self._lock:
@@ -111,3 +128,9 @@ class BasicAuth:
                 self._ok.clear()
             self._ok.add(self._cache_key(user, hashed, password))
         return OK
+
+    def _check(self, password: bytes, hashed: bytes) -> bool:
+        try:
+            return bool(self._bcrypt.checkpw(password[:BCRYPT_MAX], hashed))
+        except ValueError:          # a hash the library cannot read: no one gets in with it
+            return False

@@ -35,6 +35,11 @@ the server must stay up, cheap, and answer the probes:
   the loop under the timeout, never blocking other connections.
 - the web config is swapped atomically on reload: requests already running keep
   the one they started with, new connections and requests get the new one.
+- the probe port (--web.probe-listen-address, off unless set): plain HTTP that
+  answers /healthz and /readyz and nothing else (404), without auth, under the same
+  connection and head limits. It exists for the kubelet, whose HTTPS probes cannot
+  present a client certificate: with client_auth_type RequireAndVerifyClientCert on
+  the main port they would fail the handshake and the pod would never be ready.
 
 `drain()` is the graceful part of shutdown: close idle connections, let requests in
 progress finish (their answer says Connection: close), cut what is left at the
@@ -77,6 +82,10 @@ RENDER_WAITS = 3            # renders of newer snapshots a scrape waits for befo
 FD_RESERVE = 64             # descriptors kept for the source, logs, /proc reads, the listener
 TLS_HANDSHAKE = 0x16        # first byte of a TLS record carrying a ClientHello
 SERVER = "gpulse"            # no library or interpreter version in the Server header
+# Every answer says nosniff: /metrics is text/plain that carries label values others
+# wrote (pod and workload names), and a browser that sniffed it as HTML would run
+# their script on the origin of the live page. A web config may set it too (once).
+NOSNIFF = ("X-Content-Type-Options", "nosniff")
 METHODS = ("GET", "HEAD")
 NOT_ALLOWED = ("POST", "PUT", "DELETE", "PATCH", "OPTIONS")
 VERSION = re.compile(rb"HTTP/1\.[01]")
@@ -159,19 +168,20 @@ class _Conn:
 
 
 class _Listener(TCPServer):
-    def __init__(self, owner: "Server"):
+    def __init__(self, owner: "Server", probe: bool = False):
         super().__init__(max_buffer_size=MAX_HEAD_BYTES + MAX_BODY_BYTES + 65536)
         self.owner = owner
+        self.probe = probe
 
     async def handle_stream(self, stream: iostream.IOStream, address: Any) -> None:
-        await self.owner._connection(stream, address)
+        await self.owner._connection(stream, address, self.probe)
 
 
 class _Exchange(httputil.HTTPMessageDelegate):
     """One request on one connection: Tornado parses it, this answers it."""
 
-    def __init__(self, server: "Server", http: HTTP1Connection, conn: _Conn):
-        self.server, self.http, self.conn = server, http, conn
+    def __init__(self, server: "Server", http: HTTP1Connection, conn: _Conn, probe: bool = False):
+        self.server, self.http, self.conn, self.probe = server, http, conn, probe
         self.web, self.auth = server.security        # one config for the whole request
         self.start: httputil.RequestStartLine | None = None
         self.headers: httputil.HTTPHeaders | None = None
@@ -223,8 +233,10 @@ class _Exchange(httputil.HTTPMessageDelegate):
             return Response(501, TEXT, b"unsupported method\n")
         target = urlsplit(start.path)
         self.req = Request(start.method, target.path, target.query, self.headers)
-        if target.path in PUBLIC_PATHS and server.healthz_public:
+        if target.path in PUBLIC_PATHS and (server.healthz_public or self.probe):
             return server.app.route(self.req)    # outside every limit: probes must not fail under a flood
+        if self.probe:
+            return Response(404, TEXT, b"this port answers /healthz and /readyz only\n")
         if self.web.auth_required:
             self.verdict = self.auth.cached(self.headers.get("Authorization"))
             if self.verdict is None:
@@ -302,7 +314,7 @@ class _Exchange(httputil.HTTPMessageDelegate):
         headers["Date"] = _date()
         headers["Content-Type"] = resp.content_type
         headers["Content-Length"] = str(len(resp.body))
-        for k, v in resp.headers + self.web.headers:
+        for k, v in _with_nosniff(resp.headers + self.web.headers):
             headers.add(k, v)
         if self.close:
             headers["Connection"] = "close"
@@ -330,7 +342,8 @@ def _denied(verdict: str) -> Response:
 
 class Server:
     def __init__(self, sock: socket.socket, app: App, web: WebConfig, timeout: float, max_requests: int,
-                 healthz_public: bool, max_connections: int = MAX_CONNECTIONS):
+                 healthz_public: bool, max_connections: int = MAX_CONNECTIONS,
+                 probe_sock: socket.socket | None = None):
         self._socket = sock
         self.app = app
         # swapped as one pair, so a request never sees the users of one file and the
@@ -341,6 +354,8 @@ class Server:
         self.healthz_public = healthz_public
         self.max_connections = max_connections
         self.server_address = sock.getsockname()
+        self._probe_socket = probe_sock
+        self.probe_address = probe_sock.getsockname() if probe_sock is not None else None
         self.workers = _Workers(max_requests, "gpulse-http")
         self.bcrypt = _Workers(BCRYPT_SLOTS, "gpulse-bcrypt")
         self.renders: dict[Any, "asyncio.Future[None]"] = {}   # render key -> the one render in progress
@@ -356,7 +371,7 @@ class Server:
             max_body_size=MAX_BODY_BYTES, body_timeout=timeout, decompress=False)
         self._reload_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._listener: _Listener | None = None
+        self._listeners: list[_Listener] = []
         self._stop: asyncio.Event | None = None
         self._started = threading.Event()
         self._stop_asked = False
@@ -364,11 +379,21 @@ class Server:
     # ------------------------------------------------------------ web config
 
     def set_web_config(self, web: WebConfig) -> None:
-        """Swap in a new web config. Turning TLS on or off needs a new listener; refused."""
+        """Swap in a new web config. Turning TLS on or off needs a new listener;
+        refused. So is a reload that would open the door: one that removes every
+        user (/metrics would answer anyone) or stops requiring client certificates.
+        Such a file is more likely a bad edit than an intent, and a silent SIGHUP
+        must not undo access control; a restart applies it on purpose."""
         with self._reload_lock:
             old, old_auth = self.security
             if (web.context is None) != (old.context is None):
                 raise ValueError("turning TLS on or off needs a restart")
+            if old.auth_required and not web.auth_required:
+                raise ValueError("the new file has no basic_auth_users: /metrics would answer without "
+                                 "credentials; removing every user needs a restart")
+            if _requires_client_cert(old) and not _requires_client_cert(web):
+                raise ValueError("the new file no longer requires client certificates "
+                                 "(client_auth_type RequireAndVerifyClientCert); that needs a restart")
             # unchanged users keep their authenticator and with it the cache of good logins
             self.security = (web, old_auth if web.users == old.users else BasicAuth(web.users))
 
@@ -382,8 +407,11 @@ class Server:
 
     async def _serve(self) -> None:
         self._stop = asyncio.Event()
-        self._listener = _Listener(self)
-        self._listener.add_sockets([self._socket])
+        self._listeners = [_Listener(self)]
+        self._listeners[0].add_sockets([self._socket])
+        if self._probe_socket is not None:
+            self._listeners.append(_Listener(self, probe=True))
+            self._listeners[1].add_sockets([self._probe_socket])
         self._started.set()
         if self._stop_asked:
             self._stop.set()
@@ -400,10 +428,13 @@ class Server:
 
     def server_close(self) -> None:
         """Stop listening: new connections are refused by the kernel."""
-        if self._listener is not None:
-            self._listener.stop()
+        if self._listeners:
+            for listener in self._listeners:
+                listener.stop()
         else:
-            self._socket.close()
+            for sock in (self._socket, self._probe_socket):
+                if sock is not None:
+                    sock.close()
 
     def drain(self, timeout: float) -> int:
         """Stop taking requests, close idle connections, wait up to `timeout` for busy
@@ -455,14 +486,14 @@ class Server:
         self._conns[conn] = None
         return True
 
-    async def _connection(self, stream: iostream.IOStream, address: Any) -> None:
+    async def _connection(self, stream: iostream.IOStream, address: Any, probe: bool = False) -> None:
         conn = _Conn(stream)
         if not self._admit(conn):
             stream.close()
             return
         try:
             web = self.security[0]
-            if web.context is not None:
+            if web.context is not None and not probe:
                 tls = await self._tls(stream, web.context)
                 if tls is None:
                     return
@@ -474,7 +505,7 @@ class Server:
                     return
                 conn.busy = True     # a request that arrived is answered, even when draining
                 http = HTTP1Connection(stream, False, self._params, address)
-                exchange = _Exchange(self, http, conn)
+                exchange = _Exchange(self, http, conn, probe)
                 if not await http.read_response(exchange) or exchange.close:
                     return
         except (iostream.StreamClosedError, iostream.UnsatisfiableReadError, OSError):
@@ -517,7 +548,7 @@ class Server:
                       extra: tuple[tuple[str, str], ...]) -> bool:
         """Answer a head Tornado is not shown, and close. Always False."""
         head = [f"HTTP/1.1 {code} {REASONS[code]}", "Server: " + SERVER, "Content-Type: " + TEXT, f"Content-Length: {len(body)}",
-                "Connection: close", *(f"{k}: {v}" for k, v in extra)]
+                "Connection: close", *(f"{k}: {v}" for k, v in _with_nosniff(extra))]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         await self._last_words(stream, data)
         return False
@@ -574,6 +605,16 @@ class Server:
 _date_cache = (0, "")
 
 
+def _with_nosniff(headers: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    if any(k.lower() == NOSNIFF[0].lower() for k, _ in headers):
+        return headers
+    return (*headers, NOSNIFF)
+
+
+def _requires_client_cert(web: WebConfig) -> bool:
+    return web.tls is not None and web.tls.client_auth_type == "RequireAndVerifyClientCert"
+
+
 def _date() -> str:
     """The Date header, formatted once a second."""
     global _date_cache
@@ -592,16 +633,27 @@ def _unread(stream: iostream.IOStream, data: bytes) -> None:
 
 
 def make_server(cfg: Any, app: App, web: WebConfig = NO_WEB_CONFIG) -> Server:
-    host, port = parse_listen_address(cfg.web.listen_address)
+    sock = _bind(cfg.web.listen_address)
+    probe = None
+    if cfg.web.probe_listen_address:
+        try:
+            probe = _bind(cfg.web.probe_listen_address)
+        except ListenError:
+            sock.close()
+            raise
+    return Server(sock, app, web, cfg.web.timeout, cfg.web.max_requests, cfg.web.healthz_public,
+                  _connection_budget(), probe_sock=probe)
+
+
+def _bind(address: str) -> socket.socket:
+    host, port = parse_listen_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     bind_host = host or ("0.0.0.0" if family == socket.AF_INET else "::")
     try:
-        sock = netutil.bind_sockets(port, bind_host, family=family, backlog=128)[0]
+        return netutil.bind_sockets(port, bind_host, family=family, backlog=128)[0]
     except OSError as e:
         reason = e.strerror or str(e)
-        raise ListenError(f"cannot listen on {cfg.web.listen_address}: {reason.lower()}") from None
-    return Server(sock, app, web, cfg.web.timeout, cfg.web.max_requests, cfg.web.healthz_public,
-                  _connection_budget())
+        raise ListenError(f"cannot listen on {address}: {reason.lower()}") from None
 
 
 def _connection_budget() -> int:

@@ -95,7 +95,7 @@ def test_whole_gpus_map_to_pod_and_container(cluster, kubelet, api):
         assert got[g] == {"namespace": "ml", "pod": "trainer-0", "container": "worker", "workload": "llama"}
     for g in "4567":
         assert got[g] is None
-    assert att.health() == (True, {r: 0 for r in att.health()[1]})
+    assert att.health() == (True, {r: 0 for r in att.health()[1]}, 0)
     # The API was asked for this node's pods only, from its watch cache.
     assert api.queries[-1]["fieldSelector"] == [f"spec.nodeName={NODE}"]
     assert api.queries[-1]["resourceVersion"] == ["0"]
@@ -208,6 +208,33 @@ def test_configured_label_keys_and_copied_labels(cluster, kubelet, api):
     assert att.lookup(WHOLE[1])["workload"] == "p1"
 
 
+def test_label_values_are_bounded_hashed_and_counted(cluster, kubelet, api):
+    """The API checks an ownerReference name only for being non-empty: a 1 MiB one
+    would be the workload label of every series of its GPUs. Values keep 253
+    characters plus a hash of the whole (two long names stay apart), text that is not
+    valid Unicode gets U+FFFD, and health() counts the values rewritten."""
+    from gpulse.attribution.attributor import MAX_LABEL_VALUE
+
+    huge_a, huge_b = "a" * (1 << 20), "a" * (1 << 20 - 1) + "b"
+    cluster.set_pods([
+        gpu_pod("p0", [0, 1], owners=[{"kind": "Job", "name": huge_a, "controller": True}], labels={"team": "x"}),
+        gpu_pod("p1", [2], owners=[{"kind": "Job", "name": huge_b, "controller": True}]),
+        gpu_pod("p2", [3], labels={"team": "bad\ud800text"}),
+        gpu_pod("p3", [4], owners=[{"kind": "Job", "name": "n" * 253, "controller": True}]),
+    ])
+    att = attributor_for(kubelet, api, kube__copy_labels="team")
+    att.refresh_once()
+    got = attributions(att)
+    a, b = got["0"]["workload"], got["2"]["workload"]
+    assert got["1"]["workload"] == a and a != b
+    for v in (a, b):
+        assert len(v) == MAX_LABEL_VALUE + 9 and v.startswith("a" * MAX_LABEL_VALUE + "~"), v[-20:]
+    assert got["3"]["label_team"] == "bad\ufffdtext"
+    assert got["3"]["label_team"].encode("utf-8")
+    assert got["4"]["workload"] == "n" * 253                     # a valid name is never touched
+    assert att.health()[2] == 3                                  # distinct values, not per GPU
+
+
 @pytest.mark.parametrize("keys, message", [
     (",".join(f"k{i}" for i in range(11)), "at most 10"),
     ("a.b,a/b", "both become the label label_a_b"),
@@ -247,7 +274,7 @@ def test_api_forbidden_keeps_kubelet_attribution(cluster, kubelet, api, caplog):
     with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         for _ in range(3):
             att.refresh_once()
-    up, errors = att.health()
+    up, errors, _ = att.health()
     assert up is False
     assert errors["api_forbidden"] == 3
     msg = one_warning(caplog).getMessage()
@@ -311,7 +338,7 @@ def test_socket_missing(tmp_path, caplog):
     with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         att.refresh_once()
         att.refresh_once()
-    up, errors = att.health()
+    up, errors, _ = att.health()
     assert up is False and errors["socket_missing"] == 2
     assert "absent.sock" in one_warning(caplog).getMessage()
     assert all(att.lookup(d) is None for d in WHOLE)

@@ -52,7 +52,7 @@ def test_explicit_settings_win_over_detection(kubelet, tmp_path):
     att = make_attributor(auto_config(str(tmp_path / "absent.sock"), kube__enabled=True))
     assert att is not None
     att.refresh_once()
-    up, errors = att.health()
+    up, errors, _ = att.health()
     assert up is False and errors["socket_missing"] == 1
 
 

@@ -52,7 +52,7 @@ def test_job_map_one_file_per_gpu_index(tmp_path):
     got = [att.lookup(d) for d in WHOLE]
     assert got[0] == {"namespace": "", "pod": "", "container": "", "workload": "1001"}
     assert [g["workload"] for g in got] == ["1001"] * 4 + ["1002"] * 4
-    assert att.health() == (True, {"job_map_unreadable": 0})
+    assert att.health() == (True, {"job_map_unreadable": 0}, 0)
 
 
 def test_job_ending_removes_attribution(tmp_path):
@@ -91,7 +91,7 @@ def test_missing_directory(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="gpulse.attribution"):
         att.refresh_once()
         att.refresh_once()
-    assert att.health() == (False, {"job_map_unreadable": 2})
+    assert att.health() == (False, {"job_map_unreadable": 2}, 0)
     recs = [r for r in caplog.records if r.name == "gpulse.attribution"]
     assert len(recs) == 1 and "absent" in recs[0].getMessage() and recs[0].exc_info is None
     assert att.lookup(WHOLE[0]) is None
