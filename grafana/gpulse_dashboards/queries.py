@@ -57,6 +57,11 @@ assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); se
 # Prometheus reads (and computes on) only that one. The branches are joined with
 # `or`; see last_is_default for the order.
 INCREMENTS = "increase15s"   # the gpulse.gpu.cells15s records (the default)
+# The cell records' name (node_gpu:, node:, workload: levels; increase15s and cells1m):
+# `signal` is the "Colour by" value of a work series, or "sampled" for the time the
+# samples covered, both written by one rule so that a cell's two sums read the same
+# scrapes (prometheus/templates/gpulse-recording.rules.yml).
+CELL_SECONDS = "gpulse_gpu_cell_seconds"
 
 
 def last_is_default(branches: tuple[str, ...]) -> str:
@@ -101,16 +106,15 @@ def recorded_cells(level: str, sel: str) -> str:
 
 def recorded_branches(level: str, sel: str) -> tuple[str, str]:
     """The two branches of recorded_cells: one evaluation per cell, several."""
-    def pick(name: str, extra: str, one: bool) -> str:
-        n = f"{level}:gpulse_gpu_{name}_seconds:"
+    def pick(signal: str, one: bool) -> str:
+        n = f"{level}:{CELL_SECONDS}:"
         gate = (f'__name__=~"{n}increase${{__interval}}"' if one
                 else f'__name__="{n}{INCREMENTS}", __name__!~"{n}increase${{__interval}}"')
-        return f'{{{gate}, __name__=~"{n}${{cells}}"{extra}, {sel}}}'
-    work = ', signal="${metric}"'
-    one = (f"last_over_time({pick('work', work, True)}[$__interval])\n"
-           f"/ ignoring (signal) last_over_time({pick('sampled', '', True)}[$__interval])")
-    many = (f"sum_over_time({pick('work', work, False)}[$__interval] offset 1ms)\n"
-            f"/ ignoring (signal) sum_over_time({pick('sampled', '', False)}[$__interval] offset 1ms)")
+        return f'{{{gate}, __name__=~"{n}${{cells}}", signal="{signal}", {sel}}}'
+    one = (f"last_over_time({pick('${metric}', True)}[$__interval])\n"
+           f"/ ignoring (signal) last_over_time({pick('sampled', True)}[$__interval])")
+    many = (f"sum_over_time({pick('${metric}', False)}[$__interval] offset 1ms)\n"
+            f"/ ignoring (signal) sum_over_time({pick('sampled', False)}[$__interval] offset 1ms)")
     return one, many
 
 
@@ -150,8 +154,9 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     # once a minute, so a cell is one subtraction per GPU. Exact for cells of
     # whole minutes; the readings are the group's evaluations, up to a minute
     # before the cell's edges, so the cells lag the raw ones by under a minute.
-    def fast(name: str, extra: str = "") -> str:
-        return f'{{__name__=~"node_gpu:gpulse_gpu_{name}_seconds:${{cells}}", __name__=~".+:cells1m"{extra}, {sel}}}'
+    def fast(signal: str) -> str:
+        return (f'{{__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}", __name__=~".+:cells1m", '
+                f'signal="{signal}", {sel}}}')
 
     def fast_delta(selector: str) -> str:
         d = f"({selector} - {selector} offset $__interval)"
@@ -161,7 +166,7 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     # (interpolateQueryExpr -> prometheusRegularEscape: backslashes and single
     # quotes only, packages/grafana-prometheus/src/datasource.ts), so
     # `signal="active|busy"` matches the label as written.
-    work_1m = fast_delta(fast("work", ', signal="${metric}"'))
+    work_1m = fast_delta(fast("${metric}"))
     covered_1m = fast_delta(fast("sampled"))
     ignoring = " ignoring (signal)" if by == gpu else ""
     fast_cells = f"{work_1m}\n/{ignoring} ({covered_1m} > 0)"
@@ -218,10 +223,10 @@ def _rank(share: str, by: str, peers: str) -> str:
 
 def _recorded_share(level: str, sel: str, by: str) -> str:
     """Each row's active share over the whole range, from the 15 s cell records."""
-    def total(name: str, extra: str = "") -> str:
-        return (f'sum by ({by}) (sum_over_time({{__name__="{level}:gpulse_gpu_{name}_seconds:{INCREMENTS}", '
-                f'{sel}{extra}}}[$__range] @ end()))')
-    return f"({total('work', ', signal=' + chr(34) + 'active' + chr(34))}\n / {total('sampled')})"
+    def total(signal: str) -> str:
+        return (f'sum by ({by}) (sum_over_time({{__name__="{level}:{CELL_SECONDS}:{INCREMENTS}", '
+                f'signal="{signal}", {sel}}}[$__range] @ end()))')
+    return f"({total('active')}\n / {total('sampled')})"
 
 
 def _share(sel: str, by: str) -> str:
@@ -239,8 +244,8 @@ def _share(sel: str, by: str) -> str:
         return f"({total(*work)}\n / {total(*sampled)})"
     m1 = '__name__=~".+:cells1m"'
     raw = share(('__name__=~"gpulse_gpu_active_${cells}"',), ('__name__=~"gpulse_gpu_sampled_${cells}"',))
-    one_minute = share(('__name__=~"node_gpu:gpulse_gpu_work_seconds:${cells}"', m1, 'signal="active"'),
-                       ('__name__=~"node_gpu:gpulse_gpu_sampled_seconds:${cells}"', m1))
+    one_minute = share((f'__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}"', m1, 'signal="active"'),
+                       (f'__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}"', m1, 'signal="sampled"'))
     rules = f'avg by ({by}) (avg_over_time({{__name__=~"node_gpu:gpulse_gpu_active:${{cells}}", {sel}}}[$__range] @ end()))'
     # power cells come from the gauges whatever "Cells from" says, and so does their rank
     power = (f'avg by ({by}) (avg_over_time({{__name__=~"gpulse_gpu_(${{metric}})_watts", {sel}}}[$__range] @ end())\n'
