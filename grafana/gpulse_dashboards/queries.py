@@ -104,18 +104,20 @@ def recorded_cells(level: str, sel: str) -> str:
     return "\nor\n".join(f"(\n{b}\n)" for b in recorded_branches(level, sel))
 
 
-def recorded_branches(level: str, sel: str) -> tuple[str, str]:
-    """The two branches of recorded_cells: one evaluation per cell, several."""
+def recorded_branches(level: str, sel: str, by: str = "") -> tuple[str, str]:
+    """The two branches of recorded_cells: one evaluation per cell, several; with
+    `by`, each side summed by those labels first (rows of several records)."""
     def pick(signal: str, one: bool) -> str:
         n = f"{level}:{CELL_SECONDS}:"
         gate = (f'__name__=~"{n}increase${{__interval}}"' if one
                 else f'__name__="{n}{INCREMENTS}", __name__!~"{n}increase${{__interval}}"')
         return f'{{{gate}, __name__=~"{n}${{cells}}", signal="{signal}", {sel}}}'
-    one = (f"last_over_time({pick('${metric}', True)}[$__interval])\n"
-           f"/ ignoring (signal) last_over_time({pick('sampled', True)}[$__interval])")
-    many = (f"sum_over_time({pick('${metric}', False)}[$__interval] offset 1ms)\n"
-            f"/ ignoring (signal) sum_over_time({pick('sampled', False)}[$__interval] offset 1ms)")
-    return one, many
+    def ratio(fn: str, window: str, one: bool) -> str:
+        work, sampled = (f"{fn}({pick(s, one)}[{window})" for s in ("${metric}", "sampled"))
+        if by:
+            return f"sum by ({by}) ({work})\n/ sum by ({by}) ({sampled})"
+        return f"{work}\n/ ignoring (signal) {sampled}"
+    return ratio("last_over_time", "$__interval]", True), ratio("sum_over_time", "$__interval] offset 1ms", False)
 
 
 def cell_ratio(sel: str, by: str = "node, gpu") -> str:
@@ -283,11 +285,22 @@ def node_rows(sel: str) -> str:
         *recorded_branches("node", nat)))
 
 
+# Whether the node filter holds every node (`node`'s All value, `.*`) gates the
+# workloads overview's branches the way NATURAL/RANKED gate row order: `.*` matches
+# every metric name, a node name (or an alternation of them) none.
+ALL_NODES = '__name__=~"${node}"'
+SOME_NODES = '__name__!~"${node}"'
+
+
 def workload_rows(sel: str) -> str:
-    """Overview: one row per workload across all its nodes, from the workload-level
-    records (or the GPUs' data for the other `cells` choices)."""
+    """Overview: one row per workload, over the GPUs `sel` selects (its node filter
+    included): with every node, across all its nodes from the workload-level records;
+    with some nodes, the sum of those nodes' per-GPU records (their GPUs only, so
+    cheap); for the other `cells` choices, the GPUs' data."""
     attributed = sel + ', workload!=""'
-    return last_is_default((cell_ratio(attributed, "cluster, workload"), *recorded_branches("workload", sel)))
+    return last_is_default((cell_ratio(attributed, "cluster, workload"),
+                            *recorded_branches("node_gpu", f"{attributed}, {SOME_NODES}", by="cluster, workload"),
+                            *recorded_branches("workload", f"{sel}, {ALL_NODES}")))
 
 
 def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:

@@ -331,6 +331,19 @@ def test_overview_cells_are_shares(stack):
         assert_shares(req.where, [float(v) for s in series for _, v in s["values"]])
 
 
+def test_workloads_overview_honours_the_node_filter(stack):
+    """All nodes: one row per job. One node picked: only the jobs on it, whatever the
+    colouring and the cells' data, from that node's GPUs."""
+    def workloads(node) -> dict[str, set[str]]:
+        rows = [r for r in grafana_requests("gpulse-cluster-heatmap", {"node": node})
+                if r.where.startswith("GPU cluster heatmap / Workloads")]
+        assert len(rows) == 4 * 4, [r.where for r in rows]      # metric x cells
+        return {r.where: {s["metric"]["workload"] for s in run(stack, r)} for r in rows}
+    assert set(map(frozenset, workloads(ALL).values())) == {frozenset({STALL_JOB, STRAGGLER_JOB})}
+    picked = workloads([STALL_NODE])
+    assert set(map(frozenset, picked.values())) == {frozenset({STALL_JOB})}, picked
+
+
 def test_straggler_and_stall_panels_show_the_simulated_failures(stack):
     uid = "gpulse-cluster-heatmap"
     outliers = run(stack, find(uid, "GPU cluster heatmap / Outliers: gap to peers over time [A]"))
