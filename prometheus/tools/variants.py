@@ -87,9 +87,16 @@ def hold_expression(rule: dict) -> str:
             f'  ALERTS{{alertname="{rule["alert"]}", alertstate="firing"}}\n)\n')
 
 
+_STRING = re.compile(r'("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`)')
+
+
 def _flat(expr: str) -> str:
-    """An expression on one line, so that the same PromQL indented differently compares equal."""
-    return re.sub(r"\s+(?=\))|(?<=\()\s+", "", " ".join(expr.split()))
+    """An expression on one line, so that the same PromQL indented differently compares
+    equal; string literals (label values, regexes) are left as they are."""
+    parts = _STRING.split(expr)
+    code = " ".join("\0".join(parts[0::2]).split())
+    code = re.sub(r"\s+(?=\))|(?<=\()\s+", "", code).split("\0")
+    return "".join(c + s for c, s in zip(code, [*parts[1::2], ""]))
 
 
 def read_records(rules: list[dict]) -> list[dict]:

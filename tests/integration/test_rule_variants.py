@@ -155,6 +155,12 @@ def test_read_records_needs_the_whole_expression_of_an_earlier_record():
     got = [r["expr"].strip() for r in variants.read_records(rules)]
     # c repeats b whole; d holds more than b inside its parentheses; e repeats c, the longer one
     assert got == ["sum(a)", "max(b:x)", "max(sum(a) + 1)", "min(c:x)"]
+    # a string's own spaces are part of the expression: no match across them, none changed
+    rules = [{"record": "b:x", "expr": 'label_replace(a, "l", "( $1 )", "m", "(.*)")'},
+             {"record": "c:x", "expr": 'max(\n  label_replace(a, "l", "( $1 )", "m", "(.*)")\n) + on ( l )  x{l="( y )"}'},
+             {"record": "d:x", "expr": 'max(label_replace(a, "l", "($1)", "m", "(.*)"))'}]
+    got = [r["expr"].strip() for r in variants.read_records(rules)]
+    assert got[1:] == ['max(b:x) + on (l) x{l="( y )"}', 'max(label_replace(a, "l", "($1)", "m", "(.*)"))']
 
 
 def test_prometheus_variant_records_what_the_source_records(tmp_path):
