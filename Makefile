@@ -64,9 +64,11 @@ chart: $(CHARTS)
 rules: $(BASE)
 	$(PY) prometheus/generate.py
 
-# Rebuild the rule variants for rulers without keep_firing_for (prometheus/rules-vmalert) from prometheus/rules.
+# Rebuild the rule variants from prometheus/rules: for rulers without keep_firing_for
+# (prometheus/rules-vmalert) and for Prometheus, reading records of a group in order (prometheus/rules-prometheus).
 rules-variants: $(BASE)
 	$(PY) prometheus/tools/variants.py --variant vmalert --out prometheus/rules-vmalert prometheus/rules/*.yml
+	$(PY) prometheus/tools/variants.py --variant prometheus --out prometheus/rules-prometheus prometheus/rules/*.yml
 
 proto: $(TESTS)
 	PYTHON=$(PY) sh exporter/gpulse/attribution/regen.sh

@@ -7,6 +7,7 @@
         --only "/ Nodes [A] metric=active|busy" --compare HEAD~5
     .venv/bin/python bench/dashboards_scale.py --gpus 1024 --keep ...      # prints the kept directory
     .venv/bin/python bench/dashboards_scale.py --gpus 1024 --reuse DIR --compare HEAD~1 --only ...
+    .venv/bin/python bench/dashboards_scale.py --gpus 16384 --node-records --only "/ Nodes [A]"   # the overview at fleet size
 
 For each cluster size: synthesise 4 h of gpulse scrapes every 15 s
 (bench/dashboards_data.py), load them with `promtool tsdb create-blocks-from
@@ -45,7 +46,7 @@ sys.path.insert(0, str(ROOT / "grafana"))
 sys.path.insert(0, str(HERE))
 
 from _proc import cpu_seconds, free_port  # noqa: E402
-from dashboards_data import GPUS_PER_NODE, Cluster  # noqa: E402
+from dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
 from gpulse_dashboards.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
                                                panel_queries, substitute, variable_defaults)
 
@@ -186,13 +187,44 @@ def load_windows(write, start: int, end: int, data: Path, scratch: Path, tag: st
     return out
 
 
-def build(gpus: int, hours: float, work: Path, scratch: Path) -> tuple[Prometheus, int, int, int]:
+NODE_RECORD = "node:gpulse_gpu_cell_seconds:increase15s"
+
+
+def write_node_records(om: Path, nodes: int, w0: int, w1: int) -> tuple[int, int]:
+    """The nodes overview's data alone, one hour of it: each node's 15 s cell sums
+    (NODE_RECORD, one series per `signal`) as gpulse.gpu.cells15s records them for 8
+    GPUs, each node at its own share of work with a stall column every 10 minutes.
+    (series, samples)."""
+    stamps = range(w0, w1, STEP_S)
+    with om.open("w") as f:
+        f.write(f"# TYPE {NODE_RECORD} gauge\n")
+        for n in range(nodes):
+            share = 0.2 + 0.75 * ((n * 7919) % 1000) / 1000
+            for signal, k in (("sampled", 0.0), ("active|busy", 1.0), ("busy", 1.1), ("active", 0.9)):
+                head = f'{NODE_RECORD}{{node="gpu-node-{n:04d}",signal="{signal}"}} '
+                f.write("".join(
+                    f"{head}{GPUS_PER_NODE * STEP_S * (1.0 if not k else min(1.0, share * k) * (0.1 if t % 600 == 0 else 1.0)):.6g} {t}\n"
+                    for t in stamps))
+        f.write("# EOF\n")
+    return nodes * 4, nodes * 4 * len(stamps)
+
+
+def build(gpus: int, hours: float, work: Path, scratch: Path,
+          node_records: bool = False) -> tuple[Prometheus, int, int, int]:
     nodes = math.ceil(gpus / GPUS_PER_NODE)
     cluster = Cluster(nodes)
     end = int(time.time()) // BLOCK_S * BLOCK_S
     start = end - int(hours * 3600)
     data = work / "data"
     t0 = time.monotonic()
+    if node_records:
+        series = max(n for n, _ in load_windows(lambda om, w0, w1: write_node_records(om, nodes, w0, w1), start, end,
+                                                data, scratch, f"nodes-{nodes}"))
+        print(f"  {nodes} nodes: {series} node cell records, {hours:g} h backfilled in "
+              f"{time.monotonic() - t0:.0f} s", flush=True)
+        prom = Prometheus(data, work)
+        prom.start()
+        return prom, start, end, series
     series = max(n for n, _ in load_windows(lambda om, w0, w1: cluster.write_window(om, w0, w1), start, end,
                                             data, scratch, f"gpulse-{gpus}"))
     print(f"  {gpus} GPUs: {series} scraped series, {hours:g} h backfilled in {time.monotonic() - t0:.0f} s",
@@ -287,7 +319,8 @@ def measure(gpus: int, args, scratch: Path) -> dict:
     work = Path(args.reuse) if args.reuse else Path(tempfile.mkdtemp(prefix=f"gpulse-dash-{gpus}-"))
     prom = None
     try:
-        prom, start, end, scraped = reuse(work) if args.reuse else build(gpus, args.hours, work, scratch)
+        prom, start, end, scraped = reuse(work) if args.reuse else build(gpus, args.hours, work, scratch,
+                                                                         args.node_records)
         range_ms = (end - start) * 1000
         total_series = int(float(requests.get(f"{prom.url}/api/v1/query", timeout=60, params={
             "query": 'count({__name__=~".+"})', "time": end - 60}).json()["data"]["result"][0]["value"][1]))
@@ -399,8 +432,14 @@ def main(argv=None) -> int:
                     help="only the targets whose name (dashboard / panel [ref] choices) has TEXT; repeatable")
     ap.add_argument("--compare", default="", metavar="REV",
                     help="also time the dashboards as generated at git revision REV, on the same data")
+    ap.add_argument("--node-records", action="store_true",
+                    help="load only the nodes overview's data (each node's 15 s cell sums, --gpus / 8 nodes), not "
+                    "every series: the overview at fleet size in minutes; give --only for its targets")
     args = ap.parse_args(argv)
     sizes = sizes_and_hours(args, "dashboards_scale")
+    if args.node_records and not args.only:
+        raise SystemExit("dashboards_scale: --node-records holds the nodes overview's data only: give --only "
+                         "for its targets (e.g. --only '/ Nodes [A] metric=active|busy cells=increase15s')")
     if args.reuse and len(sizes) != 1:
         raise SystemExit("dashboards_scale: --reuse times one kept TSDB: give its size alone in --gpus")
     scratch = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else Path(tempfile.gettempdir())

@@ -8,6 +8,8 @@
         --replay-rules --only '^GPU cluster heatmap / Nodes '      # today's rules, one panel, one store
     nice -n 10 .venv/bin/python bench/fleet.py --reuse /work/fleet-data --prom-gpus 16384 \
         --stores gpulse-16384 --repeat 1 --only '...'     # Prometheus at fleet size beside VictoriaMetrics
+    nice -n 10 .venv/bin/python bench/fleet.py --gpus 8 --compare-gpus 0 --prom-gpus 1024 --hours 1 \
+        --eval-rules prometheus/rules-prometheus --eval-rules OLD_RULES --only '...'   # rule cost at 1,024 GPUs
 
 For N GPUs (8 a node) × --hours at a 15 s scrape:
 
@@ -47,7 +49,10 @@ recording rules: the records the panels with a target read (those --only finds) 
 the whole range, every other record over the last EVAL_WINDOW_S (input for the rules
 read from them); then every rule group, recording and alerting, evaluated as instant
 queries at EVAL_AT, Prometheus' CPU per evaluation being what a live ruler pays per
-cycle (beside vmalert -replay's figure for VictoriaMetrics).
+cycle (beside vmalert -replay's figure for VictoriaMetrics), and each rule's share of
+it. The groups of each --eval-rules folder (default prometheus/rules-prometheus, the
+variant for Prometheus; an older copy of the rules for a before/after) are timed the
+same way on the same store, and again on a kept store with --reuse --eval-rules DIR.
 """
 from __future__ import annotations
 
@@ -384,6 +389,9 @@ PROM_FLAGS = (
 # group's evaluation is timed
 EVAL_WINDOW_S = 1200
 EVAL_AT = (300, 200, 100)       # seconds before the end: the timed evaluation instants
+RULES = ROOT / "prometheus" / "rules"
+# rule folders timed beside prometheus/rules (--eval-rules)
+EVAL_RULES = (ROOT / "prometheus" / "rules-prometheus",)
 
 
 def prom_server(data: Path, work: Path) -> Prometheus:
@@ -514,7 +522,8 @@ def records_read(exprs: list[str]) -> set[str]:
         out = more
 
 
-def prom_rules(data: Path, start: int, end: int, work: Path, only: re.Pattern | None = None) -> dict:
+def prom_rules(data: Path, start: int, end: int, work: Path, only: re.Pattern | None = None,
+               eval_rules: tuple[Path, ...] = EVAL_RULES) -> dict:
     """The recording rules into a Prometheus fleet store: over the whole range those the
     panels with a target read (`only`: those of them it finds) and their inputs, over the
     last EVAL_WINDOW_S every other one (the input of the rules read from them); then each
@@ -557,34 +566,51 @@ def prom_rules(data: Path, start: int, end: int, work: Path, only: re.Pattern | 
                  + db_cpu + p0, "rules_compact_cpu": cpu_seconds(prom.proc.pid) - p0}
         print(f"  recording rules backfilled and compacted in {store['rules_s']:.0f} s", flush=True)
         store["groups"] = eval_cost(prom, end)
+        store["groups_by"] = eval_variants(prom, end, list(eval_rules))
         return store
     finally:
         prom.stop()
 
 
-def eval_cost(prom: Prometheus, end: int) -> dict:
-    """Each rule group of prometheus/rules, recording and alerting, evaluated at each of
-    EVAL_AT as its rules' instant queries: Prometheus' CPU seconds (and wall seconds)
-    per evaluation of the group, averaged over the instants. Groups without an interval
-    run at the scrape interval, as the shipped rules assume."""
+def eval_cost(prom: Prometheus, end: int, folder: Path = RULES) -> dict:
+    """Each rule group of `folder` (prometheus/rules, or a variant of it), recording and
+    alerting, evaluated at each of EVAL_AT as its rules' instant queries: Prometheus'
+    CPU seconds (and wall seconds) per evaluation of the group and of each rule, averaged
+    over the instants. Groups without an interval run at the scrape interval, as the
+    shipped rules assume. A rule that reads a record of its own group (the Prometheus
+    variant) reads the one backfilled at that instant, as a live ruler reads the one it
+    has just written."""
     out = {}
-    for f in sorted((ROOT / "prometheus" / "rules").glob("*.yml")):
+    for f in sorted(folder.glob("*.yml")):
         for g in yaml.safe_load(f.read_text())["groups"]:
             cpu = wall = 0.0
+            per_rule: dict[str, float] = {}
             for ago in EVAL_AT:
                 c0, w0 = cpu_seconds(prom.proc.pid), time.perf_counter()
                 for r in g["rules"]:
+                    r0 = cpu_seconds(prom.proc.pid)
                     body = requests.post(f"{prom.url}/api/v1/query", data={"query": r["expr"], "time": end - ago},
                                          timeout=1800).json()
                     if body.get("status") != "success":
                         raise SystemExit(f"fleet: rule {r.get('record') or r.get('alert')} failed: "
                                          f"{body.get('error')}")
+                    name = r.get("record") or r["alert"]
+                    per_rule[name] = per_rule.get(name, 0.0) + (cpu_seconds(prom.proc.pid) - r0) / len(EVAL_AT)
                 cpu += cpu_seconds(prom.proc.pid) - c0
                 wall += time.perf_counter() - w0
             out[g["name"]] = {"interval_s": seconds(g.get("interval", f"{STEP_S}s")), "rules": len(g["rules"]),
                               "recording": sum("record" in r for r in g["rules"]),
-                              "cpu_s": cpu / len(EVAL_AT), "wall_s": wall / len(EVAL_AT)}
+                              "cpu_s": cpu / len(EVAL_AT), "wall_s": wall / len(EVAL_AT), "rule_cpu_s": per_rule}
             print(f"  {g['name']}: {out[g['name']]['cpu_s']:.2f} CPU s per evaluation", flush=True)
+    return out
+
+
+def eval_variants(prom: Prometheus, end: int, folders: list[Path]) -> dict:
+    """eval_cost of each further rule folder, by its path."""
+    out = {}
+    for folder in folders:
+        print(f"  rule groups of {folder}:", flush=True)
+        out[str(folder)] = eval_cost(prom, end, folder)
     return out
 
 
@@ -595,7 +621,7 @@ def per_cycle(groups: dict, recording_only: bool = False) -> float:
 
 
 def prom_fleet(meta: dict, root: Path, work: Path, scratch: Path, gpus: int, rules: bool = True,
-               only: re.Pattern | None = None) -> str:
+               only: re.Pattern | None = None, eval_rules: tuple[Path, ...] = EVAL_RULES) -> str:
     """The Prometheus fleet store prom-gpulse-GPUS in a kept directory, each phase not
     yet done (scrapes, then rules; `only`: see prom_rules), fleet.json written after
     each; its name."""
@@ -608,9 +634,26 @@ def prom_fleet(meta: dict, root: Path, work: Path, scratch: Path, gpus: int, rul
         store = meta["stores"][name] = prom_scrapes(gpus, meta["start"], meta["end"], root / name, work, scratch)
         (root / "fleet.json").write_text(json.dumps(meta, indent=1))
     if rules and "groups" not in store:
-        store.update(prom_rules(root / name, meta["start"], meta["end"], work, only))
+        store.update(prom_rules(root / name, meta["start"], meta["end"], work, only, eval_rules))
         (root / "fleet.json").write_text(json.dumps(meta, indent=1))
     return name
+
+
+def retime_rules(meta: dict, root: Path, work: Path, folders: list[Path]) -> None:
+    """Every kept Prometheus store of gpulse whose rules were evaluated: each rule group
+    of `folders` timed again (eval_cost) on the records it holds, kept in fleet.json."""
+    kept = json.loads((root / "fleet.json").read_text())
+    for name, store in meta["stores"].items():
+        if store["engine"] != "prom" or "groups" not in store:
+            continue
+        prom = prom_server(root / name, work)
+        prom.start()
+        try:
+            store.setdefault("groups_by", {}).update(eval_variants(prom, meta["end"], folders))
+        finally:
+            prom.stop()
+        kept["stores"][name]["groups_by"] = store["groups_by"]
+    (root / "fleet.json").write_text(json.dumps(kept, indent=1))
 
 
 def measure(meta: dict, root: Path, work: Path, repeat: int, only: re.Pattern | None = None,
@@ -677,6 +720,15 @@ def measured(name: str, f: dict, meta: dict, res: dict, stores: dict) -> None:
                   f"{c['wall_s']:7.3f} s wall; {1000 * c['cpu_s'] * STEP_S / c['interval_s']:8.1f} ms per 15 s")
         print(f"  per 15 s cycle: {1000 * per_cycle(f['groups']):.0f} ms of CPU, every group; "
               f"{1000 * per_cycle(f['groups'], True):.0f} ms the recording groups alone")
+        for folder, groups in f.get("groups_by", {}).items():
+            print(f"  the same, rule groups of {folder}:")
+            for g, c in groups.items():
+                print(f"    {g:<32} {c['rules']:>3} rules every {c['interval_s']:>3} s: {c['cpu_s']:8.3f} CPU s; "
+                      f"{1000 * c['cpu_s'] * STEP_S / c['interval_s']:8.1f} ms per 15 s")
+                for r, cpu in c.get("rule_cpu_s", {}).items() if len(c.get("rule_cpu_s", {})) > 1 else ():
+                    print(f"      {r[:60]:<60} {cpu:8.3f} CPU s")
+            print(f"    per 15 s cycle: {1000 * per_cycle(groups):.0f} ms of CPU, every group; "
+                  f"{1000 * per_cycle(groups, True):.0f} ms the recording groups alone")
         vm = stores.get(name.replace("prom-", "vm-", 1), {})
         if vm.get("rules_cpu"):
             latest = (vm.get("replays") or [vm])[-1]
@@ -796,6 +848,10 @@ def main(argv=None) -> int:
                     "hour files, merged by Prometheus; the records the panels with a target (and --only) read "
                     "backfilled over the range, every rule group's evaluation timed); with --reuse: added to the "
                     "kept directory, each phase not yet there")
+    ap.add_argument("--eval-rules", type=Path, action="append", metavar="DIR",
+                    help="a rule folder whose groups are timed beside prometheus/rules on each Prometheus store of "
+                    "gpulse (repeatable; default: prometheus/rules-prometheus); with --reuse: timed again on the "
+                    "kept stores")
     ap.add_argument("--replay-rules", action="store_true", help="with --reuse: first replay today's recording rules "
                     "(vmalert -replay of prometheus/rules-vmalert over the kept range) into each VictoriaMetrics "
                     "store of gpulse; its CPU time is reported in place of the backfill's")
@@ -816,6 +872,10 @@ def main(argv=None) -> int:
         raise SystemExit("fleet: --replay-rules and --stores act on a kept backfill: give --reuse DIR")
     for b in ("prometheus", "promtool", "victoria-metrics", "vmalert"):
         need(b)
+    eval_rules = tuple(args.eval_rules or EVAL_RULES)
+    for folder in eval_rules:
+        if not sorted(folder.glob("*.yml")):
+            raise SystemExit(f"fleet: --eval-rules {folder}: no rule files (*.yml) there")
     work = Path(tempfile.mkdtemp(prefix="gpulse-fleet-"))
     try:
         if args.reuse:
@@ -825,12 +885,14 @@ def main(argv=None) -> int:
                 raise SystemExit(f"fleet: --reuse {args.reuse}: not a kept backfill ({e})") from None
             root = args.reuse
             if args.prom_gpus:
-                prom_fleet(meta, root, work, scratch_dir(), args.prom_gpus, only=args.only)
+                prom_fleet(meta, root, work, scratch_dir(), args.prom_gpus, only=args.only, eval_rules=eval_rules)
             if args.stores:
                 meta["stores"] = {n: s for n, s in meta["stores"].items() if args.stores.search(n)}
                 if not any(s["source"] == "gpulse" for s in meta["stores"].values()):
                     raise SystemExit(f"fleet: --stores {args.stores.pattern}: no kept store of gpulse in {root} "
                                      "matches")
+            if args.eval_rules:
+                retime_rules(meta, root, work, list(eval_rules))
         else:
             if not DCGM_CAPTURE.is_file():
                 raise SystemExit(f"fleet: {DCGM_CAPTURE} not found (the shared data folder beside the checkout)")
@@ -849,7 +911,7 @@ def main(argv=None) -> int:
                     build_fleet(gpus, start, end, root, work)
             (root / "fleet.json").write_text(json.dumps(meta, indent=1))
             if args.prom_gpus:
-                prom_fleet(meta, root, work, scratch, args.prom_gpus, only=args.only)
+                prom_fleet(meta, root, work, scratch, args.prom_gpus, only=args.only, eval_rules=eval_rules)
         res = measure(meta, root, work, args.repeat, args.only, args.replay_rules)
         if args.only and not any(r.get("queries") for r in res.values()):
             raise SystemExit(f"fleet: --only {args.only.pattern}: no panel target matches")

@@ -16,7 +16,6 @@ from .panels import (gpu_heatmap, merge_table, stall_strip, stat_panel, status_h
 UID = "gpulse-cluster-heatmap"
 SEL = f'{CLUSTER}, node=~"$node", workload=~"$workload"'
 NODE_SEL = f'{CLUSTER}, node=~"$node"'
-WORKLOAD_SEL = f'{CLUSTER}, workload=~"$workload"'
 CELLS_HELP = (" Each cell is the share of its own time span (one query step, at least one scrape "
               "interval) read from the integrated counters, so a stall shorter than the cell still "
               "shifts its colour; 'Cells from' switches to the 5m recording rules for ranges whose "
@@ -93,9 +92,10 @@ def build() -> db.Dashboard:
              h=12, max_data_points=HEATMAP_POINTS, links=[to_node_heatmap()]))
          .with_panel(gpu_heatmap(
              "Workloads",
-             "One row per training job across all its nodes (needs attribution). A dark column in "
-             "one row only is a stall of that job." + CELLS_HELP,
-             query(Q.workload_rows(WORKLOAD_SEL), "{{workload}}"),
+             "One row per training job across all its nodes (needs attribution), or across the "
+             "nodes the Node filter picks. A dark column in one row only is a stall of that job."
+             + CELLS_HELP,
+             query(Q.workload_rows(SEL), "{{workload}}"),
              h=6, max_data_points=HEATMAP_POINTS)))
 
     d = (d.with_row(db.Row("Per GPU"))

@@ -61,6 +61,11 @@ assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); se
 # Prometheus reads (and computes on) only that one. The branches are joined with
 # `or`; see last_is_default for the order.
 INCREMENTS = "increase15s"   # the gpulse.gpu.cells15s records (the default)
+# The cell records' name (node_gpu:, node:, workload: levels; increase15s and cells1m):
+# `signal` is the "Colour by" value of a work series, or "sampled" for the time the
+# samples covered, both written by one rule so that a cell's two sums read the same
+# scrapes (prometheus/templates/gpulse-recording.rules.yml).
+CELL_SECONDS = "gpulse_gpu_cell_seconds"
 
 
 def last_is_default(branches: tuple[str, ...]) -> str:
@@ -103,19 +108,20 @@ def recorded_cells(level: str, sel: str) -> str:
     return "\nor\n".join(f"(\n{b}\n)" for b in recorded_branches(level, sel))
 
 
-def recorded_branches(level: str, sel: str) -> tuple[str, str]:
-    """The two branches of recorded_cells: one evaluation per cell, several."""
-    def pick(name: str, extra: str, one: bool) -> str:
-        n = f"{level}:gpulse_gpu_{name}_seconds:"
+def recorded_branches(level: str, sel: str, by: str = "") -> tuple[str, str]:
+    """The two branches of recorded_cells: one evaluation per cell, several; with
+    `by`, each side summed by those labels first (rows of several records)."""
+    def pick(signal: str, one: bool) -> str:
+        n = f"{level}:{CELL_SECONDS}:"
         gate = (f'__name__=~"{n}increase${{__interval}}"' if one
                 else f'__name__="{n}{INCREMENTS}", __name__!~"{n}increase${{__interval}}"')
-        return f'{{{gate}, __name__=~"{n}${{cells}}"{extra}, {sel}}}'
-    work = ', signal="${metric}"'
-    one = (f"last_over_time({pick('work', work, True)}[$__interval])\n"
-           f"/ ignoring (signal) last_over_time({pick('sampled', '', True)}[$__interval])")
-    many = (f"sum_over_time({pick('work', work, False)}[$__interval] offset 1ms)\n"
-            f"/ ignoring (signal) sum_over_time({pick('sampled', '', False)}[$__interval] offset 1ms)")
-    return one, many
+        return f'{{{gate}, __name__=~"{n}${{cells}}", signal="{signal}", {sel}}}'
+    def ratio(fn: str, window: str, one: bool) -> str:
+        work, sampled = (f"{fn}({pick(s, one)}[{window})" for s in ("${metric}", "sampled"))
+        if by:
+            return f"sum by ({by}) ({work})\n/ sum by ({by}) ({sampled})"
+        return f"{work}\n/ ignoring (signal) {sampled}"
+    return ratio("last_over_time", "$__interval]", True), ratio("sum_over_time", "$__interval] offset 1ms", False)
 
 
 def cell_ratio(sel: str, by: str = "node, gpu") -> str:
@@ -154,8 +160,9 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     # once a minute, so a cell is one subtraction per GPU. Exact for cells of
     # whole minutes; the readings are the group's evaluations, up to a minute
     # before the cell's edges, so the cells lag the raw ones by under a minute.
-    def fast(name: str, extra: str = "") -> str:
-        return f'{{__name__=~"node_gpu:gpulse_gpu_{name}_seconds:${{cells}}", __name__=~".+:cells1m"{extra}, {sel}}}'
+    def fast(signal: str) -> str:
+        return (f'{{__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}", __name__=~".+:cells1m", '
+                f'signal="{signal}", {sel}}}')
 
     def fast_delta(selector: str) -> str:
         d = f"({selector} - {selector} offset $__interval)"
@@ -165,7 +172,7 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     # (interpolateQueryExpr -> prometheusRegularEscape: backslashes and single
     # quotes only, packages/grafana-prometheus/src/datasource.ts), so
     # `signal="active|busy"` matches the label as written.
-    work_1m = fast_delta(fast("work", ', signal="${metric}"'))
+    work_1m = fast_delta(fast("${metric}"))
     covered_1m = fast_delta(fast("sampled"))
     ignoring = " ignoring (signal)" if by == gpu else ""
     fast_cells = f"{work_1m}\n/{ignoring} ({covered_1m} > 0)"
@@ -222,10 +229,10 @@ def _rank(share: str, by: str, peers: str) -> str:
 
 def _recorded_share(level: str, sel: str, by: str) -> str:
     """Each row's active share over the whole range, from the 15 s cell records."""
-    def total(name: str, extra: str = "") -> str:
-        return (f'sum by ({by}) (sum_over_time({{__name__="{level}:gpulse_gpu_{name}_seconds:{INCREMENTS}", '
-                f'{sel}{extra}}}[$__range] @ end()))')
-    return f"({total('work', ', signal=' + chr(34) + 'active' + chr(34))}\n / {total('sampled')})"
+    def total(signal: str) -> str:
+        return (f'sum by ({by}) (sum_over_time({{__name__="{level}:{CELL_SECONDS}:{INCREMENTS}", '
+                f'signal="{signal}", {sel}}}[$__range] @ end()))')
+    return f"({total('active')}\n / {total('sampled')})"
 
 
 def _share(sel: str, by: str) -> str:
@@ -243,8 +250,8 @@ def _share(sel: str, by: str) -> str:
         return f"({total(*work)}\n / {total(*sampled)})"
     m1 = '__name__=~".+:cells1m"'
     raw = share(('__name__=~"gpulse_gpu_active_${cells}"',), ('__name__=~"gpulse_gpu_sampled_${cells}"',))
-    one_minute = share(('__name__=~"node_gpu:gpulse_gpu_work_seconds:${cells}"', m1, 'signal="active"'),
-                       ('__name__=~"node_gpu:gpulse_gpu_sampled_seconds:${cells}"', m1))
+    one_minute = share((f'__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}"', m1, 'signal="active"'),
+                       (f'__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}"', m1, 'signal="sampled"'))
     rules = f'avg by ({by}) (avg_over_time({{__name__=~"node_gpu:gpulse_gpu_active:${{cells}}", {sel}}}[$__range] @ end()))'
     # power cells come from the gauges whatever "Cells from" says, and so does their rank
     power = (f'avg by ({by}) (avg_over_time({{__name__=~"gpulse_gpu_(${{metric}})_watts", {sel}}}[$__range] @ end())\n'
@@ -282,11 +289,22 @@ def node_rows(sel: str) -> str:
         *recorded_branches("node", nat)))
 
 
+# Whether the node filter holds every node (`node`'s All value, `.*`) gates the
+# workloads overview's branches the way NATURAL/RANKED gate row order: `.*` matches
+# every metric name, a node name (or an alternation of them) none.
+ALL_NODES = '__name__=~"${node}"'
+SOME_NODES = '__name__!~"${node}"'
+
+
 def workload_rows(sel: str) -> str:
-    """Overview: one row per workload across all its nodes, from the workload-level
-    records (or the GPUs' data for the other `cells` choices)."""
+    """Overview: one row per workload, over the GPUs `sel` selects (its node filter
+    included): with every node, across all its nodes from the workload-level records;
+    with some nodes, the sum of those nodes' per-GPU records (their GPUs only, so
+    cheap); for the other `cells` choices, the GPUs' data."""
     attributed = sel + ', workload!=""'
-    return last_is_default((cell_ratio(attributed, "cluster, workload"), *recorded_branches("workload", sel)))
+    return last_is_default((cell_ratio(attributed, "cluster, workload"),
+                            *recorded_branches("node_gpu", f"{attributed}, {SOME_NODES}", by="cluster, workload"),
+                            *recorded_branches("workload", f"{sel}, {ALL_NODES}")))
 
 
 def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:

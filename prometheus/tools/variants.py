@@ -2,6 +2,7 @@
 """Write the rule variant a ruler needs, derived from prometheus/rules/*.yml.
 
     python prometheus/tools/variants.py --variant vmalert --out prometheus/rules-vmalert prometheus/rules/*.yml
+    python prometheus/tools/variants.py --variant prometheus --out prometheus/rules-prometheus prometheus/rules/*.yml
     python prometheus/tools/variants.py --check    # exit 1 when a committed variant is out of date
 
 prometheus/rules/ stays the only hand-written copy; every variant is a mechanical
@@ -10,7 +11,19 @@ rules-variants` (tests/integration/test_rule_variants.py fails until it is run).
 
 Variants (which ruler needs which: prometheus/README.md, "Compatibility"):
 
-- `prometheus`: the files as they are. Needs `keep_firing_for` (Prometheus >= 2.42).
+- `prometheus`: for Prometheus (>= 2.42: `keep_firing_for`), which evaluates the
+  rules of a group one after the other at one timestamp and stores each rule's
+  samples before the next rule runs. A rule that repeats, in parentheses, the whole
+  expression of a record written earlier in its group reads that record instead:
+
+      sum by (cluster, node, signal) (<the per-GPU record's expression>)
+      ->  sum by (cluster, node, signal) (node_gpu:gpulse_gpu_cell_seconds:increase15s)
+
+  The record is that expression's value at that same timestamp, so the result is
+  the same, at the cost of summing the records rather than computing every GPU's
+  increments again (the heatmap cell sums: bench/README.md, "Fleet"). The source
+  repeats the expression because a ruler that writes through remote write
+  (vmalert) cannot read its own records within one evaluation.
 - `vmalert`: for a ruler that refuses `keep_firing_for` (vmalert 1.79 as Debian
   ships it: "unknown fields in rule: keep_firing_for"). The field is dropped and
   its effect is written into the expression instead:
@@ -36,6 +49,7 @@ Variants (which ruler needs which: prometheus/README.md, "Compatibility"):
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -46,8 +60,8 @@ from shorten_for import format_duration, load_rule_file, parse_duration, write_e
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 SOURCE = ROOT / "prometheus" / "rules"
-# variant -> where its committed files live (None: the source itself)
-VARIANTS = {"prometheus": None, "vmalert": ROOT / "prometheus" / "rules-vmalert"}
+# variant -> where its committed files live
+VARIANTS = {"prometheus": ROOT / "prometheus" / "rules-prometheus", "vmalert": ROOT / "prometheus" / "rules-vmalert"}
 # labels a ruler adds to ALERTS beyond the expression's and the rule's own
 ALERT_STATE_LABELS = ("alertname", "alertstate", "alertgroup")
 
@@ -73,10 +87,42 @@ def hold_expression(rule: dict) -> str:
             f'  ALERTS{{alertname="{rule["alert"]}", alertstate="firing"}}\n)\n')
 
 
+_STRING = re.compile(r'("(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`)')
+
+
+def _flat(expr: str) -> str:
+    """An expression on one line, so that the same PromQL indented differently compares
+    equal; string literals (label values, regexes) are left as they are."""
+    parts = _STRING.split(expr)
+    code = " ".join("\0".join(parts[0::2]).split())
+    code = re.sub(r"\s+(?=\))|(?<=\()\s+", "", code).split("\0")
+    return "".join(c + s for c, s in zip(code, [*parts[1::2], ""]))
+
+
+def read_records(rules: list[dict]) -> list[dict]:
+    """The rules of one group, each repeating the expression of a record written
+    before it in the group reading that record instead (see the module doc)."""
+    earlier: list[tuple[str, str]] = []
+    out = []
+    for rule in rules:
+        flat = _flat(rule["expr"])
+        read = flat
+        for expr, record in earlier:
+            read = read.replace(f"({expr})", f"({record})")
+        if read != flat:
+            rule = {k: (read + "\n" if k == "expr" else v) for k, v in rule.items()}
+        if "record" in rule:
+            # the longest first, so a record whose expression holds another's is matched whole
+            earlier = sorted([*earlier, (flat, rule["record"])], key=lambda e: -len(e[0]))
+        out.append(rule)
+    return out
+
+
 def transform(doc: dict, variant: str) -> dict:
     """A copy of a parsed rule file as `variant` needs it."""
     if variant == "prometheus":
-        return doc
+        return {**doc, "groups": [{**g, "rules": read_records(g.get("rules") or [])}
+                                  for g in doc.get("groups") or []]}
     out = {**doc, "groups": []}
     for group in doc.get("groups") or []:
         rules = []
@@ -116,8 +162,6 @@ def check() -> list[str]:
     problems = []
     sources = sorted(SOURCE.glob("*.yml"))
     for variant, folder in VARIANTS.items():
-        if folder is None:
-            continue
         have = {p.name for p in folder.glob("*.yml")}
         for src in sources:
             dest = folder / src.name

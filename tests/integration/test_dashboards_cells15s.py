@@ -30,7 +30,7 @@ from dashboards_scale import Prometheus, backfill_rules  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1.csv"
 NODE = "h100-ckpt1"
-RECORD = "node_gpu:gpulse_gpu_sampled_seconds:increase15s"
+RECORD = 'node_gpu:gpulse_gpu_cell_seconds:increase15s{signal="sampled"}'
 RECORDS, RAW = "increase15s", "seconds_total"
 
 
@@ -127,12 +127,12 @@ def test_rows_in_node_then_gpu_order_and_the_node_row_sums_its_gpus(prom):
     assert [d for d, _ in rows] == [f"{NODE}/{g:02d}" for g in range(8)]
     # the node row at the node sums' own evaluations (promtool evaluates each
     # level of rules at its own offset): its GPUs' latest increments, summed
-    node_evals = [t for t in _evaluations(p.url, start, end, "node:gpulse_gpu_sampled_seconds:increase15s")
+    node_evals = [t for t in _evaluations(p.url, start, end, 'node:gpulse_gpu_cell_seconds:increase15s{signal="sampled"}')
                   if start + 30 <= t <= end]
     (node, got), = _range(p.url, _request(3600, "Nodes", cells=RECORDS)[0], node_evals[0], node_evals[-1], 15,
                           "node")
-    gpus = ('sum(last_over_time(node_gpu:gpulse_gpu_work_seconds:increase15s{signal="active|busy"}[14999ms]))'
-            ' / sum(last_over_time(node_gpu:gpulse_gpu_sampled_seconds:increase15s[14999ms]))')
+    gpus = ('sum(last_over_time(node_gpu:gpulse_gpu_cell_seconds:increase15s{signal="active|busy"}[14999ms]))'
+            ' / sum(last_over_time(node_gpu:gpulse_gpu_cell_seconds:increase15s{signal="sampled"}[14999ms]))')
     (_, want), = _range(p.url, f'label_replace({gpus}, "node", "{NODE}", "", "")', node_evals[0], node_evals[-1],
                         15, "node")
     assert node == NODE and len(got) == len(node_evals) and sorted(got) == sorted(want)

@@ -25,7 +25,7 @@ import stall_visibility as sv  # noqa: E402
 
 NODE = "h100-ckpt1"
 FOUR_HOURS = 4 * 3600
-RECORD = "node_gpu:gpulse_gpu_sampled_seconds:cells1m"
+RECORD = 'node_gpu:gpulse_gpu_cell_seconds:cells1m{signal="sampled"}'
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,15 @@
 """prometheus/tools/variants.py: each ruler gets rules it loads, with the same meaning.
 
-- drift: the committed prometheus/rules-vmalert/ is exactly what the tool makes of
-  prometheus/rules/ now;
+- drift: the committed prometheus/rules-vmalert/ and prometheus/rules-prometheus/
+  are exactly what the tool makes of prometheus/rules/ now;
 - the real rulers' own checks accept them (promtool, vmalert -dryRun);
 - the shipped promtool unit tests pass on the vmalert variant unchanged: it fires,
   resolves and keeps firing at the same evaluations as the source with
   keep_firing_for. Dropping the field without the construction fails them, so
-  those tests do see the difference.
+  those tests do see the difference;
+- the shipped promtool unit tests pass on the Prometheus variant too, and the records
+  it reads from the group's earlier records equal the source's at every evaluation
+  of a run with a counter reset and a GPU without a workload.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from conftest import ROOT, require_binary
 TOOL = ROOT / "prometheus" / "tools" / "variants.py"
 SOURCE = ROOT / "prometheus" / "rules"
 VMALERT_RULES = ROOT / "prometheus" / "rules-vmalert"
+PROMETHEUS_RULES = ROOT / "prometheus" / "rules-prometheus"
 UNIT_TESTS = sorted((ROOT / "prometheus" / "tests").glob("*.yml"))
 
 sys.path.insert(0, str(TOOL.parent))
@@ -39,13 +43,14 @@ def _tool(*args, timeout=60):
                           timeout=timeout)
 
 
-def test_committed_vmalert_variant_is_what_the_source_gives(tmp_path):
+@pytest.mark.parametrize("variant, folder", [("vmalert", VMALERT_RULES), ("prometheus", PROMETHEUS_RULES)])
+def test_committed_variant_is_what_the_source_gives(tmp_path, variant, folder):
     r = _tool("--check")
     assert r.returncode == 0, r.stderr
-    r = _tool("--variant", "vmalert", "--out", tmp_path, *sorted(SOURCE.glob("*.yml")))
+    r = _tool("--variant", variant, "--out", tmp_path, *sorted(SOURCE.glob("*.yml")))
     assert r.returncode == 0, r.stderr
     made = {p.name: p.read_text() for p in tmp_path.glob("*.yml")}
-    committed = {p.name: p.read_text() for p in VMALERT_RULES.glob("*.yml")}
+    committed = {p.name: p.read_text() for p in folder.glob("*.yml")}
     assert made == committed
 
 
@@ -106,7 +111,8 @@ def test_vmalert_dry_run_accepts_the_vmalert_variant():
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
 
 
-@pytest.mark.parametrize("folder", [SOURCE, VMALERT_RULES], ids=["prometheus", "vmalert"])
+@pytest.mark.parametrize("folder", [SOURCE, VMALERT_RULES, PROMETHEUS_RULES],
+                         ids=["source", "vmalert", "prometheus"])
 def test_promtool_accepts_the_variant(folder):
     promtool = require_binary("promtool")
     r = subprocess.run([promtool, "check", "rules", *map(str, sorted(folder.glob("*.yml")))],
@@ -126,8 +132,74 @@ def _unit_tests_against(rules: Path, dest: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-def test_shipped_unit_tests_pass_on_the_vmalert_variant(tmp_path):
-    r = _unit_tests_against(VMALERT_RULES, tmp_path / "tests")
+@pytest.mark.parametrize("folder", [VMALERT_RULES, PROMETHEUS_RULES], ids=["vmalert", "prometheus"])
+def test_shipped_unit_tests_pass_on_the_variant(tmp_path, folder):
+    r = _unit_tests_against(folder, tmp_path / "tests")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_prometheus_variant_sums_the_records_of_its_group():
+    doc = yaml.safe_load((PROMETHEUS_RULES / "gpulse-recording.rules.yml").read_text())
+    cells = next(g for g in doc["groups"] if g["name"] == "gpulse.gpu.cells15s")
+    exprs = {r["record"]: _words(r["expr"]) for r in cells["rules"]}
+    gpu = "node_gpu:gpulse_gpu_cell_seconds:increase15s"
+    assert exprs["node:gpulse_gpu_cell_seconds:increase15s"] == f"sum by (cluster, node, signal) ({gpu})"
+    assert exprs["workload:gpulse_gpu_cell_seconds:increase15s"] == \
+        f"sum by (cluster, workload, signal) ({gpu}) unless on (workload) vector(1)"
+    assert "offset" in exprs[gpu]
+
+
+def test_read_records_needs_the_whole_expression_of_an_earlier_record():
+    rules = [{"record": "b:x", "expr": "sum(a)"}, {"record": "c:x", "expr": "max(\n  sum(a)\n)"},
+             {"record": "d:x", "expr": "max(sum(a) + 1)"}, {"record": "e:x", "expr": "min(max(sum(a)))"}]
+    got = [r["expr"].strip() for r in variants.read_records(rules)]
+    # c repeats b whole; d holds more than b inside its parentheses; e repeats c, the longer one
+    assert got == ["sum(a)", "max(b:x)", "max(sum(a) + 1)", "min(c:x)"]
+    # a string's own spaces are part of the expression: no match across them, none changed
+    rules = [{"record": "b:x", "expr": 'label_replace(a, "l", "( $1 )", "m", "(.*)")'},
+             {"record": "c:x", "expr": 'max(\n  label_replace(a, "l", "( $1 )", "m", "(.*)")\n) + on ( l )  x{l="( y )"}'},
+             {"record": "d:x", "expr": 'max(label_replace(a, "l", "($1)", "m", "(.*)"))'}]
+    got = [r["expr"].strip() for r in variants.read_records(rules)]
+    assert got[1:] == ['max(b:x) + on (l) x{l="( y )"}', 'max(label_replace(a, "l", "($1)", "m", "(.*)"))']
+
+
+def test_prometheus_variant_records_what_the_source_records(tmp_path):
+    """The source's recording groups and the variant's changed ones, its records
+    renamed, in one promtool run over the input of prometheus/tests/cells15s.test.yml
+    (a counter reset, two clusters, a GPU without a workload): at every evaluation
+    each record the variant computes differently has the same series and values."""
+    promtool = require_binary("promtool")
+    src = yaml.safe_load((SOURCE / "gpulse-recording.rules.yml").read_text())
+    var = yaml.safe_load((PROMETHEUS_RULES / "gpulse-recording.rules.yml").read_text())
+    changed, groups = [], []
+    for gs, gv in zip(src["groups"], var["groups"], strict=True):
+        if gs == gv:
+            continue
+        names = {r["record"]: r["record"] + "_ordered" for r in gv["rules"] if "record" in r}
+        rules = []
+        for rs, rv in zip(gs["rules"], gv["rules"], strict=True):
+            expr = rv["expr"]
+            for old, new in names.items():
+                expr = re.sub(rf"(?<![\w:]){re.escape(old)}(?![\w:])", new, expr)
+            rules.append({**rv, "record": names[rv["record"]], "expr": expr})
+            if rs["expr"] != rv["expr"]:
+                changed.append(rv["record"])
+        groups.append({**gv, "name": gv["name"] + ".ordered", "rules": rules})
+    assert changed == ["node:gpulse_gpu_cell_seconds:increase15s", "workload:gpulse_gpu_cell_seconds:increase15s"]
+    rules = tmp_path / "both.rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": src["groups"] + groups}, sort_keys=False))
+    cells15s = yaml.safe_load((ROOT / "prometheus" / "tests" / "cells15s.test.yml").read_text())
+    checks = []
+    for record in changed:
+        a, b = record, record + "_ordered"
+        checks.append({"expr": f"count({b}) > bool 0", "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 1}]})
+        checks += [{"expr": f"({a} != {b}) or ({a} unless {b}) or ({b} unless {a})", "eval_time": f"{s}s",
+                    "exp_samples": []} for s in range(15, 301, 15)]
+    test = tmp_path / "same.test.yml"
+    test.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "15s", "tests": [
+        {"interval": "15s", "input_series": cells15s["tests"][0]["input_series"], "promql_expr_test": checks}]},
+        sort_keys=False))
+    r = subprocess.run([promtool, "test", "rules", str(test)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
 
