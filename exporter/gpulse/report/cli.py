@@ -52,7 +52,8 @@ def add_parser(sub: Any) -> None:
     auth.add_argument("--prometheus.cert-file", dest="cert_file", default="", metavar="FILE")
     auth.add_argument("--prometheus.key-file", dest="key_file", default="", metavar="FILE")
     auth.add_argument("--prometheus.insecure-skip-verify", dest="insecure", action="store_true")
-    auth.add_argument("--prometheus.timeout", dest="timeout", default="30s", metavar="DURATION")
+    auth.add_argument("--prometheus.timeout", dest="timeout", default="30s", metavar="DURATION",
+                      help="for each request as a whole, however slowly the answer comes (default: 30s)")
     an = p.add_argument_group("analysis (as for gpulse serve)")
     an.add_argument("--idle-threshold", dest="idle_threshold", default=None)
     an.add_argument("--min-stall", dest="min_stall", default=None, metavar="DURATION")

@@ -8,20 +8,22 @@ were, never a new findings.json beside an old report.html, and an output name th
 a symlink is replaced, not followed into the file it points at."""
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
+from ..safetext import dumps, finite
 from .figure import PNG_MAX_WIDTH, render_png
 from .findings import Analysis
 from .render import MAX_COLUMNS, Picture, render_html
 
+
 def write_outputs(a: Analysis, out_dir: str, max_cols: int = MAX_COLUMNS, order: str = "natural") -> dict[str, str]:
     os.makedirs(out_dir, exist_ok=True)
-    doc = a.as_json()
+    # strict JSON for findings.json and the page: a NaN or infinity that got this far is null
+    doc = finite(a.as_json())
     p = Picture(a, max_cols, order, doc)
     files = {
-        "findings.json": (json.dumps(doc, indent=2) + "\n").encode("utf-8"),
+        "findings.json": (dumps(doc, indent=2) + "\n").encode("utf-8"),
         "report.html": render_html(a, doc, picture=p).encode("utf-8"),
         # the same binning serves the PNG unless the page has more columns than it takes
         "heatmap.png": render_png(a, order=order, doc=doc, picture=p if p.cols <= PNG_MAX_WIDTH else None),
