@@ -4,6 +4,7 @@ with Hostname and pod labels. Two halves of GPUs: the first at ~99 % and full po
 the rest at ~10 %, so every report on them has an imbalance finding and a picture."""
 from __future__ import annotations
 
+import json
 import time
 from typing import Callable
 
@@ -49,3 +50,18 @@ def dcgm_text(host: str, pod: str = "", scrapes: int = 120, gpus: int = 4, inter
             out.append(f"DCGM_FI_DEV_POWER_USAGE{{{labels}}} {w:.3f}")
             out.append(f"DCGM_FI_DEV_FB_USED{{{labels}}} 40000")
     return "\n".join(out) + "\n"
+
+
+def dcgm_api_json(host: str, pod: str, points: int = 120, gpus: int = 2, interval: float = 1.0) -> str:
+    """A Prometheus query_range answer of dcgm-exporter series, as saved from the API:
+    labels through Prometheus (job, instance, the workload's pod as exported_pod).
+    json.dumps writes any lone surrogate in a name as the escape a server would."""
+    result = []
+    for g in range(gpus):
+        u, w = _util(g, gpus)
+        for name, v in (("DCGM_FI_DEV_GPU_UTIL", u), ("DCGM_FI_DEV_POWER_USAGE", w), ("DCGM_FI_DEV_FB_USED", 40000)):
+            metric = {"__name__": name, "gpu": str(g), "UUID": f"GPU-0000000{g}-0000-0000-0000-000000000000",
+                      "Hostname": host, "job": "dcgm", "instance": "10.0.0.1:9400", "exported_pod": pod,
+                      "exported_namespace": "ml"}
+            result.append({"metric": metric, "values": [[T0 + k * interval, f"{v}"] for k in range(points)]})
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})

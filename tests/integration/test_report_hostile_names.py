@@ -13,7 +13,7 @@ import sys
 from html.parser import HTMLParser
 
 from conftest import ROOT
-from hostilelogs import HOSTILE, HOSTILE_FILE, dcgm_text
+from hostilelogs import HOSTILE, HOSTILE_FILE, dcgm_api_json, dcgm_text
 
 from testing.config import test_config
 from gpulse.http.livepage import LivePage
@@ -126,3 +126,21 @@ def test_live_page_keeps_a_hostile_node_name_as_text():
     page = assert_only_own_code(LivePage(App()).index(None)[2].decode())
     assert page.data("gpulse-boot")["node"] == HOSTILE
     assert f"gpulse — {HOSTILE}" in "".join(page.text)
+
+
+def test_lone_surrogates_in_a_replayed_dcgm_json_are_replaced_where_it_is_read(tmp_path, gpulse_proc):
+    log = tmp_path / "saved.json"
+    log.write_text(dcgm_api_json("host\ud800", "pod\udfff"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    p = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", str(log), "--out", str(tmp_path / "out"),
+                        "--quiet"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    doc = json.loads((tmp_path / "out" / "findings.json").read_text(encoding="utf-8"))
+    assert {g["node"] for g in doc["gpus"]} == {"host\ufffd"}
+    assert_only_own_code((tmp_path / "out" / "report.html").read_text(encoding="utf-8"))
+    e = subprocess.run([sys.executable, "-m", "gpulse", "export", "--input", str(log)], capture_output=True,
+                       timeout=120, env=env)
+    assert e.returncode == 0, e.stderr.decode()
+    assert 'pod="pod\ufffd"' in e.stdout.decode("utf-8") and e.stdout.endswith(b"# EOF\n")
+    g = gpulse_proc("--source", "replay", "--replay.file", str(log), "--replay.speed", "0")
+    assert 'pod="pod\ufffd"' in g.wait_metrics(lambda text: 'pod="pod' in text, "the replayed pod")
