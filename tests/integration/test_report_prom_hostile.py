@@ -13,6 +13,7 @@ import urllib.parse
 import pytest
 
 from conftest import ROOT
+from hostilelogs import smi_csv
 
 from gpulse.sources import prom
 
@@ -113,27 +114,27 @@ def _ok(result) -> tuple[int, dict, bytes]:
         {"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
 
 
-def _counters(params: dict, odd=lambda gpu, k, v: v) -> list:
-    """Two GPUs' gpulse series on the asked grid: GPU 0 working, GPU 1 at 10 %;
-    odd(gpu, k, value) may replace a value's text."""
+def _counters(params: dict, odd=lambda gpu, k, v: v, nodes=("n1", "n1")) -> list:
+    """Two GPUs' gpulse series on the asked grid: GPU 0 working, GPU 1 at 10 %, on
+    `nodes`; odd(gpu, k, value) may replace a value's text."""
     name = params["query"].split("{")[0]
     start, end, step = float(params["start"]), float(params["end"]), float(params["step"])
     n = int((end - start) / step) + 1
     out = []
-    for gpu, share in (("0", 0.99), ("1", 0.10)):
+    for node, gpu, share in ((nodes[0], "0", 0.99), (nodes[1], "1", 0.10)):
         def value(k):
             s = k * step
             return {"gpulse_gpu_sampled_seconds_total": s, "gpulse_gpu_busy_seconds_total": share * s,
                     "gpulse_gpu_active_seconds_total": share * s, "gpulse_gpu_memory_used_bytes": 4e10,
                     "gpulse_gpu_memory_total_bytes": 8e10}[name]
-        out.append({"metric": {"__name__": name, "node": "n1", "gpu": gpu, "workload": "train"},
+        out.append({"metric": {"__name__": name, "node": node, "gpu": gpu, "workload": "train"},
                     "values": [[start + k * step, odd(gpu, k, f"{value(k):.6f}")] for k in range(n)]})
     return out
 
 
-def _range_answer(odd=lambda gpu, k, v: v):
+def _range_answer(odd=lambda gpu, k, v: v, nodes=("n1", "n1")):
     def answer(path, params):
-        return _ok(_counters(params, odd) if path.endswith("query_range") else [])
+        return _ok(_counters(params, odd, nodes) if path.endswith("query_range") else [])
     return answer
 
 
@@ -243,3 +244,26 @@ def test_nan_and_inf_values_are_no_value_and_the_findings_are_strict_json(tmp_pa
     assert one["busy_fraction"] == pytest.approx(0.10, abs=0.02)
     page = (tmp_path / "out" / "report.html").read_text()
     assert "nan" not in page.lower().replace("nanoseconds", "") and "nan %" not in p.stdout.lower()
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[8m"     # retitle the window, clear the screen, hide text
+
+
+def test_control_sequences_in_names_never_reach_the_terminal(tmp_path):
+    p = _against(_range_answer(nodes=("n" + ESCAPES, "n2")), tmp_path)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout + p.stderr
+    assert "\x1b" not in out and "\x07" not in out, out
+    assert "n\\x1b]0;owned\\x07" in p.stdout          # the node is still named, its escapes shown
+    missing = tmp_path / f"run{ESCAPES}.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    for cmd in (["report", "--input", str(missing), "--out", str(tmp_path / "o2")], ["export", "--input", str(missing)]):
+        q = subprocess.run([sys.executable, "-m", "gpulse", *cmd], capture_output=True, text=True, timeout=60, env=env)
+        assert q.returncode == 1 and "\x1b" not in q.stderr and "run\\x1b]0;owned" in q.stderr, q.stderr
+    # a log under such a name whose clock jumps: the warnings quoting its name are logged
+    log = tmp_path / f"log{ESCAPES}.csv"
+    log.write_text(smi_csv(400, stamp=lambda k, t: t + 40 * 86400 if k == 200 else t))
+    q = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", str(log), "--out", str(tmp_path / "o3")],
+                       capture_output=True, text=True, timeout=60, env=env)
+    assert q.returncode == 0 and "\x1b" not in q.stdout + q.stderr, q.stderr
+    assert "log\\x1b]0;owned\\x07\\x1b[2J\\x1b[8m.csv: 1 time(s) the clock jumps ahead" in q.stderr, q.stderr
