@@ -144,3 +144,15 @@ def test_lone_surrogates_in_a_replayed_dcgm_json_are_replaced_where_it_is_read(t
     assert 'pod="pod\ufffd"' in e.stdout.decode("utf-8") and e.stdout.endswith(b"# EOF\n")
     g = gpulse_proc("--source", "replay", "--replay.file", str(log), "--replay.speed", "0")
     assert 'pod="pod\ufffd"' in g.wait_metrics(lambda text: 'pod="pod' in text, "the replayed pod")
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_with_the_replacement_character(tmp_path):
+    log = os.fsencode(tmp_path) + b"/run\xff.csv"        # Python holds the byte as a lone surrogate
+    with open(log, "w") as fh:
+        fh.write(dcgm_text("n1"))
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
+    p = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", log, "--out", str(tmp_path / "out"),
+                        "--quiet"], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    page = assert_only_own_code((tmp_path / "out" / "report.html").read_text(encoding="utf-8"))
+    assert "gpulse report — run\ufffd.csv (dcgm)" in "".join(page.text)
