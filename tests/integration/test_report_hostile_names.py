@@ -12,6 +12,8 @@ import subprocess
 import sys
 from html.parser import HTMLParser
 
+import requests
+
 from conftest import ROOT
 from hostilelogs import HOSTILE, HOSTILE_FILE, dcgm_api_json, dcgm_text
 
@@ -156,3 +158,11 @@ def test_a_file_name_that_is_not_utf8_is_shown_with_the_replacement_character(tm
     assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
     page = assert_only_own_code((tmp_path / "out" / "report.html").read_text(encoding="utf-8"))
     assert "gpulse report — run\ufffd.csv (dcgm)" in "".join(page.text)
+
+
+def test_an_undecodable_node_name_is_served_with_the_replacement_character(gpulse_proc):
+    # NODE_NAME holding a byte that is no UTF-8 (os.fsencode writes the surrogate as that byte)
+    g = gpulse_proc("--source", "sim", "--sim.gpus", "2", env={"NODE_NAME": "n\udcff"})
+    assert 'node="n\ufffd"' in g.wait_metrics(lambda text: "gpulse_gpu_up{" in text, "GPU series")
+    page = assert_only_own_code(requests.get(g.url + "/", timeout=10).text)
+    assert page.data("gpulse-boot")["node"] == "n\ufffd"
