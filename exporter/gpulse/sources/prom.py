@@ -155,7 +155,7 @@ class PromClient:
         except (requests.RequestException, OSError, *bounded.http_errors()) as e:
             raise SourceError(f"cannot reach Prometheus at {self.url}: {_reason(e)}") from None
         if 300 <= r.status < 400 and r.headers.get("Location"):
-            to = safetext.terminal(r.headers["Location"])[:200]
+            to = r.headers["Location"][:200]
             raise SourceError(f"{where} redirects to {to!r} ({r.status} {r.reason}): not followed; "
                               "give --prometheus the URL it should be") from None
         if r.status in (401, 403):
@@ -171,7 +171,7 @@ class PromClient:
         if doc.get("status") != "success":
             err = (str(doc.get("error", f"HTTP {r.status}")).splitlines() or [""])[0][:300]
             kind = str(doc.get("errorType", "error"))[:40]
-            raise SourceError(safetext.terminal(f"Prometheus rejected the query ({kind}): {err}"))
+            raise SourceError(f"Prometheus rejected the query ({kind}): {err}")
         data = doc.get("data", {})
         if not isinstance(data, dict):
             raise SourceError(f"{where} answered success without a data object: not the Prometheus API")
@@ -291,8 +291,8 @@ def fetch(client: PromClient, sel: str, start: float, end: float, step: float, m
                 try:
                     slot["points"].put_all(series.get("values", []))
                 except SourceError as e:
-                    raise SourceError(safetext.terminal(f"{client.url}: {metric}{{node={key[0][:60]!r}, "
-                                                        f"gpu={key[1][:20]!r}}}: {e}")) from None
+                    raise SourceError(f"{client.url}: {metric}{{node={key[0][:60]!r}, "
+                                      f"gpu={key[1][:20]!r}}}: {e}") from None
             del result
             done += 1
             if progress is not None:
