@@ -54,12 +54,14 @@ def clean_all(doc: Any) -> Any:
 
 
 def loads(text: str | bytes) -> Any:
-    """json.loads whose strings are all valid Unicode. Only text that spells a
-    surrogate escape (`\\uD800`-`\\uDFFF`) is walked a second time: UTF-8 input
+    """json.loads whose strings are all valid Unicode: bytes are decoded as JSON's
+    own encoding detection says, invalid sequences as U+FFFD; only text that spells a
+    surrogate escape (`\\uD800`-`\\uDFFF`) is walked a second time, as decoded text
     holds no surrogate otherwise."""
+    if isinstance(text, (bytes, bytearray)):
+        text = bytes(text).decode(json.detect_encoding(text), "replace")
     doc = json.loads(text)
-    raw = text if isinstance(text, str) else text.decode("utf-8", "replace")
-    return clean_all(doc) if _SURROGATE_ESCAPE.search(raw) or _SURROGATE.search(raw) else doc
+    return clean_all(doc) if _SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text) else doc
 
 
 def finite(doc: Any) -> Any:

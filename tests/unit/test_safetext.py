@@ -15,6 +15,9 @@ def test_lone_surrogates_become_the_replacement_character_where_json_is_read():
     for s in ("a\ufffdb", "\U0001f600"):
         s.encode("utf-8")
     assert clean("plain") == "plain" and loads(b'{"a": "\\u00e9"}') == {"a": "\u00e9"}
+    # bytes that are no UTF-8, a byte-order mark, UTF-16: decoded as JSON detects, invalid bytes replaced
+    assert loads(b'\xef\xbb\xbf{"a": "x\xff"}') == {"a": "x\ufffd"}
+    assert loads('{"a": "\u00e9"}'.encode("utf-16-le")) == {"a": "\u00e9"}
 
 
 def test_strict_json_has_no_nan_or_infinity():
