@@ -27,6 +27,7 @@ import yaml
 # the defaults of the detection settings are entries of the one threshold table
 from .analysis.thresholds import value as threshold
 from .logsetup import FORMATTERS as LOG_FORMATS, LEVELS as LOG_LEVELS
+from .safetext import clean
 from .safeyaml import FileTextError, StrictLoader, read_text, shown
 from .sources import SOURCES
 from .sources.recorded import FORMATS as REPLAY_FORMATS
@@ -514,8 +515,9 @@ def load_config(file: str | None = None, overrides: dict[str, Any] | None = None
         except ValueError as e:
             raise ConfigError(f"{where}{f.key}: {e}") from None
     _cross_checks(values)
-    if not values["node_name"]:
-        values["node_name"] = default_node_name()
+    # the node label's value: the environment and argv hold undecodable bytes as lone
+    # surrogates, which no exposition can encode, so they become U+FFFD here
+    values["node_name"] = clean(values["node_name"] or default_node_name())
     top = {k: v for k, v in values.items() if "." not in k}
     for sec in SECTIONS:
         top[sec] = _SECTION_CLASSES[sec](**{k.split(".", 1)[1]: v for k, v in values.items() if k.startswith(sec + ".")})

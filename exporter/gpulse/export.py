@@ -32,6 +32,7 @@ from prometheus_client.samples import Sample
 from .collector import encode, live_families, snapshot_families
 from .config import FIELD_BY_KEY, ConfigError, load_config, parse_duration
 from .engine import Snapshot, run_offline
+from .safetext import terminal
 from .sources.base import SourceError
 
 
@@ -200,7 +201,7 @@ def run(ns: Any) -> int:
         export(cfg, interval, sys.stdout.buffer, ns.workload)
         sys.stdout.buffer.flush()
     except ExportError as e:
-        print(f"gpulse export: {e}", file=sys.stderr)
+        print(f"gpulse export: {terminal(str(e))}", file=sys.stderr)
         return e.code
     except BrokenPipeError:
         return 1

@@ -8,6 +8,8 @@ import logging
 import sys
 import time
 
+from .safetext import terminal
+
 LEVELS = ("debug", "info", "warning", "error")
 
 
@@ -24,8 +26,17 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc)
 
 
+class TerminalFormatter(logging.Formatter):
+    """Text lines whose control characters (a node's or a file's name may carry ESC
+    sequences) are shown as escapes, so a log read on a terminal cannot be rewritten
+    by what it quotes; newlines and tabs of tracebacks stay."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return terminal(super().format(record))
+
+
 def _text() -> logging.Formatter:
-    return logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return TerminalFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 FORMATTERS = {"text": _text, "json": JsonFormatter}
@@ -37,3 +48,16 @@ def setup_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+
+
+def setup_command_logging() -> None:
+    """A one-shot command's logging (`gpulse report`): warnings and above, the message
+    alone, as Python prints them without any set-up, but through TerminalFormatter.
+    Left alone when something (a test runner) has set up logging already."""
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TerminalFormatter("%(message)s"))
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)

@@ -177,7 +177,7 @@ def build() -> db.Dashboard:
              "Slow nodes now",
              "Nodes of a multi-node workload whose GPUs together cost the other nodes' GPUs "
              f"{Q.OUTLIER_COST:.0%} or more of their time: GpulseStragglerNode pages on these, once per "
-             "node (its GPUs' own straggler alerts hold back).", Q.slow_nodes(WORKLOAD_SEL), w=8)))
+             "node (its GPUs' own straggler alerts hold back).", Q.slow_nodes(SEL), w=8)))
 
     d = (d.with_row(db.Row("Stragglers"))
          .with_panel(straggler_table(

@@ -27,6 +27,7 @@ class _Exporter:
         self.trickle = 0.0        # between chunks of the body
         self.trickle_bytes = 512  # the size of those chunks
         self.trickle_head = False # trickle the status line and headers too
+        self.close_delimited = False  # no Content-Length: the answer ends when the connection does
         self.sent = 0             # bytes of the last trickled answer written so far
         self.status = 200
         self.requests = 0
@@ -51,8 +52,10 @@ class _Exporter:
                 owner.requests += 1
                 time.sleep(owner.delay)
                 data = owner.body.encode()
+                framing = "Connection: close\r\n" if owner.close_delimited else f"Content-Length: {len(data)}\r\n"
                 head = (f"HTTP/1.1 {owner.status} OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                        f"Content-Length: {len(data)}\r\n\r\n").encode()
+                        f"{framing}\r\n").encode()
+                self.close_connection = owner.close_delimited
                 if owner.trickle_head:
                     data = head + data
                 else:
@@ -227,6 +230,23 @@ def test_live_byte_trickle_with_content_length_ends_at_the_deadline(exporter, ca
     ex.trickle, ex.trickle_head = 0.0, False
     res = src.poll(2.0)
     assert res.readings[0].up and res.call_errors == {}
+    src.close()
+
+
+def test_live_byte_trickle_of_an_answer_ended_by_closing_ends_at_the_deadline(exporter):
+    # without Content-Length http.client hands the socket to the response and forgets it;
+    # the deadline must still reach it (sources/bounded.Deadline)
+    ex = exporter(_text(L4))
+    src = _source(ex.url, timeout=2.0, interval=1.0)
+    src.open()
+    assert src.poll(0.0).readings[0].up
+    ex.close_delimited = True
+    ex.trickle, ex.trickle_bytes = 0.05, 1
+    res = src.poll(1.0)
+    assert ex.sent < len(ex.body), (ex.sent, len(ex.body))
+    assert res.readings[0].error == f"dcgm-exporter {ex.url}: answer not complete within 2s"
+    ex.trickle, ex.close_delimited = 0.0, False
+    assert src.poll(2.0).readings[0].up
     src.close()
 
 

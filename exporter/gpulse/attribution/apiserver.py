@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import requests
 
+from .. import safetext
 from .errors import AttributionFailure
 
 SERVICEACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -91,7 +92,8 @@ class ApiClient:
             raise AttributionFailure("api_error",
                                      f"Kubernetes API {self.url}: HTTP {r.status_code}: {_status_message(r)}")
         try:
-            doc = r.json()
+            # lone surrogates (a non-conformant server's \ud800) replaced here, where names enter gpulse
+            doc = safetext.loads(r.content)
             return parse_pod_list(doc)
         except (ValueError, TypeError, AttributeError, KeyError):
             raise AttributionFailure("api_error", f"Kubernetes API {self.url}: answer is not a PodList") from None

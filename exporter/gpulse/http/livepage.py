@@ -21,8 +21,9 @@ from urllib.parse import parse_qs
 
 from .. import palette
 from .app import Request
-from ..pages import b64, cell, page_style, web_asset
+from ..pages import b64, cell, render_page, web_asset
 from ..palette import NO_DATA
+from ..safetext import dumps, script_json
 
 JSON_TYPE = "application/json"
 HTML_TYPE = "text/html; charset=utf-8"
@@ -41,15 +42,11 @@ class LivePage:
         self.app.extra_routes["/api/heatmap"] = self.data
 
     def _build_page(self) -> bytes:
-        page = web_asset("live.html")
         boot = {"node": self.cfg.node_name, "palette": palette.for_browser(),
                 "minutes": min(DEFAULT_MINUTES, self.max_minutes),
                 "max_minutes": self.max_minutes, "interval": self.cfg.analysis_interval}
-        for key, value in (("{{STYLE}}", page_style()),
-                           ("{{BOOT}}", json.dumps(boot).replace("</", "<\\/")),
-                           ("{{SCRIPT}}", web_asset("heatmap.js") + "\n" + web_asset("live.js")),
-                           ("{{NODE}}", _esc(self.cfg.node_name))):
-            page = page.replace(key, value)
+        page = render_page("live.html", web_asset("heatmap.js") + "\n" + web_asset("live.js"),
+                           {"BOOT": script_json(boot), "NODE": html.escape(self.cfg.node_name, quote=True)})
         return page.encode("utf-8")
 
     def index(self, req: Request) -> tuple[int, str, bytes]:
@@ -66,7 +63,7 @@ class LivePage:
             body = json.dumps({"error": f"minutes: expected a positive number, got {raw[:40]!r}"})
             return 400, JSON_TYPE, body.encode()
         minutes = min(minutes, float(self.max_minutes))
-        return 200, JSON_TYPE, json.dumps(self.snapshot(minutes)).encode()
+        return 200, JSON_TYPE, dumps(self.snapshot(minutes)).encode()
 
     def snapshot(self, minutes: float) -> dict[str, Any]:
         sampler = self.app.sampler
@@ -132,10 +129,6 @@ def _covered(episodes: list[Any], open_since: float | None, now: float, window: 
     if open_since is not None:
         covered += max(0.0, now - max(lo, open_since))
     return min(1.0, covered / window)
-
-
-def _esc(s: str) -> str:
-    return html.escape(s, quote=True)
 
 
 def register(app: Any) -> None:

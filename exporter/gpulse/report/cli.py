@@ -4,6 +4,8 @@
     gpulse report --prometheus http://prom:9090 --last 4h --workload llama-70b --out report/
 
 Writes report.html, heatmap.png and findings.json into --out and prints the findings.
+What it prints passes through safetext.terminal: a name from the input (a node, a file,
+a workload) cannot send control sequences to the terminal.
 Exit codes: 0 written, 2 bad arguments, 1 the input could not be read (one line on
 stderr, never a traceback).
 """
@@ -15,6 +17,8 @@ import time
 from typing import Any
 
 from ..config import FIELD_BY_KEY, parse_duration
+from ..logsetup import setup_command_logging
+from ..safetext import terminal
 from ..sources.cells import CellError, parse_any_time
 from .clock import parse_zone, settle
 from .errors import ReportError, UsageError
@@ -52,7 +56,8 @@ def add_parser(sub: Any) -> None:
     auth.add_argument("--prometheus.cert-file", dest="cert_file", default="", metavar="FILE")
     auth.add_argument("--prometheus.key-file", dest="key_file", default="", metavar="FILE")
     auth.add_argument("--prometheus.insecure-skip-verify", dest="insecure", action="store_true")
-    auth.add_argument("--prometheus.timeout", dest="timeout", default="30s", metavar="DURATION")
+    auth.add_argument("--prometheus.timeout", dest="timeout", default="30s", metavar="DURATION",
+                      help="for each request as a whole, however slowly the answer comes (default: 30s)")
     an = p.add_argument_group("analysis (as for gpulse serve)")
     an.add_argument("--idle-threshold", dest="idle_threshold", default=None)
     an.add_argument("--min-stall", dest="min_stall", default=None, metavar="DURATION")
@@ -117,9 +122,9 @@ class _Progress:
         self.last = now
         self.spoke = True
         if self.tty:
-            sys.stderr.write("\r\033[K" + msg)
+            sys.stderr.write("\r\033[K" + terminal(msg))
         else:
-            sys.stderr.write(msg + "\n")
+            sys.stderr.write(terminal(msg) + "\n")
         sys.stderr.flush()
 
     def done(self) -> None:
@@ -137,10 +142,11 @@ def _log_format(path: str, fmt: str) -> str | None:
 
 
 def run(ns: argparse.Namespace) -> int:
+    setup_command_logging()
     try:
         return _run(ns)
     except ReportError as e:
-        print(f"gpulse: {e}", file=sys.stderr)
+        print(f"gpulse: {terminal(str(e))}", file=sys.stderr)
         return e.exit_code
 
 
@@ -181,8 +187,8 @@ def _run(ns: argparse.Namespace) -> int:
         raise ReportError(f"cannot write the report into {ns.out}: {e.strerror or e}") from None
     doc_lines = summary_lines(a.as_json())
     for line in doc_lines:
-        print(line)
+        print(terminal(line))
     if not ns.quiet:
-        print(f"wrote {paths['report.html']}, {paths['heatmap.png']}, {paths['findings.json']} "
-              f"({time.monotonic() - t0:.1f} s)", file=sys.stderr)
+        print(terminal(f"wrote {paths['report.html']}, {paths['heatmap.png']}, {paths['findings.json']} "
+                       f"({time.monotonic() - t0:.1f} s)"), file=sys.stderr)
     return 0

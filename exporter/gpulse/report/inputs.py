@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from ..config import ConfigError, load_config
 from ..engine import run_offline
+from ..safetext import clean
 from ..sources.base import SourceError
 from ..sources import prom
 from .collect import Recording, collect
@@ -39,8 +40,16 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
     cfg = _config({"source": "replay", "replay.file": path, "replay.format": fmt, "replay.speed": 0,
                    "history": 10, **(analysis or {})})
     source = ReplaySource(cfg)
+<<<<<<< HEAD
     rec = Recording(source=os.path.basename(path), interval=cfg.analysis_interval,
                     idle_threshold=cfg.idle_threshold, activity=cfg.activity, window=cfg.analysis_window)
+=======
+    # the name as shown: Python keeps undecodable bytes of a file name as lone surrogates,
+    # which no UTF-8 output can hold (the path itself still opens the file)
+    shown = clean(os.path.basename(path))
+    rec = Recording(source=shown, interval=cfg.analysis_interval,
+                    idle_threshold=cfg.idle_threshold, activity=cfg.activity)
+>>>>>>> h33a
 
     def node_and_gpu(key: str) -> tuple[str, str]:
         run = source.run
@@ -62,13 +71,13 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
         raise ReportError(str(e)) from None
     run = source.run
     if run is not None:
-        rec.source = f"{os.path.basename(path)} ({run.format})"
+        rec.source = f"{shown} ({run.format})"
         rec.epoch = run.timed and (run.start or 0) > 1e8
         if run.error_count:
             first = f" (first: {run.errors[0]})" if run.errors else ""
-            rec.notes.append(f"{run.error_count} unusable line(s) or value(s) in {os.path.basename(path)} "
-                             f"were skipped{first}")
-        rec.notes.extend(run.warnings())
+            rec.notes.append(clean(f"{run.error_count} unusable line(s) or value(s) in {shown} "
+                                   f"were skipped{first}"))
+        rec.notes.extend(clean(w) for w in run.warnings())
     rec.activity = _engine_activity(cfg, getattr(source, "has_sm_active", False))
     return rec
 

@@ -2,13 +2,15 @@
 
 report.html carries everything inline — CSS, the palette, the heatmap bytes, the
 drawing code — and a Content-Security-Policy that forbids any fetch, so opening it
-offline or from an archive shows the same picture. heatmap.png (report/figure.py)
+offline or from an archive shows the same picture. The policy allows the page's one
+script and one stylesheet by hash and nothing else, and every name from the input is
+escaped where it lands (pages.render_page, safetext), so a hostile node, file or
+workload name is text. heatmap.png (report/figure.py)
 draws from the same Picture, so both show the same rows, order and colours.
 """
 from __future__ import annotations
 
 import html
-import json
 import math
 import re
 from typing import Any, Sequence
@@ -16,7 +18,8 @@ from typing import Any, Sequence
 from .. import palette
 from ..analysis import imbalance as imbalance_of
 from ..analysis.cause import describe
-from ..pages import b64, page_style, web_asset
+from ..pages import b64, page_style, render_page, web_asset
+from ..safetext import script_json
 from . import heatmap
 from .clock import Clock, clock_of, elapsed
 from .collect import GpuTrack, Recording
@@ -27,11 +30,6 @@ MAX_CELLS = 4_000_000        # per mode: many rows get fewer columns, so the pag
 TIMELINE_POINTS = 1000
 GROUP_AT = 256               # from this many GPUs (on several nodes) the heatmap shows one row per node
 MIN_ROW = 9                  # px: the smallest row whose label is still legible
-
-
-def _script_json(doc: Any) -> str:
-    """JSON safe inside <script>: no '</' can end the element early."""
-    return json.dumps(doc, separators=(",", ":")).replace("</", "<\\/")
 
 
 def row_height(rows: int) -> int:
@@ -170,6 +168,25 @@ def straggler_badge(st: dict[str, Any]) -> tuple[str, str, str]:
 
 def _esc(s: Any) -> str:
     return html.escape(str(s), quote=True)
+
+
+_STYLE_ATTR = re.compile(r" style='([^'<>]*)'")
+
+
+def _hoist_styles(body: str) -> tuple[str, str]:
+    """(body, rules): the body's style attributes moved into stylesheet rules. The
+    page's CSP allows its one stylesheet by hash and no inline style attribute, so
+    each distinct declaration becomes `[data-s='n']{...}` once, `!important` as the
+    attribute outranked the stylesheet. Only gpulse's own markup can match: every
+    value from the input is escaped with its quotes."""
+    rules: dict[str, int] = {}
+
+    def attr(m: re.Match) -> str:
+        return f" data-s='{rules.setdefault(m.group(1), len(rules))}'"
+    body = _STYLE_ATTR.sub(attr, body)
+    css = "".join(f"[data-s='{n}']{{" + ";".join(d + " !important" for d in decl.split(";") if d) + "}\n"
+                  for decl, n in rules.items())
+    return body, css
 
 
 def _axis(p: Picture) -> str:
@@ -509,14 +526,11 @@ def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS, o
     if p.grouped:
         data["nodes"] = [{"name": n or "node", "first": a_, "end": b} for n, a_, b in p.nodes]
         data["node_cells"] = {m: b64(p.node_rows(m)) for m in palette.MODES}
-    page = web_asset("report.html")
-    title = f"gpulse report — {doc['source']}"
-    for key, value in (("{{TITLE}}", _esc(title)), ("{{STYLE}}", page_style()),
-                       ("{{DATA}}", _script_json(data)), ("{{FINDINGS}}", _script_json(doc)),
-                       ("{{SCRIPT}}", web_asset("heatmap.js") + "\n" + web_asset("report.js")),
-                       ("{{BODY}}", body)):
-        page = page.replace(key, value, 1)
-    return page
+    body, rules = _hoist_styles(body)
+    return render_page("report.html", web_asset("heatmap.js") + "\n" + web_asset("report.js"),
+                       {"TITLE": _esc(f"gpulse report — {doc['source']}"), "BODY": body,
+                        "DATA": script_json(data), "FINDINGS": script_json(doc)},
+                       style=page_style() + "\n" + rules)
 
 
 def _clock_json(p: Picture) -> dict[str, Any]:

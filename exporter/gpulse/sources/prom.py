@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..model import DeviceInfo, PollResult, Reading, Sample
+from .. import safetext
+from . import bounded
 from .base import Source, SourceError
 
 # counter / gauge families read per GPU (key in the sample -> metric name)
@@ -40,6 +42,12 @@ GPU_SERIES = {
     "memory_total": "gpulse_gpu_memory_total_bytes",
 }
 PROM_MAX_POINTS = 11_000
+# One answer's body: a range of ~4,000 steps for 1,000 GPUs is ~110 MiB of JSON; more is
+# split by --max-points (or is no Prometheus), never read into memory without end.
+MAX_ANSWER = 256 << 20
+# GPUs one report may hold, as for a recorded log (sources/recorded/stream.MAX_GPUS):
+# per-GPU grids, the engine and the picture stay bounded whatever the server answers.
+MAX_GPUS = 4096
 NAN = float("nan")
 
 
@@ -57,13 +65,22 @@ class Grid:
     def index(self, t: float) -> int:
         return int(round((t - self.start) / self.step))
 
-    def put_all(self, values: list) -> None:
-        """query_range's [[t, "v"], ...], in one loop (a million points at fleet size)."""
+    def put_all(self, values: Any) -> None:
+        """query_range's [[t, "v"], ...], in one loop (a million points at fleet size).
+        NaN and ±Inf (a Prometheus value, but no counter reading) are no value; a
+        point that is no [time, "number"] pair raises SourceError."""
         a, start, step, n = self.a, self.start, self.step, len(self.a)
-        for t, v in values:
-            k = int(round((float(t) - start) / step))
-            if 0 <= k < n:
-                a[k] = float(v)
+        if not isinstance(values, list):
+            raise SourceError(f"values is {type(values).__name__}, not a list of [time, value] points")
+        for p in values:
+            try:
+                t, v = p
+                k = int(round((float(t) - start) / step))
+                x = float(v)
+            except (TypeError, ValueError, OverflowError):
+                raise SourceError(f"a point {str(p)[:60]!r} is no [time, \"number\"] pair") from None
+            if 0 <= k < n and math.isfinite(x):
+                a[k] = x
 
     def get(self, t: float, default: float | None = None) -> float | None:
         k = self.index(t)
@@ -93,6 +110,10 @@ class PromClient:
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.session = requests.Session()
+        self._deadline = bounded.Deadline()
+        adapter = bounded.deadline_adapter(self._deadline)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
         self.session.headers["User-Agent"] = "gpulse-report"
         if auth.bearer_token_file:
             self.session.headers["Authorization"] = "Bearer " + _read_secret(auth.bearer_token_file, "bearer token")
@@ -107,9 +128,22 @@ class PromClient:
             self.session.cert = (auth.cert_file, auth.key_file) if auth.key_file else auth.cert_file
 
     def get(self, path: str, params: dict[str, Any]) -> Any:
+        """The `data` of one API answer, as a dict. The whole exchange within the
+        timeout and MAX_ANSWER bytes (sources/bounded.py); a redirect is not followed
+        but named (it could lead to another host, with the credentials); every answer
+        that is not Prometheus API JSON is one line."""
         import requests
+        where = self.url + path
         try:
-            r = self.session.get(self.url + path, params=params, timeout=self.timeout)
+            r = bounded.get(self.session, self._deadline, where, self.timeout, MAX_ANSWER, params=params,
+                            allow_redirects=False)
+        except bounded.Late as e:
+            got = "did not finish its answer" if e.answered else "did not answer"
+            raise SourceError(f"Prometheus at {self.url} {got} within {self.timeout:g}s "
+                              "(--prometheus.timeout bounds each request as a whole)") from None
+        except bounded.TooLarge:
+            raise SourceError(f"{where} answered more than {MAX_ANSWER >> 20} MiB: lower --max-points (points per "
+                              "series per request) or narrow the GPUs with --node/--workload/--selector") from None
         except requests.exceptions.SSLError as e:
             raise SourceError(f"TLS error talking to Prometheus at {self.url}: {_reason(e)}") from None
         except requests.exceptions.Timeout:
@@ -118,29 +152,45 @@ class PromClient:
             raise SourceError(f"not a valid Prometheus URL: {self.url!r}") from None
         except requests.exceptions.MissingSchema:
             raise SourceError(f"not a valid Prometheus URL: {self.url!r} (expected http://HOST:PORT)") from None
-        except requests.RequestException as e:
+        except (requests.RequestException, OSError, *bounded.http_errors()) as e:
             raise SourceError(f"cannot reach Prometheus at {self.url}: {_reason(e)}") from None
-        if r.status_code in (401, 403):
-            raise SourceError(f"Prometheus at {self.url} answered {r.status_code} {r.reason}: "
+        if 300 <= r.status < 400 and r.headers.get("Location"):
+            to = r.headers["Location"][:200]
+            raise SourceError(f"{where} redirects to {to!r} ({r.status} {r.reason}): not followed; "
+                              "give --prometheus the URL it should be") from None
+        if r.status in (401, 403):
+            raise SourceError(f"Prometheus at {self.url} answered {r.status} {r.reason}: "
                               "check --prometheus.username/--prometheus.password-file or --prometheus.bearer-token-file")
         try:
-            doc = r.json()
+            doc = safetext.loads(r.body)    # strings as valid Unicode: names flow into every output
         except (ValueError, RecursionError):      # RecursionError: JSON nested thousands deep
             doc = None
         if not isinstance(doc, dict):
-            raise SourceError(f"{self.url}{path} answered {r.status_code} {r.reason} and no Prometheus API JSON: "
+            raise SourceError(f"{where} answered {r.status} {r.reason} and no Prometheus API JSON: "
                               "is --prometheus the server's base URL?") from None
         if doc.get("status") != "success":
-            err = str(doc.get("error", f"HTTP {r.status_code}")).splitlines()[0]
-            raise SourceError(f"Prometheus rejected the query ({doc.get('errorType', 'error')}): {err}")
-        return doc.get("data", {})
+            err = (str(doc.get("error", f"HTTP {r.status}")).splitlines() or [""])[0][:300]
+            kind = str(doc.get("errorType", "error"))[:40]
+            raise SourceError(f"Prometheus rejected the query ({kind}): {err}")
+        data = doc.get("data", {})
+        if not isinstance(data, dict):
+            raise SourceError(f"{where} answered success without a data object: not the Prometheus API")
+        return data
+
+    def _result(self, data: dict[str, Any], what: str) -> list[dict[str, Any]]:
+        """The answer's series, each a dict with a label dict of strings."""
+        result = data.get("result", [])
+        if not isinstance(result, list) or not all(
+                isinstance(x, dict) and isinstance(x.get("metric", {}), dict) for x in result):
+            raise SourceError(f"Prometheus answered {what} with a result that is not a list of series")
+        return result
 
     def query(self, q: str, at: float) -> list[dict[str, Any]]:
-        return self.get("/api/v1/query", {"query": q, "time": f"{at:.3f}"}).get("result", [])
+        return self._result(self.get("/api/v1/query", {"query": q, "time": f"{at:.3f}"}), q)
 
     def query_range(self, q: str, start: float, end: float, step: float) -> list[dict[str, Any]]:
-        return self.get("/api/v1/query_range", {"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                "step": f"{step:g}"}).get("result", [])
+        return self._result(self.get("/api/v1/query_range", {"query": q, "start": f"{start:.3f}", "end": f"{end:.3f}",
+                                                             "step": f"{step:g}"}), q)
 
 
 def _read_secret(path: str, what: str) -> str:
@@ -191,7 +241,12 @@ def scrape_interval(client: PromClient, sel: str, start: float, end: float) -> f
     res = client.query(f"{GPU_SERIES['sampled']}{sel}[{window}s]", end)
     steps = []
     for series in res:
-        ts = [float(t) for t, _ in series.get("values", [])]
+        values = series.get("values", [])
+        try:
+            Grid(0.0, 1.0, 0).put_all(values)      # only checks the points: their spacing is all that is read
+        except SourceError as e:
+            raise SourceError(f"{client.url}: {GPU_SERIES['sampled']}{sel}: {e}") from None
+        ts = [float(t) for t, _ in values]
         steps += [b - a for a, b in zip(ts, ts[1:]) if b > a]
     if not steps:
         return None
@@ -225,12 +280,19 @@ def fetch(client: PromClient, sel: str, start: float, end: float, step: float, m
             while result:              # consumed as copied: one answer's objects at a time
                 series = result.pop()
                 labels = series.get("metric", {})
-                key = (labels.get("node", ""), labels.get("gpu", ""))
+                key = (str(labels.get("node", "")), str(labels.get("gpu", "")))
                 slot = per.get(key)
                 if slot is None:
+                    if len(per) >= MAX_GPUS:
+                        raise SourceError(f"{client.url}: {metric}{sel} matches more than {MAX_GPUS} GPUs: narrow "
+                                          "the report with --node, --workload or --selector")
                     slot = per[key] = {"points": Grid(start, step, n), "workload": ""}
-                slot["workload"] = labels.get("workload", slot["workload"])
-                slot["points"].put_all(series.get("values", []))
+                slot["workload"] = str(labels.get("workload", slot["workload"]))
+                try:
+                    slot["points"].put_all(series.get("values", []))
+                except SourceError as e:
+                    raise SourceError(f"{client.url}: {metric}{{node={key[0][:60]!r}, "
+                                      f"gpu={key[1][:20]!r}}}: {e}") from None
             del result
             done += 1
             if progress is not None:

@@ -16,13 +16,11 @@ The field map (fields.py) is shared with replay of recorded dcgm-exporter output
 from __future__ import annotations
 
 import logging
-import socket
-import threading
-
 from typing import Any
 from urllib.parse import urlparse
 
 from ...model import DeviceInfo, PollResult, Reading, gpu_sort_key
+from .. import bounded
 from ..base import Source, SourceError
 from .fields import FIELDS, DcgmMapper, parse_exposition
 
@@ -64,7 +62,7 @@ class DcgmSource(Source):
         self._reported_invalid: set[str] = set()
         self._devices_changed = False
         self._pending: str | None = None     # the body fetched by open(), mapped by the first poll
-        self._deadline = _Deadline()
+        self._deadline = bounded.Deadline()
         self._events: dict[tuple[str, str], int] = {}
 
     # -- connection
@@ -76,7 +74,7 @@ class DcgmSource(Source):
         import requests
         self._session = requests.Session()
         # one keep-alive connection, no retries: a retry would double the worst-case poll time
-        adapter = _deadline_adapter(self._deadline)
+        adapter = bounded.deadline_adapter(self._deadline)
         self._session.mount("http://", adapter)
         self._session.mount("https://", adapter)
         self._session.headers["Accept"] = "text/plain;version=0.0.4"
@@ -104,51 +102,28 @@ class DcgmSource(Source):
         return [self._devices[k] for k in sorted(self._devices, key=gpu_sort_key)]
 
     def _fetch(self) -> str:
-        """One GET with a deadline on the whole answer, not only on each socket read.
-
-        Socket timeouts bound each read, and a server that trickles a byte at a time
-        passes every one of them; so a timer shuts the connection's socket when the
-        whole exchange (connect, head, body) is late, which ends any read in progress."""
+        """One GET with a deadline on the whole answer and a cap on its size
+        (sources/bounded.py): a server that trickles a byte at a time or never ends
+        its body costs --dcgm.timeout and MAX_BODY at most."""
         import requests
-        watch = self._deadline
-        watch.arm(self.timeout)
         try:
-            r = self._session.get(self.url, timeout=(self.timeout, self.timeout), stream=True)
-            try:
-                if r.status_code != 200:
-                    raise _FetchError(f"dcgm-exporter {self.url}: HTTP {r.status_code}")
-                parts = []
-                size = 0
-                while True:
-                    # read1: what has arrived, so the size cap applies as bytes come in
-                    chunk = r.raw.read1(65536, decode_content=True)
-                    if not chunk:
-                        break
-                    parts.append(chunk)
-                    size += len(chunk)
-                    if size > self.MAX_BODY:
-                        raise _FetchError(f"dcgm-exporter {self.url}: answer larger than {self.MAX_BODY / 2 ** 20:g} MiB")
-                if watch.expired:
-                    raise _FetchError(self._late(watch))
-                return b"".join(parts).decode("utf-8", errors="replace")
-            finally:
-                r.close()
-        except (requests.RequestException, OSError, *_http_errors()) as e:
-            if watch.expired:
-                raise _FetchError(self._late(watch)) from None
+            answer = bounded.get(self._session, self._deadline, self.url, self.timeout, self.MAX_BODY)
+        except bounded.Late as e:
+            got = "answer not complete" if e.answered else "no answer"
+            raise _FetchError(f"dcgm-exporter {self.url}: {got} within {self.timeout:g}s") from None
+        except bounded.TooLarge:
+            raise _FetchError(f"dcgm-exporter {self.url}: answer larger than {self.MAX_BODY / 2 ** 20:g} MiB") from None
+        except (requests.RequestException, OSError, *bounded.http_errors()) as e:
             if isinstance(e, requests.Timeout):
                 raise _FetchError(f"dcgm-exporter {self.url}: no answer within {self.timeout:g}s") from None
-            if isinstance(e, requests.ConnectionError) and not watch.answered:
+            if isinstance(e, requests.ConnectionError) and not self._deadline.answered:
                 raise _FetchError(f"dcgm-exporter {self.url}: cannot connect ({_reason(e)})") from None
-            if watch.answered:
+            if self._deadline.answered:
                 raise _FetchError(f"dcgm-exporter {self.url}: answer cut off ({_reason(e)})") from None
             raise _FetchError(f"dcgm-exporter {self.url}: {_reason(e)}") from None
-        finally:
-            watch.disarm()
-
-    def _late(self, watch: _Deadline) -> str:
-        got = "answer not complete" if watch.answered else "no answer"
-        return f"dcgm-exporter {self.url}: {got} within {self.timeout:g}s"
+        if answer.status != 200:
+            raise _FetchError(f"dcgm-exporter {self.url}: HTTP {answer.status}")
+        return answer.body.decode("utf-8", errors="replace")
 
     # -- polling
 
@@ -264,86 +239,6 @@ class DcgmSource(Source):
         events, self._events = self._events, {}
         return PollResult(readings, devices, errors, events)
 
-
-
-class _Deadline:
-    """A clock on one whole HTTP exchange: when it runs out, the socket of the
-    connection in use is shut down, so whatever read is blocked on it returns."""
-
-    def __init__(self) -> None:
-        self.conn: Any = None          # the pool's connection (one: pool_maxsize=1)
-        self.expired = False
-        self.answered = False          # the status line and head arrived
-        self._timer: threading.Timer | None = None
-        self._lock = threading.Lock()
-
-    def arm(self, seconds: float) -> None:
-        self.expired = self.answered = False
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def disarm(self) -> None:
-        with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-    def _expire(self) -> None:
-        with self._lock:
-            if self._timer is None:
-                return
-            self.expired = True
-            sock = getattr(self.conn, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-def _deadline_adapter(watch: _Deadline) -> Any:
-    """requests' HTTPAdapter whose connections report themselves to `watch`."""
-    from requests.adapters import HTTPAdapter
-    from urllib3.connection import HTTPConnection, HTTPSConnection
-    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-
-    class Watched:
-        def connect(self) -> None:
-            watch.conn = self
-            super().connect()  # type: ignore[misc]
-
-        def getresponse(self, *a: Any, **kw: Any) -> Any:
-            watch.conn = self
-            resp = super().getresponse(*a, **kw)  # type: ignore[misc]
-            # a head cut short by the deadline parses as a (broken) answer: not one
-            watch.answered = not watch.expired
-            return resp
-
-    class Conn(Watched, HTTPConnection):
-        pass
-
-    class SConn(Watched, HTTPSConnection):
-        pass
-
-    class Pool(HTTPConnectionPool):
-        ConnectionCls = Conn
-
-    class SPool(HTTPSConnectionPool):
-        ConnectionCls = SConn
-
-    class Adapter(HTTPAdapter):
-        def init_poolmanager(self, *a: Any, **kw: Any) -> None:
-            super().init_poolmanager(*a, **kw)
-            self.poolmanager.pool_classes_by_scheme = {"http": Pool, "https": SPool}
-
-    return Adapter(pool_connections=1, pool_maxsize=1, max_retries=0)
-
-
-def _http_errors() -> tuple[type[BaseException], ...]:
-    import http.client
-    from urllib3.exceptions import HTTPError
-    return (HTTPError, http.client.HTTPException)
 
 
 def _reason(e: BaseException) -> str:

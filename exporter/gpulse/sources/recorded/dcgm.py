@@ -10,6 +10,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from ... import safetext
 from ..cells import CellError, parse_any_time
 from ..dcgm.fields import FIELDS, DcgmMapper, parse_exposition
 from .records import Problems, Record
@@ -189,7 +190,7 @@ def _text_scrape(body: list[tuple[int, str]], t0: float | None, line: int, i: in
 
 def _json_scrapes(text: str, err: Problems) -> Iterator[_Scrape]:
     try:
-        doc = json.loads(text)
+        doc = safetext.loads(text)       # lone surrogates replaced: names go into every output
     except json.JSONDecodeError as e:
         raise err.fatal(e.lineno, f"not valid JSON: {e.msg}") from None
     except RecursionError:

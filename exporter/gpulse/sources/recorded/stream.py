@@ -45,6 +45,12 @@ REORDER_S = 5.0
 REORDER_MAX = 200_000       # records held for that at most
 # Line numbers quoted per kind of timestamp trouble; the rest are counted.
 SHOW_LINES = 5
+# A forward jump of the clock is a gap (the logger paused, the node restarted) while
+# the gaps of a log stay within the time it recorded, or this long: the report and
+# export analyse every tick of the span, so one row stamped a month ahead, or a first
+# poll stamped 1970 (a clock not set at boot), would make their work follow the span,
+# not the data. A longer jump is a clock step (see _clock_steps).
+GAP_FREE_S = 3600.0
 # GPU entities one log may name (a whole cluster's worth); rows of more are skipped, so
 # per-GPU state, the engine and the report's picture stay bounded whatever the file says.
 MAX_GPUS = 4096
@@ -74,6 +80,9 @@ class LogStream:
         self.n_backwards = 0
         self.repeats: list[int] = []       # lines repeating a GPU's previous timestamp
         self.n_repeats = 0
+        self.forwards: list[int] = []      # lines where the clock jumped ahead (a clock step)
+        self.n_forwards = 0
+        self.max_forward = 0.0             # seconds, the longest such jump
         try:
             st = os.stat(path)
         except OSError as e:
@@ -148,6 +157,10 @@ class LogStream:
         """One line per kind of timestamp trouble, with counts and the first lines."""
         out = []
         for n, lines, what in (
+                (self.n_forwards, self.forwards,
+                 f"the clock jumps ahead (by up to {_span_words(self.max_forward)}) further than the log has "
+                 "recorded; the clock is taken to have stepped forward and the rows after it follow the earlier "
+                 "ones without a gap"),
                 (self.n_backwards, self.backwards,
                  "a GPU's timestamp goes backwards; the clock is taken to have stepped back and the rows after it "
                  "are kept in order after the earlier ones"),
@@ -203,17 +216,36 @@ class LogStream:
         than the reorder window is a clock stepped back (NTP, a restart with another
         zone): the rest of the file is moved so that row follows the GPU's previous one
         by that GPU's last step, as if the clock had not moved. Sorting them in instead
-        would interleave two stretches of the run and change what it looks like."""
+        would interleave two stretches of the run and change what it looks like.
+
+        A jump ahead is a gap while all gaps together stay within the time recorded
+        between them (or GAP_FREE_S); beyond that it is a clock stepped forward, moved
+        back the same way, so the span, and the work of whoever reads it tick by
+        tick, follows the data. One row stamped a month ahead is then two steps, out
+        and back, and costs nothing."""
         last: dict[str, float] = {}
         step: dict[str, float] = {}
         offset = 0.0
         latest = -math.inf
+        first: float | None = None
+        gaps = 0.0                   # recorded seconds in the jumps kept as gaps
         for r in recs:
             if r.gpu not in last and len(last) >= MAX_GPUS:
                 self.found.pop(r.gpu, None)
                 self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
                 continue
             t = r.t + offset
+            jump = t - latest
+            if first is None:
+                first = t
+            elif jump > REORDER_S:
+                if gaps + jump <= max(GAP_FREE_S, latest - first - gaps):
+                    gaps += jump
+                else:
+                    self._note_forward(r.line, jump)
+                    shift = jump - step.get(r.gpu, self.interval)
+                    offset -= shift
+                    t -= shift
             prev = last.get(r.gpu)
             if prev is not None and t < prev:
                 self._note_backwards(r.line)
@@ -266,10 +298,24 @@ class LogStream:
         last[r.gpu] = r.t
         return r
 
+    def _note_forward(self, line: int, jump: float) -> None:
+        self.n_forwards += 1
+        self.max_forward = max(self.max_forward, jump)
+        if len(self.forwards) < SHOW_LINES:
+            self.forwards.append(line)
+
     def _note_backwards(self, line: int) -> None:
         self.n_backwards += 1
         if len(self.backwards) < SHOW_LINES:
             self.backwards.append(line)
+
+
+def _span_words(seconds: float) -> str:
+    """A long time as people say it: 45 min, 30 days, 56 years."""
+    for unit, n in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600)):
+        if seconds >= 2 * n:
+            return f"{seconds / n:.0f} {unit}"
+    return f"{seconds / 60:.0f} min"
 
 
 def read_log(path: str, fmt: str = "auto", interval: float = 1.0) -> RecordedRun:
