@@ -44,3 +44,17 @@ class Prometheus:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def add_scrape(series: dict[str, list], snap, n: int) -> None:
+    """Scrape number n of a snapshot (its collector families, histograms left out) into
+    promtool input series {series text: values}, None for scrapes a series missed."""
+    from gpulse.collector import snapshot_families
+    for fam in snapshot_families(snap):
+        if fam.type == "histogram":
+            continue
+        for s in fam.samples:
+            key = s.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items())) + "}"
+            col = series.setdefault(key, [])
+            col.extend([None] * (n - len(col)))
+            col.append(s.value)

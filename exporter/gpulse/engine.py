@@ -504,7 +504,7 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
 
 def run_offline(source: Any, cfg: Any, until: float | None = None,
                 attributor: Any = None, poll_step: float | None = None,
-                wall0: float = 0.0) -> Iterator[tuple[Engine, Snapshot]]:
+                wall0: float = 0.0, history: bool = False) -> Iterator[tuple[Engine, Snapshot]]:
     """Drive a source in virtual time as fast as the CPU allows.
 
     Polls with `now` advancing by `poll_step` (default cfg.sample_interval) from 0 and
@@ -513,9 +513,11 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
     same as live. Stops at `until` (virtual seconds) or when a finite source finishes.
     The engine sees wall time wall0 + virtual time (a replay at speed 1 anchored at
     its recorded start then stamps snapshots as a live exporter would have).
+    `history` keeps the per-GPU tick history the live page draws (tests that compare
+    the page's data with the other views); nothing else offline reads it.
     """
     devices = source.open()
-    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=False,
+    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=history,
                     util_window=source.util_window)
     step = poll_step or cfg.sample_interval
     now = 0.0

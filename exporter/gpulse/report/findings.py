@@ -402,13 +402,17 @@ class Analysis:
         vals: list[float] = []
         for gr in self.rec.groups.values():
             vals += [gr.imbalance[i] for i in self.work_ticks.get(gr.workload, []) if not math.isnan(gr.imbalance[i])]
-        acts = [s["active_fraction"] for s in self.gpu_stats.values() if s["active_fraction"] is not None]
+        by_gpu = {k: s["active_fraction"] for k, s in self.gpu_stats.items() if s["active_fraction"] is not None}
+        acts = list(by_gpu.values())
         vals.sort()
 
         def q(p: float) -> float | None:
             return vals[min(len(vals) - 1, int(p * len(vals)))] if vals else None
+        whole = imbalance_of(acts, self.rec.idle_threshold) if acts else None
+        if whole is not None and imbalance_explained(by_gpu, {s["key"] for s in self.stragglers}):
+            whole = None      # the stragglers' spread: held back, as the exporter holds its gauge back
         self.imbalance = {
-            "whole_run": imbalance_of(acts, self.rec.idle_threshold) if acts else None,
+            "whole_run": whole,
             "load_balance": load_balance(acts, self.rec.idle_threshold) if acts else None,
             "mean": sum(vals) / len(vals) if vals else None,
             "p50": q(0.5), "p90": q(0.9), "max": vals[-1] if vals else None,

@@ -382,7 +382,10 @@ def cards(p: Picture, doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     stragglers = doc["stragglers"]
     real = imb["whole_run"]
     real_note = "(max − min) / max of each GPU's real work (active) over the work time; spin-waiting is not work"
-    if stragglers and real is not None and busy_imb is not None and real < busy_imb / 2:
+    if real is None and stragglers:
+        real_note += (". Held back (–): the stragglers explain the spread, as the exporter and the live page "
+                      "hold theirs back; see their findings")
+    elif stragglers and real is not None and busy_imb is not None and real < busy_imb / 2:
         real_note += (". Low here although a GPU is waited for: its peers spin-wait while it works off the GPU, "
                       "so none does much real work; see the utilisation imbalance")
     strag_value = ", ".join(f"{p.a.label(s['key'])} ({straggler_badge(s)[0]})"
