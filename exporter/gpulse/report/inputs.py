@@ -60,6 +60,9 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
         collect(pairs, rec, node_and_gpu, tick)
     except SourceError as e:
         raise ReportError(str(e)) from None
+    _require_time(rec, f"{path}: {_gpus(rec)} but no time between two readings of any GPU (a single snapshot, "
+                       "such as one scrape of an exporter, has no interval to analyse): record at least two "
+                       "collections, a few minutes apart or more")
     run = source.run
     if run is not None:
         rec.source = f"{os.path.basename(path)} ({run.format})"
@@ -116,13 +119,25 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
     cfg = _config({"source": "sim", "sample_interval": step, "analysis_interval": step, "history": 10,
                    "analysis_window": window, **(analysis or {})})
     source = prom.PromRangeSource(data, start, end, step)
-    rec = Recording(source=f"{url} {sel}", interval=step, idle_threshold=cfg.idle_threshold,
+    # the report's title: the server, and the matchers when there are any
+    rec = Recording(source=url if sel == "{}" else f"{url} {sel}", interval=step, idle_threshold=cfg.idle_threshold,
                     activity=_engine_activity(cfg, True))
     collect(run_offline(source, cfg), rec, source.node_and_gpu)
-    if not any(any(x > 0 for x in g.sampled) for g in rec.gpus.values()):
-        raise ReportError(f"the gpulse series matching {sel} have fewer than two scrapes between "
-                          f"{_iso(start)} and {_iso(end)}: nothing to analyse")
+    _require_time(rec, f"the gpulse series matching {sel} have fewer than two scrapes between "
+                       f"{_iso(start)} and {_iso(end)}: nothing to analyse")
     return rec
+
+
+def _require_time(rec: Recording, message: str) -> None:
+    """Too little input for any verdict: no GPU has time between two of its readings,
+    so every share would be 0 of 0 (a report would call such GPUs idle)."""
+    if not any(any(x > 0 for x in g.sampled) for g in rec.gpus.values()):
+        raise ReportError(message)
+
+
+def _gpus(rec: Recording) -> str:
+    n = len(rec.gpus)
+    return f"{n} GPU{'' if n == 1 else 's'}"
 
 
 def _iso(t: float) -> str:
