@@ -16,29 +16,22 @@ No view waits on the wall clock for its verdict: the run takes seconds of CPU.
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
-import time
 from types import SimpleNamespace
 
 import pytest
 import requests
 
 from conftest import ROOT, free_port, require_binary, wait_http
-from promutil import add_scrape
+from promutil import promtool_firing, scrape_sim
 
 from gpulse.collector import encode, live_families, snapshot_families
-from gpulse.engine import run_offline
-from gpulse.export import _Series, _scrape
 from gpulse.http.livepage import LivePage
-from gpulse.sources.sim import SimSource
-from testing.config import test_config
 
 NODE = "n1"
 SCRAPE = 15.0
-RULES = ("gpulse-recording.rules.yml", "gpulse-training.rules.yml")
 CASES = {   # scenario -> (seconds, {straggler gpu: cause}, imbalance verdict)
     # GPU 1 at 99 % real work, its peers at 60 %: a hot straggler with clocks in line;
     # long enough for GpulseStragglerGPU (270 s of held workload, then for: 1m)
@@ -47,34 +40,6 @@ CASES = {   # scenario -> (seconds, {straggler gpu: cause}, imbalance verdict)
     # enough for GpulseWorkloadImbalance (for: 15m over 5-minute fractions)
     "imbalance": (22 * 60.0, {}, True),
 }
-
-
-def simulate(scenario: str, seconds: float):
-    """(the last snapshot, the OpenMetrics of the run scraped every SCRAPE s, its
-    first and last scrape time, the promtool input series {series: values})."""
-    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=8, node_name=NODE)
-    wall0 = math.floor(time.time()) - seconds - 60
-    store = _Series()
-    series: dict[str, list] = {}
-    t = first = served = None
-    n = 0
-
-    def scrape(at: float, snap) -> None:
-        nonlocal n
-        _scrape(store, cfg, at, snap, final=False)
-        add_scrape(series, snap, n)
-        n += 1
-
-    for _engine, snap in run_offline(SimSource(cfg), cfg, until=seconds, wall0=wall0, history=True):
-        if t is None:
-            t = first = math.ceil(snap.wall / SCRAPE) * SCRAPE
-        while served is not None and t < snap.wall:
-            scrape(t, served)
-            t += SCRAPE
-        served = snap
-    for col in series.values():
-        col.extend([None] * (n - len(col)))
-    return cfg, served, encode(store.metrics(), openmetrics=True), first, t - SCRAPE, series
 
 
 def metrics_view(snap) -> tuple[dict[str, str], bool]:
@@ -101,35 +66,14 @@ def page_view(cfg, snap) -> tuple[dict[str, str], bool]:
 
 
 def rules_view(tmp_path, series: dict[str, list]) -> tuple[dict[str, str], bool]:
-    """The alerts firing at the last scrape, by the shipped rules in promtool: every
-    expectation is empty, so promtool prints what fired."""
-    n = len(next(iter(series.values())))
-    lines = ["rule_files:"] + [f"  - {ROOT / 'prometheus' / 'rules' / f}" for f in RULES]
-    lines += [f"evaluation_interval: {SCRAPE:g}s", "tests:", f"  - interval: {SCRAPE:g}s", "    input_series:"]
-    for key, col in series.items():
-        lines += [f"      - series: '{key}'",
-                  "        values: '" + " ".join("_" if v is None else repr(float(v)) for v in col) + "'"]
-    lines += ["    alert_rule_test:"]
-    for name in ("GpulseStragglerGPU", "GpulseWorkloadImbalance"):
-        lines += [f"      - eval_time: {(n - 1) * SCRAPE:g}s", f"        alertname: {name}", "        exp_alerts: []"]
-    path = tmp_path / "agree.test.yml"
-    path.write_text("\n".join(lines) + "\n")
-    p = subprocess.run([require_binary("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
-                       timeout=300)
-    out = p.stdout + p.stderr
-    assert p.returncode == 0 or "got:" in out, out[-2000:]
-    stragglers, imbalance = {}, False
-    for block in out.split("alertname: ")[1:]:
-        name = block.split(",", 1)[0].split()[0]
-        got = block.split("got:", 1)[1] if "got:" in block else ""
-        labels = re.findall(r"Labels:\{([^}]*)\}", got)
-        if name == "GpulseStragglerGPU":
-            for lab, summary in zip(labels, re.findall(r'summary="([^"]*)"', got)):
-                m = re.search(r"\(cause: (\w+)\)$", summary)
-                stragglers[re.search(r'gpu="([^"]+)"', lab).group(1)] = m.group(1) if m else summary
-        elif name == "GpulseWorkloadImbalance":
-            imbalance = bool(labels)
-    return stragglers, imbalance
+    """The alerts firing at the last scrape by the shipped rules, in promtool."""
+    at = (len(next(iter(series.values()))) - 1) * SCRAPE
+    fired = promtool_firing(tmp_path, series, [(at, "GpulseStragglerGPU"), (at, "GpulseWorkloadImbalance")], SCRAPE)
+    stragglers = {}
+    for a in fired[(at, "GpulseStragglerGPU")]:
+        m = re.search(r"\(cause: (\w+)\)$", a["summary"])
+        stragglers[a["gpu"]] = m.group(1) if m else a["summary"]
+    return stragglers, bool(fired[(at, "GpulseWorkloadImbalance")])
 
 
 def report_view(tmp_path, om: bytes, start: float, end: float) -> tuple[dict[str, str], bool, dict]:
@@ -169,7 +113,7 @@ def report_view(tmp_path, om: bytes, start: float, end: float) -> tuple[dict[str
 @pytest.mark.parametrize("scenario", sorted(CASES))
 def test_metrics_page_report_and_rules_agree(scenario, tmp_path):
     seconds, stragglers, imbalance = CASES[scenario]
-    cfg, snap, om, start, end, series = simulate(scenario, seconds)
+    cfg, snap, om, start, end, series = scrape_sim(scenario, seconds, SCRAPE, NODE)
     rep_stragglers, rep_imbalance, doc = report_view(tmp_path, om, start, end)
     views = {
         "/metrics": metrics_view(snap),
