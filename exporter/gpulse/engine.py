@@ -86,6 +86,9 @@ class Snapshot:
     health: dict[str, Any] = field(default_factory=dict)   # the sampler's, passed to analyze()
     # per GPU, (t, busy, active) of each recent tick, oldest first
     history: dict[str, tuple[tuple[float, float | None, float | None], ...]] = field(default_factory=dict)
+    # per peer group (workload), (t, its cumulative sync-stall seconds) at each recent
+    # tick on the same ticks: the live page's stall strip (stalls shorter than a tick)
+    stall_history: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
 
 class _Gpu:
@@ -146,6 +149,7 @@ class Engine:
         self.trackers: dict[str, StallTracker] = {}
         self._rhythm: dict[str, tuple[int, tuple[float, float] | None]] = {}   # per group: (changes, rhythm)
         self._episode_copies: dict[str, tuple[int, tuple[Any, ...]]] = {}     # per group: (changes, episodes)
+        self._stall_history: dict[str, deque[tuple[float, float]]] = {}       # per group, with the GPUs' history
         # per straggler candidate: (start of its deviating run, every group member's
         # cause signals then); the span's aggregates are now minus then
         self._marks: dict[str, tuple[float, dict[str, list[float]]]] = {}
@@ -382,6 +386,9 @@ class Engine:
                 if imb is not None and not small and imbalance_explained(
                         active, [k for k in active if self.gpus[k].persistence.since is not None]):
                     imb = None
+            if history:
+                self._stall_history.setdefault(workload, deque(maxlen=self.history_ticks)).append(
+                    (self.t or 0.0, tracker.stall_seconds))
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -403,6 +410,7 @@ class Engine:
             del self.trackers[gone]
             self._rhythm.pop(gone, None)
             self._episode_copies.pop(gone, None)
+            self._stall_history.pop(gone, None)
 
         views = []
         for k, g in self.gpus.items():
@@ -430,7 +438,8 @@ class Engine:
                         gpus=tuple(views), groups=tuple(groups),
                         call_errors=dict(self.call_errors), source_events=dict(self.source_events),
                         last_success_wall=self.last_success_wall, health=dict(health or {}),
-                        history={k: tuple(g.history) for k, g in self.gpus.items()} if self.history_ticks else {})
+                        history={k: tuple(g.history) for k, g in self.gpus.items()} if self.history_ticks else {},
+                        stall_history={w: tuple(h) for w, h in self._stall_history.items()})
 
     def _episodes(self, workload: str, tracker: StallTracker) -> tuple[Any, ...]:
         """The group's recent episodes, copied only when one came or changed."""
