@@ -9,7 +9,9 @@ last snapshot is a minute ago. From that one run:
   `promtool tsdb create-blocks-from openmetrics` into a real Prometheus, and read back
   by `gpulse report --prometheus` (a subprocess) over the run's range;
 - the rules: the same scrapes through the shipped rules in the real promtool's rule
-  engine, the alerts firing at the run's end.
+  engine, the alerts firing at the run's end; and in the real Prometheus holding the
+  run, its recording rules backfilled by promtool, each alert's expression evaluated
+  over its `for:` up to the run's end.
 All four must name the same stragglers with the same cause, and agree on imbalance.
 No view waits on the wall clock for its verdict: the run takes seconds of CPU.
 """
@@ -23,12 +25,17 @@ from types import SimpleNamespace
 
 import pytest
 import requests
+import yaml
 
-from conftest import ROOT, free_port, require_binary, wait_http
+from conftest import ROOT, require_binary
 from promutil import promtool_firing, scrape_sim
 
 from gpulse.collector import encode, live_families, snapshot_families
+from gpulse.config import parse_duration
 from gpulse.http.livepage import LivePage
+
+sys.path.insert(0, str(ROOT / "bench"))
+import dashboards_scale  # noqa: E402  (the recording rules backfilled level by level)
 
 NODE = "n1"
 SCRAPE = 15.0
@@ -76,50 +83,73 @@ def rules_view(tmp_path, series: dict[str, list]) -> tuple[dict[str, str], bool]
     return stragglers, bool(fired[(at, "GpulseWorkloadImbalance")])
 
 
-def report_view(tmp_path, om: bytes, start: float, end: float) -> tuple[dict[str, str], bool, dict]:
-    """`gpulse report --prometheus` over the run backfilled into a real Prometheus."""
-    promtool, prometheus = require_binary("promtool"), require_binary("prometheus")
+def in_prometheus(tmp_path, om: bytes, start: float, end: float):
+    """The run backfilled into a real Prometheus: (`gpulse report --prometheus` over
+    it as (stragglers, imbalance, findings.json), and the shipped alerts' verdicts
+    there as (stragglers, imbalance)). The recording rules are backfilled over the run
+    with `promtool tsdb create-blocks-from rules` against that Prometheus, level by
+    level (bench/dashboards_scale.py), and each alert's expression is evaluated by it
+    at every 15 s evaluation: an alert fires at the end when its expression held for
+    its whole `for:`; the straggler's cause is what its summary reads,
+    gpulse_gpu_straggler_cause at that time."""
+    promtool = require_binary("promtool")
+    require_binary("prometheus")
     (tmp_path / "run.om").write_bytes(om)
     p = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "run.om"),
                         str(tmp_path / "tsdb")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    (tmp_path / "prometheus.yml").write_text("global: {scrape_interval: 15s}\n")
-    port = free_port()
-    proc = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
-                             "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    prom = dashboards_scale.Prometheus(tmp_path / "tsdb", tmp_path)
+    prom.start()
     try:
-        wait_http(url + "/-/ready", timeout=30)
-        held = requests.get(url + "/api/v1/query", params={"query": "count(gpulse_gpu_sm_clock_hertz)",
-                                                           "time": f"{end:.0f}"}, timeout=10).json()
+        held = requests.get(prom.url + "/api/v1/query", params={"query": "count(gpulse_gpu_sm_clock_hertz)",
+                                                                "time": f"{end:.0f}"}, timeout=10).json()
         assert held["data"]["result"], "the backfilled series are not in Prometheus"
         out = tmp_path / "report"
-        p = subprocess.run([sys.executable, "-m", "gpulse", "report", "--prometheus", url, "--start", f"{start:.0f}",
-                            "--end", f"{end:.0f}", "--out", str(out), "--quiet"], capture_output=True, text=True,
-                           timeout=300, cwd=ROOT)
+        p = subprocess.run([sys.executable, "-m", "gpulse", "report", "--prometheus", prom.url, "--start",
+                            f"{start:.0f}", "--end", f"{end:.0f}", "--out", str(out), "--quiet"],
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert p.returncode == 0, p.stdout + p.stderr
+        dashboards_scale.backfill_rules(prom, int(start), int(end) + 1, tmp_path)
+        alerts = {r["alert"]: r for f in sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+                  for g in yaml.safe_load(f.read_text())["groups"] for r in g["rules"] if "alert" in r}
+
+        def firing(name: str) -> list[dict]:
+            rule = alerts[name]
+            hold = parse_duration(rule.get("for", "0s"))
+            steps = int(hold // SCRAPE) + 1
+            res = requests.get(prom.url + "/api/v1/query_range", timeout=60, params={
+                "query": rule["expr"], "start": f"{end - (steps - 1) * SCRAPE:.0f}", "end": f"{end:.0f}",
+                "step": f"{SCRAPE:g}"}).json()["data"]["result"]
+            return [r["metric"] for r in res if len(r["values"]) == steps]
+
+        rule_stragglers = {}
+        for m in firing("GpulseStragglerGPU"):
+            cause = requests.get(prom.url + "/api/v1/query", timeout=10, params={
+                "query": f'gpulse_gpu_straggler_cause{{node="{m["node"]}",gpu="{m["gpu"]}"}} == 1',
+                "time": f"{end:.0f}"}).json()["data"]["result"]
+            rule_stragglers[m["gpu"]] = cause[0]["metric"]["cause"] if cause else "cause not judged yet"
+        rule_imbalance = bool(firing("GpulseWorkloadImbalance"))
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        prom.stop()
     doc = json.loads((out / "findings.json").read_text())
     # a straggler finding's text starts with the GPU it is about ("GPU 1 worked ...")
     causes = {re.match(r"GPU (\S+) ", f["text"]).group(1): f["cause"] for f in doc["findings"] if f["kind"] == "straggler"}
     stragglers = {s["gpu"]: causes.get(s["gpu"]) for s in doc["stragglers"]}
     imbalance = any(f["kind"] == "imbalance" for f in doc["findings"])
-    return stragglers, imbalance, doc
+    return (stragglers, imbalance, doc), (rule_stragglers, rule_imbalance)
 
 
 @pytest.mark.parametrize("scenario", sorted(CASES))
 def test_metrics_page_report_and_rules_agree(scenario, tmp_path):
     seconds, stragglers, imbalance = CASES[scenario]
     cfg, snap, om, start, end, series = scrape_sim(scenario, seconds, SCRAPE, NODE)
-    rep_stragglers, rep_imbalance, doc = report_view(tmp_path, om, start, end)
+    (rep_stragglers, rep_imbalance, doc), prom_rules = in_prometheus(tmp_path, om, start, end)
     views = {
         "/metrics": metrics_view(snap),
         "live page": page_view(cfg, snap),
         "report --prometheus": (rep_stragglers, rep_imbalance),
-        "rules": rules_view(tmp_path, series),
+        "rules in promtool": rules_view(tmp_path, series),
+        "rules in Prometheus": prom_rules,
     }
     for view, (got_stragglers, got_imbalance) in views.items():
         assert got_stragglers == stragglers, f"{view}: stragglers {got_stragglers}, expected {stragglers}"
