@@ -43,6 +43,9 @@ CASES = {   # scenario -> (seconds, {straggler gpu: cause}, imbalance verdict)
     # GPU 1 at 99 % real work, its peers at 60 %: a hot straggler with clocks in line;
     # long enough for GpulseStragglerGPU (270 s of held workload, then for: 1m)
     "straggler": (7 * 60.0, {"1": "more_work"}, False),
+    # GPU 3 held down by hw_thermal and sw_power_cap: the cause read from the throttle
+    # counters Prometheus holds
+    "straggler-throttled": (7 * 60.0, {"3": "throttling"}, False),
     # the upper half at 99 %, the lower at 12 %: no single straggler, imbalance; long
     # enough for GpulseWorkloadImbalance (for: 15m over 5-minute fractions)
     "imbalance": (22 * 60.0, {}, True),
