@@ -104,7 +104,7 @@ def in_prometheus(tmp_path, om: bytes, start: float, end: float):
     prom = dashboards_scale.Prometheus(tmp_path / "tsdb", tmp_path)
     prom.start()
     try:
-        held = requests.get(prom.url + "/api/v1/query", params={"query": "count(gpulse_gpu_sm_clock_hertz)",
+        held = requests.get(prom.url + "/api/v1/query", params={"query": "count(gpulse_gpu_sampled_seconds_total)",
                                                                 "time": f"{end:.0f}"}, timeout=10).json()
         assert held["data"]["result"], "the backfilled series are not in Prometheus"
         out = tmp_path / "report"
@@ -167,3 +167,21 @@ def test_metrics_page_report_and_rules_agree(scenario, tmp_path):
         assert doc["imbalance"]["whole_run"] is None
     elif imbalance:
         assert doc["imbalance"]["whole_run"] > 0.3
+
+
+def test_a_prometheus_without_the_cause_series_says_where_they_are_missing(tmp_path):
+    """The same straggler run with the throttle and SM clock series dropped before
+    they reach Prometheus (an exporter whose source lacks them): the report's cause
+    says what is missing, and a note says it is missing from Prometheus, pointing at
+    the exporter's source rather than at log columns."""
+    _, _, om, start, end, _ = scrape_sim("straggler", 7 * 60.0, SCRAPE, NODE)
+    dropped = ("gpulse_gpu_throttle_seconds", "gpulse_gpu_sm_clock_hertz")
+    om = b"\n".join(line for line in om.split(b"\n")
+                    if not any(line.startswith(p.encode()) or line.startswith(b"# ") and p.encode() in line
+                               for p in dropped))
+    (stragglers, _, doc), _ = in_prometheus(tmp_path, om, start, end)
+    assert list(stragglers) == ["1"]
+    [f] = [f for f in doc["findings"] if f["kind"] == "straggler"]
+    assert set(f["missing"]) >= {"throttle_reasons", "sm_clock"}, f
+    [note] = [n for n in doc["notes"] if "Prometheus holds no" in n]
+    assert "gpulse_gpu_throttle_seconds_total or gpulse_gpu_sm_clock_hertz" in note and "What to enable" in note

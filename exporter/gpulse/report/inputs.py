@@ -125,6 +125,14 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
     collect(run_offline(source, cfg), rec, source.node_and_gpu)
     _require_time(rec, f"the gpulse series matching {sel} have fewer than two scrapes between "
                        f"{_iso(start)} and {_iso(end)}: nothing to analyse")
+    # what a straggler's cause would need and Prometheus does not hold: said where the
+    # data is missing (the exporter's source), not as log columns to record
+    absent = [prom.CAUSE_SERIES[k][0] for k in ("throttle_seconds_total", "sm_clock_hertz") if not data.get(k)]
+    if absent:
+        rec.notes.append(f"Prometheus holds no {' or '.join(absent)} for these GPUs, so a straggler's cause "
+                         "cannot be read from them: the exporter's source did not report them (with --source "
+                         "dcgm, enable them in dcgm-exporter: docs/migrating-from-dcgm-exporter.md, \"What to "
+                         "enable\")")
     return rec
 
 
