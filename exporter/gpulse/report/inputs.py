@@ -127,7 +127,8 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
                        f"{_iso(start)} and {_iso(end)}: nothing to analyse")
     # what a straggler's cause would need and Prometheus does not hold: said where the
     # data is missing (the exporter's source), not as log columns to record
-    absent = [prom.CAUSE_SERIES[k][0] for k in ("throttle_seconds_total", "sm_clock_hertz") if not data.get(k)]
+    absent = [prom.CAUSE_SERIES[k][0] for k, held in (("throttle_seconds_total", prom.THROTTLE_KNOWN),
+                                                      ("sm_clock_hertz", "sm_clock_hertz")) if not data.get(held)]
     if absent:
         rec.notes.append(f"Prometheus holds no {' or '.join(absent)} for these GPUs, so a straggler's cause "
                          "cannot be read from them: the exporter's source did not report them (with --source "

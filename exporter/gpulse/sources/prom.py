@@ -55,9 +55,12 @@ CAUSE_GAUGES = ("sm_clock_hertz", "temperature_celsius", "power_watts", "power_l
 CAUSE_COUNTERS = ("throttle_seconds_total", "pcie_replays_total", "ecc_errors_total", "xid_errors_total")
 CAUSE_SERIES = {key: ("gpulse_gpu_" + key, ((GAUGES | COUNTERS)[key].labels or ("",))[0])
                 for key in CAUSE_GAUGES + CAUSE_COUNTERS}
-# only the throttle reasons a verdict reads: 5 series a GPU instead of 9 (a reason not
-# fetched counts as 0 s, as one the exporter exported at 0)
+# only the throttle reasons a verdict reads: 5 series a GPU instead of 9. A source may
+# export only some reasons (the simulator only gpu_idle), so whether a GPU has throttle
+# reasons at all is one more series, their count: with it, a reason not fetched counts
+# as 0 s, as one the exporter exported at 0; without it the reasons are unknown
 CAUSE_MATCHERS = {"throttle_seconds_total": f'reason=~"{"|".join(JUDGED_REASONS)}"'}
+THROTTLE_KNOWN = "throttle_known"
 PROM_MAX_POINTS = 11_000
 NAN = float("nan")
 
@@ -239,6 +242,7 @@ def fetch(client: PromClient, sel: str, start: float, end: float, step: float, m
     families = [(name, metric + sel, "") for name, metric in GPU_SERIES.items()]
     families += [(key, metric + _with(sel, CAUSE_MATCHERS.get(key, "")), label)
                  for key, (metric, label) in CAUSE_SERIES.items()]
+    families.append((THROTTLE_KNOWN, f"count by (node, gpu) ({CAUSE_SERIES['throttle_seconds_total'][0]}{sel})", ""))
     total = len(parts) * len(families)
     done = 0
     out: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {}
@@ -306,7 +310,7 @@ class PromRangeSource(Source):
                           if k in mt and mt[k]["points"].values()}
         # the cause families of each GPU: (catalog key, label value or None, values on the grid)
         self.cause: dict[str, list[tuple[str, str | None, array]]] = {k: [] for k in self.grids}
-        for name, (_, label) in CAUSE_SERIES.items():
+        for name, (_, label) in (*CAUSE_SERIES.items(), (THROTTLE_KNOWN, ("", ""))):
             for skey, slot in sorted(data.get(name, {}).items()):
                 gk = self.keys.get(skey[:2])
                 if gk is not None:
@@ -377,7 +381,9 @@ class PromRangeSource(Source):
                     break
             if v != v:
                 continue
-            if name in CAUSE_GAUGES:
+            if name == THROTTLE_KNOWN:
+                counters.setdefault("throttle_seconds_total", {})
+            elif name in CAUSE_GAUGES:
                 gauges[name] = v
             elif lv is None:
                 counters[name] = v
