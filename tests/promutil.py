@@ -1,5 +1,7 @@
 """A real Prometheus (the Debian binary) scraping test targets every second with
-the shipped exporter alert rules, for checks on alert conditions."""
+the shipped exporter alert rules, for checks on alert conditions; and a simulated
+run scraped in virtual time (`scrape_sim`), with the alerts the shipped rules fire on
+it in the real promtool (`promtool_firing`)."""
 from __future__ import annotations
 
 import subprocess
@@ -44,3 +46,92 @@ class Prometheus:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def add_scrape(series: dict[str, list], snap, n: int) -> None:
+    """Scrape number n of a snapshot (its collector families, histograms left out) into
+    promtool input series {series text: values}, None for scrapes a series missed."""
+    from gpulse.collector import snapshot_families
+    for fam in snapshot_families(snap):
+        if fam.type == "histogram":
+            continue
+        for s in fam.samples:
+            key = s.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items())) + "}"
+            col = series.setdefault(key, [])
+            col.extend([None] * (n - len(col)))
+            col.append(s.value)
+
+
+def scrape_sim(scenario: str, seconds: float, scrape: float = 15.0, node: str = "n1", gpus: int = 8):
+    """A `--source sim` run through the engine in virtual time (with the live page's
+    history), anchored so its last snapshot is a minute ago, scraped every `scrape`
+    seconds: (its Config, the last snapshot, the scrapes as OpenMetrics, the first
+    and last scrape time, the promtool input series {series: values})."""
+    import math
+    import time
+
+    from gpulse.collector import encode
+    from gpulse.engine import run_offline
+    from gpulse.export import _Series, _scrape
+    from gpulse.sources.sim import SimSource
+    from testing.config import test_config
+
+    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=gpus, node_name=node)
+    wall0 = math.floor(time.time()) - seconds - 60
+    store = _Series()
+    series: dict[str, list] = {}
+    t = first = served = None
+    n = 0
+    for _engine, snap in run_offline(SimSource(cfg), cfg, until=seconds, wall0=wall0, history=True):
+        if t is None:
+            t = first = math.ceil(snap.wall / scrape) * scrape
+        while served is not None and t < snap.wall:
+            _scrape(store, cfg, t, served, final=False)
+            add_scrape(series, served, n)
+            n += 1
+            t += scrape
+        served = snap
+    for col in series.values():
+        col.extend([None] * (n - len(col)))
+    return cfg, served, encode(store.metrics(), openmetrics=True), first, t - scrape, series
+
+
+def promtool_firing(workdir: Path, series: dict[str, list], checks: list[tuple[float, str]],
+                    scrape: float = 15.0) -> dict[tuple[float, str], list[dict[str, str]]]:
+    """{(eval seconds, alert): the labels and annotations of each alert firing then}
+    for every check, by the shipped rules evaluated every `scrape` seconds over
+    `series` in promtool. Every expectation is empty, so promtool prints what fired."""
+    import re
+    rules = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+    lines = ["rule_files:"] + [f"  - {r}" for r in rules]
+    lines += [f"evaluation_interval: {scrape:g}s", "tests:", f"  - interval: {scrape:g}s", "    input_series:"]
+    for key, col in series.items():
+        lines += [f"      - series: '{key}'",
+                  "        values: '" + " ".join("_" if v is None else repr(float(v)) for v in col) + "'"]
+    lines += ["    alert_rule_test:"]
+    for at, name in checks:
+        lines += [f"      - eval_time: {at:g}s", f"        alertname: {name}", "        exp_alerts: []"]
+    path = workdir / "firing.test.yml"
+    path.write_text("\n".join(lines) + "\n")
+    p = subprocess.run([require_binary("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                       timeout=600)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0 or "got:" in out, out[-2000:]
+    fired: dict[tuple[float, str], list[dict[str, str]]] = {c: [] for c in checks}
+    for block in re.split(r"\n\s*alertname: ", out)[1:]:
+        m = re.match(r"(\w+), time: (\S+),", block)
+        if not m or "got:" not in block:
+            continue
+        got = block.split("got:", 1)[1]
+        at = _seconds(m.group(2))
+        for lab, ann in re.findall(r"Labels:\{([^}]*)\}\s*Annotations:\{([^}]*)\}", got):
+            fired.setdefault((at, m.group(1)), []).append(
+                dict(re.findall(r'(\w+)="([^"]*)"', lab)) | dict(re.findall(r'(\w+)="([^"]*)"', ann)))
+    return fired
+
+
+def _seconds(go: str) -> float:
+    """A Go duration as promtool prints it (1m30s) in seconds."""
+    import re
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)(ms|h|m|s)", go))

@@ -514,7 +514,7 @@ def load_config(file: str | None = None, overrides: dict[str, Any] | None = None
             values[f.key] = f.value(v)
         except ValueError as e:
             raise ConfigError(f"{where}{f.key}: {e}") from None
-    _cross_checks(values)
+    _cross_checks(values, raw)
     # the node label's value: the environment and argv hold undecodable bytes as lone
     # surrogates, which no exposition can encode, so they become U+FFFD here
     values["node_name"] = clean(values["node_name"] or default_node_name())
@@ -524,19 +524,40 @@ def load_config(file: str | None = None, overrides: dict[str, Any] | None = None
     return Config(**top)
 
 
-def _cross_checks(v: dict[str, Any]) -> None:
+def _cross_checks(v: dict[str, Any], raw: dict[str, tuple[Any, str]]) -> None:
+    """Settings judged together; each message starts where the first setting was set
+    (its file or GPULSE_* variable) and says where the other one came from."""
+    def where(key: str) -> str:
+        return raw[key][1] if key in raw else ""
+
+    def duration(key: str, own: bool) -> str:
+        """The value as read, and how: a bare number is seconds, which a reader of
+        `sample_interval: 10` may not expect; the other setting also says its origin."""
+        text = format_duration(v[key])
+        given = raw[key][0] if key in raw else None
+        if own and (isinstance(given, (int, float))
+                    or (isinstance(given, str) and given.strip().replace(".", "", 1).isdigit())):
+            text = f"{given.strip() if isinstance(given, str) else shown(given)} is read as {text} (a bare number is seconds)"
+        if own:
+            return text
+        origin = "the default" if key not in raw else ("from " + raw[key][1].rstrip(": ") if raw[key][1]
+                                                       else "from the command line")
+        return f"{text}, {origin}"
+
     for key in ("web.listen_address", "web.probe_listen_address"):
         try:
             if key == "web.listen_address" or v[key]:
                 parse_listen_address(v[key])
         except ValueError as e:
-            raise ConfigError(f"{key}: {e}") from None
+            raise ConfigError(f"{where(key)}{key}: {e}") from None
     if v["analysis_window"] < v["analysis_interval"]:
-        raise ConfigError("analysis_window: must be at least analysis_interval")
+        raise ConfigError(f"{where('analysis_window')}analysis_window: {duration('analysis_window', True)}, which "
+                          f"must be at least analysis_interval ({duration('analysis_interval', False)})")
     if v["sample_interval"] > v["analysis_interval"]:
-        raise ConfigError("sample_interval: must not exceed analysis_interval")
+        raise ConfigError(f"{where('sample_interval')}sample_interval: {duration('sample_interval', True)}, which "
+                          f"must not exceed analysis_interval ({duration('analysis_interval', False)})")
     if v["source"] == "replay" and not v["replay.file"]:
-        raise ConfigError("replay.file: required when source is replay")
+        raise ConfigError(f"{where('source')}replay.file: required when source is replay")
 
 
 def config_value(cfg: Any, key: str) -> Any:

@@ -100,6 +100,9 @@ class Snapshot:
     health: dict[str, Any] = field(default_factory=dict)   # the sampler's, passed to analyze()
     # per GPU, (t, busy, active) of each recent tick, oldest first
     history: dict[str, tuple[tuple[float, float | None, float | None], ...]] = field(default_factory=dict)
+    # per peer group (workload), (t, its cumulative sync-stall seconds) at each recent
+    # tick on the same ticks: the live page's stall strip (stalls shorter than a tick)
+    stall_history: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
 
 class _Gpu:
@@ -160,6 +163,7 @@ class Engine:
         self.trackers: dict[str, StallTracker] = {}
         self._rhythm: dict[str, tuple[int, tuple[float, float] | None]] = {}   # per group: (changes, rhythm)
         self._episode_copies: dict[str, tuple[int, tuple[Any, ...]]] = {}     # per group: (changes, episodes)
+        self._stall_history: dict[str, deque[tuple[float, float]]] = {}       # per group, with the GPUs' history
         # per straggler candidate: (start of its deviating run, every group member's
         # cause signals then); the span's aggregates are now minus then
         self._marks: dict[str, tuple[float, dict[str, list[float]]]] = {}
@@ -442,6 +446,9 @@ class Engine:
                     and max(active.values()) >= IMBALANCE_MIN_ACTIVE):
                 top = max(active.values())
                 lost[("imbalance", "")] += sum(top - x for x in active.values()) * self.cfg.analysis_interval
+            if history:
+                self._stall_history.setdefault(workload, deque(maxlen=self.history_ticks)).append(
+                    (self.t or 0.0, tracker.stall_seconds))
             groups.append(GroupView(
                 workload=workload,
                 gpus=tuple(keys),
@@ -468,6 +475,7 @@ class Engine:
             self._stall_win.pop(gone, None)
             self._rhythm.pop(gone, None)
             self._episode_copies.pop(gone, None)
+            self._stall_history.pop(gone, None)
 
         views = []
         for k, g in self.gpus.items():
@@ -498,7 +506,8 @@ class Engine:
                         gpus=tuple(views), groups=tuple(groups),
                         call_errors=dict(self.call_errors), source_events=dict(self.source_events),
                         last_success_wall=self.last_success_wall, health=dict(health or {}),
-                        history={k: tuple(g.history) for k, g in self.gpus.items()} if self.history_ticks else {})
+                        history={k: tuple(g.history) for k, g in self.gpus.items()} if self.history_ticks else {},
+                        stall_history={w: tuple(h) for w, h in self._stall_history.items()})
 
     def _episodes(self, workload: str, tracker: StallTracker) -> tuple[Any, ...]:
         """The group's recent episodes, copied only when one came or changed."""
@@ -572,7 +581,7 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
 
 def run_offline(source: Any, cfg: Any, until: float | None = None,
                 attributor: Any = None, poll_step: float | None = None,
-                wall0: float = 0.0) -> Iterator[tuple[Engine, Snapshot]]:
+                wall0: float = 0.0, history: bool = False) -> Iterator[tuple[Engine, Snapshot]]:
     """Drive a source in virtual time as fast as the CPU allows.
 
     Polls with `now` advancing by `poll_step` (default cfg.sample_interval) from 0 and
@@ -581,9 +590,11 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
     same as live. Stops at `until` (virtual seconds) or when a finite source finishes.
     The engine sees wall time wall0 + virtual time (a replay at speed 1 anchored at
     its recorded start then stamps snapshots as a live exporter would have).
+    `history` keeps the per-GPU tick history the live page draws (tests that compare
+    the page's data with the other views); nothing else offline reads it.
     """
     devices = source.open()
-    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=False,
+    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=history,
                     util_window=source.util_window)
     step = poll_step or cfg.sample_interval
     now = 0.0

@@ -164,6 +164,12 @@ CELLS_CHOICES = (("15 s cell records, exact per cell", "increase15s"),
                  ("1m rules, exact for whole-minute cells", "cells1m"),
                  ("5m recording rules (long ranges)", "ratio_rate5m"))
 DEFAULT_CELLS = "increase15s"
+# What a panel reading "Cells from" shows instead of a bare "No data" (Grafana's
+# no-data text is the panel's noValue): the default reads recording rules, and a
+# Prometheus scraping gpulse without them has none of those series.
+CELLS_NO_DATA = ("No data. 'Cells from' starts at the 15 s cell records, which gpulse's recording rules "
+                 "write (group gpulse.gpu.cells15s in prometheus/rules/gpulse-recording.rules.yml). "
+                 "Without those rules in Prometheus, pick 'raw counters' in 'Cells from'.")
 # queries.NATURAL / RANKED: "natural" names no metric, ".+" every one.
 ORDER_CHOICES = (("node, GPU", "natural"), ("worst first", ".+"))
 

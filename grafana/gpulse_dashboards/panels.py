@@ -12,11 +12,13 @@ from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models import heatmap as hm
 
-from .common import RATIO, datasource_ref
+from .common import CELLS_NO_DATA, RATIO, datasource_ref
 
 
 def _finish(panel, title: str, description: str, unit: str, queries, h: int, w: int):
     panel = panel.title(title).description(description).unit(unit).datasource(datasource_ref())
+    if any("${cells}" in q.build().expr for q in queries):
+        panel = panel.no_value(CELLS_NO_DATA)
     for q in queries:
         panel = panel.with_target(q)
     return panel.height(h).span(w)

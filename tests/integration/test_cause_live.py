@@ -30,11 +30,11 @@ import jsonschema
 import pytest
 
 from conftest import ROOT, Gpulse, require_binary
+from promutil import add_scrape
 
 from gpulse.analysis.cause import REMEDIES
 from gpulse.analysis.thresholds import value
 from gpulse.catalog import THROTTLE_REASONS
-from gpulse.collector import snapshot_families
 from testing.config import test_config
 from gpulse.engine import run_offline
 from gpulse.report.render import web_asset
@@ -162,14 +162,7 @@ def alert_causes(tmp_path, log) -> set[tuple[str, str]]:
         t0 = snap.t if t0 is None else t0
         if (snap.t or t0) - t0 + 1e-6 < n * SCRAPE:
             continue
-        for fam in snapshot_families(snap):
-            if fam.type == "histogram":
-                continue
-            for s in fam.samples:
-                key = s.name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items())) + "}"
-                col = series.setdefault(key, [])
-                col.extend([None] * (n - len(col)))
-                col.append(s.value)
+        add_scrape(series, snap, n)
         n += 1
     lines = ["rule_files:"] + [f"  - {ROOT / 'prometheus' / 'rules' / f}" for f in
                                ("gpulse-recording.rules.yml", "gpulse-training.rules.yml")]

@@ -64,6 +64,27 @@ def test_check_config(tmp_path):
     one_line_error(gpulse("check-config", str(tmp_path / "missing.yml")), "missing.yml")
 
 
+@pytest.mark.parametrize("text, env, message", [
+    # a check across settings names where each value came from, as a single bad value does
+    ("log:\n  level: info\n", {"GPULSE_WEB_LISTEN_ADDRESS": "foo"},
+     "GPULSE_WEB_LISTEN_ADDRESS: web.listen_address: expected HOST:PORT or :PORT, got 'foo'"),
+    ("web:\n  listen_address: foo\n", {}, "{file}: web.listen_address: expected HOST:PORT or :PORT, got 'foo'"),
+    # a bare number is seconds: said, with the value it was checked against and its origin
+    ("sample_interval: 10\n", {}, "{file}: sample_interval: 10 is read as 10s (a bare number is seconds), "
+     "which must not exceed analysis_interval (1s, the default)"),
+    ("analysis_interval: 500ms\n", {"GPULSE_SAMPLE_INTERVAL": "1"}, "GPULSE_SAMPLE_INTERVAL: sample_interval: 1 is "
+     "read as 1s (a bare number is seconds), which must not exceed analysis_interval (500ms, from {file})"),
+    ("analysis_window: 2s\n", {"GPULSE_ANALYSIS_INTERVAL": "5s"}, "{file}: analysis_window: 2s, which must be at "
+     "least analysis_interval (5s, from GPULSE_ANALYSIS_INTERVAL)"),
+])
+def test_check_config_names_the_file_or_variable(tmp_path, text, env, message):
+    f = tmp_path / "gpulse.yml"
+    f.write_text(text)
+    p = gpulse("check-config", str(f), env=env)
+    one_line_error(p)
+    assert p.stderr.strip() == "gpulse: " + message.format(file=f)
+
+
 def test_every_field_is_a_flag_and_a_yaml_key():
     p = gpulse("serve", "--help")
     for f in FIELDS:

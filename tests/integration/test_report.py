@@ -191,6 +191,20 @@ def test_cli_unreadable_log_is_one_line(tmp_path):
     assert line.startswith(f"gpulse: {bad}:1: unknown header")
 
 
+@pytest.mark.parametrize("capture, gpus", [("l4-gpu-operator.prom", "1 GPU"), ("h100x8-eks-aicr-sampled.prom", "8 GPUs")])
+def test_a_single_snapshot_is_too_little_input(tmp_path, capture, gpus):
+    """One scrape of dcgm-exporter holds no interval: one line and status 1, never
+    a verdict (it would call the GPUs idle over 0 s) nor an output."""
+    src = require_data("captures/dcgm-exporter/" + capture)
+    p = run_cli("--input", str(src), "--out", str(tmp_path / "out"))
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [
+        f"gpulse: {src}: {gpus} but no time between two readings of any GPU (a single snapshot, such as one "
+        "scrape of an exporter, has no interval to analyse): record at least two collections, a few minutes "
+        "apart or more"]
+    assert not (tmp_path / "out").exists()
+
+
 def test_png_round_trip_and_bad_rows():
     rows = [bytes([x, y, 7]) * 1 for y in range(3) for x in [0]]
     png = encode_png(1, 3, rows)

@@ -17,7 +17,7 @@ from testing.config import test_config
 from gpulse.report.clock import parse_zone, settle
 from gpulse.report.collect import Recording
 from gpulse.report.errors import UsageError
-from gpulse.report.figure import render_png
+from gpulse.report.figure import LANE, LINE, M, MIN_ROW_PX, STRIP, TEXT_H, render_png, wrap
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log, from_source
 from gpulse.report.png import decode_png_rgb
@@ -140,7 +140,7 @@ def test_heatmap_png_stands_on_its_own():
     for y0, y1 in bands:
         assert any(rgb_at(rows, x, y) in (ink, muted) for y in range(y0, y1) for x in range(x0 - 60, x0 - 4))
     # the stall strip above the rows: stall colour over the longest stall, paper where all work
-    strip_y = bands[0][0] - 3 - 5
+    strip_y = bands[0][0] - 3 - STRIP // 2
     plot_w = next(x for x in range(w - 1, 0, -1) if rgb_at(rows, x, bands[0][0]) in set(palette.lut())) - x0 + 1
     p = Picture(a, 2000, doc=doc)
 
@@ -161,6 +161,52 @@ def test_heatmap_png_stands_on_its_own():
     assert any(rgb_at(rows, x, y) == palette.STOPS[-1] for y in below for x in range(12, 400))
 
 
+def text_pixels(rows, x0, x1, y0, y1):
+    ink = (palette.INK_RGB, palette.MUTED_RGB)
+    return sum(rgb_at(rows, x, y) in ink for y in range(y0, y1) for x in range(x0, x1))
+
+
+@pytest.mark.parametrize("gpus", [8, 256, 1024])
+def test_heatmap_png_is_readable_at_any_gpu_count_and_cuts_no_text(gpus):
+    """8 GPUs: a real trace (ckpt50: long findings, three finding lanes); 256 and
+    1,024: a fleet of 8-GPU nodes, one row per node and the worst node's GPUs."""
+    if gpus == 8:
+        a, doc = trace("ckpt50.csv")
+    else:
+        a = analyse(fleet([f"node-{i}" for i in range(gpus // 8)], "node-7"))
+        doc = a.as_json()
+    png = render_png(a, doc=doc)
+    w, h, rows, x0, bands = png_layout(png)
+    # a picture a chat preview shows legibly: at least 1280 px wide, 14 px letters
+    assert w >= 1280 and TEXT_H >= 14
+    assert len(bands) == (8 if gpus == 8 else gpus // 8 + 8) and all(b - a_ >= MIN_ROW_PX - 1 for a_, b in bands)
+    assert h < 4000
+    for y0, y1 in bands:                        # a label beside every row
+        assert text_pixels(rows, M, x0 - 4, y0, y1) > 0
+    # nothing runs into the right margin: text is wrapped, never drawn off the edge
+    assert text_pixels(rows, w - M + 2, w, 0, h) == 0
+    # every finding is in the picture whole: as many lines of text below the rows as
+    # its wrapped lines, the last above the bottom margin
+    p = Picture(a, 2000, doc=doc)
+    chars = (w - 2 * M) // (6 * 2)
+    lines = [ln for n, f in enumerate(p.findings[:8], 1) for ln in wrap(f"{n} [{f['severity']}] {f['text']}", chars)]
+    assert all(len(ln) <= chars for ln in lines)
+    text_rows = [y for y in range(bands[-1][1], h) if text_pixels(rows, M, w - M, y, y + 1) > 0]
+    runs = sum(1 for a_, b in zip([None] + text_rows, text_rows) if a_ is None or b - a_ > 1)
+    assert runs >= len(lines) and h - text_rows[-1] <= M + (LINE - TEXT_H) + 2
+    if gpus == 8:
+        # the finding lanes: each number inside its bar with a rim of ink above and
+        # below it, and the gap to the next lane clear
+        lane_top = bands[0][0] - 3 - STRIP - LANE * len(p.spans)
+        for k in range(len(p.spans)):
+            y = lane_top + k * LANE
+            bar = [x for x in range(x0, w - M) if rgb_at(rows, x, y) == palette.INK_RGB]
+            number = [x for x in bar if any(rgb_at(rows, x, yy) == palette.PAPER_RGB for yy in range(y, y + LANE - 2))]
+            assert bar and number, k
+            assert all(rgb_at(rows, x, y) == rgb_at(rows, x, y + LANE - 3) == palette.INK_RGB for x in number)
+            assert all(rgb_at(rows, x, yy) == palette.PAPER_RGB for x in number for yy in (y + LANE - 2, y + LANE - 1))
+
+
 def spans_doc(a, spans_by_kind):
     """findings.json with time spans on the findings of the given kinds, as the
     findings module writes them ("spans": [{"start": unix s, "end": unix s}])."""
@@ -179,9 +225,9 @@ def test_finding_spans_are_marked_in_the_png_and_the_page():
     n = next(i for i, f in enumerate(doc["findings"], 1) if f["kind"] == "straggler")
     w, h, rows, x0, bands = png_layout(render_png(a, doc=doc))
     plain = png_layout(render_png(a, doc=spans_doc(a, {})))
-    assert bands[0][0] - plain[4][0][0] == 9                  # one finding lane above the stall strip
-    lane_y = bands[0][0] - 3 - 10 - 9 + 1
-    plot_w = plain[0] - 12 - x0
+    assert bands[0][0] - plain[4][0][0] == LANE               # one finding lane above the stall strip
+    lane_y = bands[0][0] - 3 - STRIP - LANE + 1
+    plot_w = plain[0] - M - x0
     p = Picture(a, 2000, doc=doc)
 
     def x_of(t):
@@ -326,7 +372,9 @@ def test_a_large_report_shows_one_row_per_node_with_a_drill_down():
     # the PNG: one legible row per node, then the worst node's eight GPUs, its straggler first
     w, h, rows, x0, bands = png_layout(render_png(a, doc=doc))
     assert len(bands) == 33 + 8 and all(b - a_ >= 8 for a_, b in bands)
-    assert h < 33 * 20 + 8 * 20 + 400
+    # rows a line of text high; above and below them the header, axis, legend and the
+    # findings, wrapped whole at 14 px letters
+    assert h < (33 + 8) * (MIN_ROW_PX + 2) + 700
     worst_page = render_html(a, doc, order="worst")
     first_node = re.search(r"data-node='([^']+)'", worst_page).group(1)
     assert first_node == "node-17"

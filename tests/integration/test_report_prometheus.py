@@ -74,6 +74,8 @@ def test_report_from_prometheus(prom, tmp_path):
     assert busy["0"] > 0.9 and busy["3"] < 0.2
     page = (tmp_path / "report.html").read_text()
     assert page.count("class='row-label") == 4
+    # the title names the server; no empty matcher set after it
+    assert doc["source"] == prom["url"] and f"<title>gpulse report — {prom['url']}</title>" in page
 
 
 def test_split_ranges_give_the_same_picture(prom, tmp_path):

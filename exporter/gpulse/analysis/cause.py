@@ -56,6 +56,8 @@ REMEDIES: dict[str, str] = {
 
 # thermal or power reasons: the GPU is slowed to protect itself or to stay in its budget
 THERMAL_POWER = ("sw_power_cap", "sw_thermal", "hw_thermal", "hw_power_brake")
+# the reasons a verdict reads (the others, e.g. gpu_idle, never decide a cause)
+JUDGED_REASONS = THERMAL_POWER + ("hw_slowdown",)
 
 # The cumulative vector, one slot per name. busy..sampled: the engine's integrals
 # (seconds); *_n: ticks a gauge was present, with its sum beside it; counters as the
@@ -220,7 +222,7 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     known = s.throttle is not None
     excess = {}
     if known:
-        for r in THERMAL_POWER + ("hw_slowdown",):
+        for r in JUDGED_REASONS:
             x = _throttle_share(s, r) - (_med([_throttle_share(p, r) for p in peers if p.throttle is not None]) or 0.0)
             if x >= share_min:
                 excess[r] = _throttle_share(s, r)

@@ -10,6 +10,14 @@ episodes and open stall; a request never touches the GPU library or the engine.
 
 Stall fraction over the window = the part of the window covered by the peer group's
 stall episodes (the StallTracker's, plus a stall in progress), divided by the window.
+
+Each group also has a stall strip, as the report has: per column, the share of that
+column's time in which all its GPUs were stalled at once (the rise of the group's
+stall-seconds counter over the tick), so a 0.3 s stall in a 1 s column shows at 30 %
+in the stall colour although the column's work score hardly moves. Columns are
+analysis ticks; `col_seconds` is how much of the source's own time one covers (a
+replay at speed 10 puts 10 s of the log in each), so the time axis reads in the
+time of the run, not of the page.
 """
 from __future__ import annotations
 
@@ -72,8 +80,9 @@ class LivePage:
         cols = max(1, int(round(minutes * 60 / self.cfg.analysis_interval)))
         doc: dict[str, Any] = {"node": self.cfg.node_name, "source": self.cfg.source, "minutes": minutes,
                                "interval": self.cfg.analysis_interval, "stale": bool(sampler.health().get("stale")),
-                               "t": None, "rows": [], "cols": 0, "work": "", "busy": "", "active": "", "groups": [],
-                               "stragglers": [], "gpus": []}
+                               "t": None, "rows": [], "cols": 0, "col_seconds": self.cfg.analysis_interval,
+                               "timeline": "log" if self.cfg.source == "replay" else "live",
+                               "work": "", "busy": "", "active": "", "groups": [], "stragglers": [], "gpus": []}
         if snap is None:
             return doc
         keys = [v.info.gpu for v in snap.gpus]
@@ -90,11 +99,13 @@ class LivePage:
             busy.append(bytes([NO_DATA] * pad) + bytes(_cell(x[1]) for x in h))
             active.append(bytes([NO_DATA] * pad) + bytes(_cell(x[2]) for x in h))
         now = snap.t
-        window = width * self.cfg.analysis_interval
-        doc.update(t=now, rows=[f"GPU {k}" for k in keys], cols=width, work=b64(work), busy=b64(busy),
-                   active=b64(active))
+        col_seconds = _col_seconds([history.get(k, ())[-width:] for k in keys], self.cfg.analysis_interval)
+        window = width * col_seconds
+        doc.update(t=now, rows=[f"GPU {k}" for k in keys], cols=width, col_seconds=col_seconds, work=b64(work),
+                   busy=b64(busy), active=b64(active))
         for g in snap.groups:
             doc["groups"].append({
+                "stall": b64([_stall_row(snap.stall_history.get(g.workload, ()), width, col_seconds)]),
                 "workload": g.workload, "gpus": list(g.gpus), "holding": g.holding, "in_stall": g.in_stall,
                 "imbalance": g.imbalance, "imbalance_explained": g.imbalance_explained,
                 "load_balance": g.load_balance, "stall_period": g.stall_period,
@@ -118,6 +129,25 @@ class LivePage:
 
 def _cell(x: float | None) -> int:
     return NO_DATA if x is None else cell(x)
+
+
+def _col_seconds(rows: list[Any], interval: float) -> float:
+    """Source seconds per column: the span of the longest history over its ticks (the
+    analysis interval live; speed times that in a replay)."""
+    h = max(rows, key=len, default=())
+    if len(h) < 2 or not h[-1][0] > h[0][0]:
+        return interval
+    return (h[-1][0] - h[0][0]) / (len(h) - 1)
+
+
+def _stall_row(hist: tuple[tuple[float, float], ...], width: int, col_seconds: float) -> bytes:
+    """The last `width` ticks of a group's stall strip: each tick's rise of the
+    stall-seconds counter over the column's time (no data before the group's first
+    tick, right-aligned like the GPU rows, which share its ticks)."""
+    h = hist[-(width + 1):]
+    shares = [NO_DATA if b < a else cell(min(1.0, (b - a) / col_seconds))
+              for (_, a), (_, b) in zip(h, h[1:])]
+    return bytes([NO_DATA] * (width - len(shares))) + bytes(shares[-width:] if width else [])
 
 
 def _covered(episodes: list[Any], open_since: float | None, now: float, window: float) -> float | None:

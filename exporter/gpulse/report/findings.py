@@ -533,13 +533,18 @@ class Analysis:
         vals: list[float] = []
         for gr in self.rec.groups.values():
             vals += [gr.imbalance[i] for i in self.work_ticks.get(gr.workload, []) if not math.isnan(gr.imbalance[i])]
-        acts = [s["active_fraction"] for s in self.gpu_stats.values() if s["active_fraction"] is not None]
+        by_gpu = {k: s["active_fraction"] for k, s in self.gpu_stats.items() if s["active_fraction"] is not None}
+        acts = list(by_gpu.values())
         vals.sort()
 
         def q(p: float) -> float | None:
             return vals[min(len(vals) - 1, int(p * len(vals)))] if vals else None
+        whole = imbalance_of(acts, self.rec.idle_threshold) if acts else None
         self.imbalance = {
-            "whole_run": imbalance_of(acts, self.rec.idle_threshold) if acts else None,
+            # a measurement always; whether stragglers explain it is the verdict beside
+            # it, as the exporter's gpulse_group_imbalance_explained beside its ratio
+            "whole_run": whole,
+            "explained": bool(whole is not None and imbalance_explained(by_gpu, {s["key"] for s in self.stragglers})),
             "load_balance": load_balance(acts, self.rec.idle_threshold) if acts else None,
             "mean": sum(vals) / len(vals) if vals else None,
             "p50": q(0.5), "p90": q(0.9), "max": vals[-1] if vals else None,
@@ -864,7 +869,7 @@ class Analysis:
                         if k != "by_reason"},
                      "by_reason": [{**i, "gpu_seconds": round(i["gpu_seconds"], 3)} for i in self.lost["by_reason"]],
                      "headline": self.lost_headline},
-            "imbalance": {k: (round(v, 6) if v is not None else None) for k, v in self.imbalance.items()},
+            "imbalance": {k: (round(v, 6) if isinstance(v, float) else v) for k, v in self.imbalance.items()},
             "findings": [{"kind": f.kind, "severity": f.severity, "text": f.text, "remedy": f.remedy,
                           "spans": _spans(f.spans),
                           **({"cause": f.cause.cause, "evidence": list(f.cause.evidence),

@@ -40,16 +40,11 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
     cfg = _config({"source": "replay", "replay.file": path, "replay.format": fmt, "replay.speed": 0,
                    "history": 10, **(analysis or {})})
     source = ReplaySource(cfg)
-<<<<<<< HEAD
-    rec = Recording(source=os.path.basename(path), interval=cfg.analysis_interval,
-                    idle_threshold=cfg.idle_threshold, activity=cfg.activity, window=cfg.analysis_window)
-=======
     # the name as shown: Python keeps undecodable bytes of a file name as lone surrogates,
     # which no UTF-8 output can hold (the path itself still opens the file)
     shown = clean(os.path.basename(path))
     rec = Recording(source=shown, interval=cfg.analysis_interval,
-                    idle_threshold=cfg.idle_threshold, activity=cfg.activity)
->>>>>>> h33a
+                    idle_threshold=cfg.idle_threshold, activity=cfg.activity, window=cfg.analysis_window)
 
     def node_and_gpu(key: str) -> tuple[str, str]:
         run = source.run
@@ -69,6 +64,9 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
         collect(pairs, rec, node_and_gpu, tick)
     except SourceError as e:
         raise ReportError(str(e)) from None
+    _require_time(rec, f"{path}: {_gpus(rec)} but no time between two readings of any GPU (a single snapshot, "
+                       "such as one scrape of an exporter, has no interval to analyse): record at least two "
+                       "collections, a few minutes apart or more")
     run = source.run
     if run is not None:
         rec.source = f"{shown} ({run.format})"
@@ -126,13 +124,34 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
     cfg = _config({"source": "sim", "sample_interval": step, "analysis_interval": step, "history": 10,
                    "analysis_window": window, **(analysis or {})})
     source = prom.PromRangeSource(data, start, end, step)
-    rec = Recording(source=f"{url} {sel}", interval=step, idle_threshold=cfg.idle_threshold,
+    # the report's title: the server, and the matchers when there are any
+    rec = Recording(source=url if sel == "{}" else f"{url} {sel}", interval=step, idle_threshold=cfg.idle_threshold,
                     activity=_engine_activity(cfg, True), window=cfg.analysis_window)
     collect(run_offline(source, cfg), rec, source.node_and_gpu)
-    if not any(any(x > 0 for x in g.sampled) for g in rec.gpus.values()):
-        raise ReportError(f"the gpulse series matching {sel} have fewer than two scrapes between "
-                          f"{_iso(start)} and {_iso(end)}: nothing to analyse")
+    _require_time(rec, f"the gpulse series matching {sel} have fewer than two scrapes between "
+                       f"{_iso(start)} and {_iso(end)}: nothing to analyse")
+    # what a straggler's cause would need and Prometheus does not hold: said where the
+    # data is missing (the exporter's source), not as log columns to record
+    absent = [prom.CAUSE_SERIES[k][0] for k, held in (("throttle_seconds_total", prom.THROTTLE_KNOWN),
+                                                      ("sm_clock_hertz", "sm_clock_hertz")) if not data.get(held)]
+    if absent:
+        rec.notes.append(f"Prometheus holds no {' or '.join(absent)} for these GPUs, so a straggler's cause "
+                         "cannot be read from them: the exporter's source did not report them (with --source "
+                         "dcgm, enable them in dcgm-exporter: docs/migrating-from-dcgm-exporter.md, \"What to "
+                         "enable\")")
     return rec
+
+
+def _require_time(rec: Recording, message: str) -> None:
+    """Too little input for any verdict: no GPU has time between two of its readings,
+    so every share would be 0 of 0 (a report would call such GPUs idle)."""
+    if not any(any(x > 0 for x in g.sampled) for g in rec.gpus.values()):
+        raise ReportError(message)
+
+
+def _gpus(rec: Recording) -> str:
+    n = len(rec.gpus)
+    return f"{n} GPU{'' if n == 1 else 's'}"
 
 
 def _iso(t: float) -> str:

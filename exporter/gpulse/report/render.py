@@ -399,7 +399,10 @@ def cards(p: Picture, doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     stragglers = doc["stragglers"]
     real = imb["whole_run"]
     real_note = "(max − min) / max of each GPU's real work (active) over the work time; spin-waiting is not work"
-    if stragglers and real is not None and busy_imb is not None and real < busy_imb / 2:
+    if real is not None and imb.get("explained"):
+        real_note += (". The stragglers explain this spread (the exporter's gpulse_group_imbalance_explained and "
+                      "the live page say the same): it is theirs, not imbalance; see their findings")
+    elif stragglers and real is not None and busy_imb is not None and real < busy_imb / 2:
         real_note += (". Low here although a GPU is waited for: its peers spin-wait while it works off the GPU, "
                       "so none does much real work; see the utilisation imbalance")
     strag_value = ", ".join(f"{p.a.label(s['key'])} ({straggler_badge(s)[0]})"
@@ -413,7 +416,8 @@ def cards(p: Picture, doc: dict[str, Any]) -> list[tuple[str, str, str, str]]:
          "share of the work time in which every GPU of a group was stalled at once"),
         ("stall_period", "stall rhythm", f"every ~{period:.0f} s" if period else "no steady rhythm",
          "period of the recurring stalls that cost the most time"),
-        ("imbalance_real", "imbalance of real work", "–" if real is None else f"{real:.2f}", real_note),
+        ("imbalance_real", "imbalance of real work",
+         "–" if real is None else f"{real:.2f}" + (" (stragglers')" if imb.get("explained") else ""), real_note),
         ("imbalance_busy", "imbalance of utilisation", "–" if busy_imb is None else f"{busy_imb:.2f}",
          "(max − min) / max of each GPU's utilisation (busy) over the work time; spin-waiting counts as busy"),
         ("lost", "GPU time lost", _lost_value(doc),

@@ -18,6 +18,13 @@ millions of points: each series is kept as one array of floats on the step grid
 (`Grid`, 8 bytes a step), each answer is dropped once copied in, and samples are
 made only for the steps the engine is about to ingest, so memory follows the grid,
 not the JSON or the number of samples.
+
+Besides the integrals, the series a straggler's cause is judged on (analysis/cause.py:
+clocks, temperature, power and its limit, throttle time by reason, PCIe replays, ECC
+and XID errors) are fetched as the exporter exported them and handed to the engine as
+the gauges and counters of each step's Reading, the values the live engine read from
+its source; so the report names the cause the exporter named. A family Prometheus does
+not hold stays absent, and the cause says it is missing.
 """
 from __future__ import annotations
 
@@ -28,6 +35,8 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..analysis.cause import JUDGED_REASONS
+from ..catalog import COUNTERS, GAUGES
 from ..model import DeviceInfo, PollResult, Reading, Sample
 from .. import safetext
 from . import bounded
@@ -41,6 +50,19 @@ GPU_SERIES = {
     "memory": "gpulse_gpu_memory_used_bytes",
     "memory_total": "gpulse_gpu_memory_total_bytes",
 }
+# what analysis/cause.py reads of a GPU besides the integrals: catalog gauges (their
+# mean over a span) and counters (their increase), each gpulse_gpu_<key> with the
+# catalog's extra label, if any
+CAUSE_GAUGES = ("sm_clock_hertz", "temperature_celsius", "power_watts", "power_limit_watts", "remapping_pending")
+CAUSE_COUNTERS = ("throttle_seconds_total", "pcie_replays_total", "ecc_errors_total", "xid_errors_total")
+CAUSE_SERIES = {key: ("gpulse_gpu_" + key, ((GAUGES | COUNTERS)[key].labels or ("",))[0])
+                for key in CAUSE_GAUGES + CAUSE_COUNTERS}
+# only the throttle reasons a verdict reads: 5 series a GPU instead of 9. A source may
+# export only some reasons (the simulator only gpu_idle), so whether a GPU has throttle
+# reasons at all is one more series, their count: with it, a reason not fetched counts
+# as 0 s, as one the exporter exported at 0; without it the reasons are unknown
+CAUSE_MATCHERS = {"throttle_seconds_total": f'reason=~"{"|".join(JUDGED_REASONS)}"'}
+THROTTLE_KNOWN = "throttle_known"
 PROM_MAX_POINTS = 11_000
 # One answer's body: a range of ~4,000 steps for 1,000 GPUs is ~110 MiB of JSON; more is
 # split by --max-points (or is no Prometheus), never read into memory without end.
@@ -266,21 +288,28 @@ def chunks(start: float, end: float, step: float, max_points: int) -> list[tuple
 
 
 def fetch(client: PromClient, sel: str, start: float, end: float, step: float, max_points: int = PROM_MAX_POINTS,
-          progress: Callable[[str], None] | None = None) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
-    """{name: {(node, gpu): {"points": Grid, "workload": str}}} for every GPU_SERIES name."""
+          progress: Callable[[str], None] | None = None) -> dict[str, dict[tuple[str, ...], dict[str, Any]]]:
+    """{name: {(node, gpu): {"points": Grid, "workload": str}}} for every GPU_SERIES name,
+    and for every CAUSE_SERIES key the same, keyed (node, gpu, label value) where the
+    family has an extra label."""
     parts = chunks(start, end, step, max(2, min(max_points, PROM_MAX_POINTS)))
     n = steps(start, end, step)
-    total = len(parts) * len(GPU_SERIES)
+    families = [(name, metric + sel, "") for name, metric in GPU_SERIES.items()]
+    families += [(key, metric + _with(sel, CAUSE_MATCHERS.get(key, "")), label)
+                 for key, (metric, label) in CAUSE_SERIES.items()]
+    families.append((THROTTLE_KNOWN, f"count by (node, gpu) ({CAUSE_SERIES['throttle_seconds_total'][0]}{sel})", ""))
+    total = len(parts) * len(families)
     done = 0
-    out: dict[str, dict[tuple[str, str], dict[str, Any]]] = {}
-    for name, metric in GPU_SERIES.items():
-        per: dict[tuple[str, str], dict[str, Any]] = {}
+    out: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {}
+    for name, metric, label in families:
+        per: dict[tuple[str, ...], dict[str, Any]] = {}
         for a, b in parts:
-            result = client.query_range(metric + sel, a, b, step)
+            result = client.query_range(metric, a, b, step)
             while result:              # consumed as copied: one answer's objects at a time
                 series = result.pop()
                 labels = series.get("metric", {})
-                key = (str(labels.get("node", "")), str(labels.get("gpu", "")))
+                key = ((str(labels.get("node", "")), str(labels.get("gpu", "")))
+                       + ((str(labels.get(label, "")),) if label else ()))
                 slot = per.get(key)
                 if slot is None:
                     if len(per) >= MAX_GPUS:
@@ -299,6 +328,13 @@ def fetch(client: PromClient, sel: str, start: float, end: float, step: float, m
                 progress(f"fetched {done}/{total} ranges ({name}, {_iso(a)} .. {_iso(b)})")
         out[name] = per
     return out
+
+
+def _with(sel: str, matcher: str) -> str:
+    """The selector `{...}` with one more matcher."""
+    if not matcher:
+        return sel
+    return sel[:-1] + ("," if sel != "{}" else "") + matcher + "}"
 
 
 def steps(start: float, end: float, step: float) -> int:
@@ -320,7 +356,7 @@ class PromRangeSource(Source):
     # here), copying the rest of each GPU's samples each time, quadratic in the poll.
     STEPS_PER_POLL = 1
 
-    def __init__(self, data: dict[str, dict[tuple[str, str], dict[str, Any]]], start: float, end: float, step: float):
+    def __init__(self, data: dict[str, dict[tuple[str, ...], dict[str, Any]]], start: float, end: float, step: float):
         self.step = step
         self.times = [start + k * step for k in range(steps(start, end, step))]
         nodes = sorted({n for n, _ in data.get("sampled", {})})
@@ -335,6 +371,16 @@ class PromRangeSource(Source):
         mt = data.get("memory_total", {})
         self.mem_total = {self.keys[k]: max(mt[k]["points"].values()) for k in self.keys
                           if k in mt and mt[k]["points"].values()}
+        # the cause families of each GPU: (catalog key, label value or None, values on the grid)
+        self.cause: dict[str, list[tuple[str, str | None, array]]] = {k: [] for k in self.grids}
+        for name, (_, label) in (*CAUSE_SERIES.items(), (THROTTLE_KNOWN, ("", ""))):
+            for skey, slot in sorted(data.get(name, {}).items()):
+                gk = self.keys.get(skey[:2])
+                if gk is not None:
+                    self.cause[gk].append((name, skey[2] if label else None,
+                                           self._aligned(slot["points"], start, step)))
+        # counters as last seen: a step without a scrape keeps them, as a live source's do
+        self._counters: dict[str, dict[str, Any]] = {k: {} for k in self.grids}
         self._prev: dict[str, tuple[float, float, float] | None] = {k: None for k in self.grids}
         # what every reading of a GPU carries besides samples, built once
         self._fixed = {k: ({"workload": self.workloads[k]} if self.workloads.get(k) else None,
@@ -385,6 +431,29 @@ class PromRangeSource(Source):
         self._prev[key] = prev
         return out
 
+    def _cause_values(self, key: str, k0: int, k1: int, gauges: dict[str, Any]) -> dict[str, Any]:
+        """The latest value of each cause family in steps k0..k1-1: gauges into `gauges`
+        (absent without a value, as an unread gauge), counters into the GPU's last-seen
+        counters; returns a copy of those."""
+        counters = self._counters[key]
+        for name, lv, a in self.cause[key]:
+            v = NAN
+            for k in range(k1 - 1, k0 - 1, -1):
+                if a[k] == a[k]:
+                    v = a[k]
+                    break
+            if v != v:
+                continue
+            if name == THROTTLE_KNOWN:
+                counters.setdefault("throttle_seconds_total", {})
+            elif name in CAUSE_GAUGES:
+                gauges[name] = v
+            elif lv is None:
+                counters[name] = v
+            else:
+                counters.setdefault(name, {})[(lv,)] = v
+        return {n: dict(v) if isinstance(v, dict) else v for n, v in counters.items()}
+
     def open(self) -> list[DeviceInfo]:
         return [DeviceInfo(gpu=k) for k in self.grids]
 
@@ -395,8 +464,10 @@ class PromRangeSource(Source):
     def poll(self, now: float) -> PollResult:
         k0, k1 = self._k, min(self._k + self.STEPS_PER_POLL, len(self.times))
         readings = []
-        for key, (attr, gauges) in self._fixed.items():
-            readings.append(Reading(key, self._samples(key, k0, k1), gauges, {}, True, None, attr))
+        for key, (attr, fixed) in self._fixed.items():
+            gauges = dict(fixed)
+            counters = self._cause_values(key, k0, k1, gauges) if self.cause[key] else {}
+            readings.append(Reading(key, self._samples(key, k0, k1), gauges, counters, True, None, attr))
         self._k = k1
         if self._k >= len(self.times):
             self._done = True

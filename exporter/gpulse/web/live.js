@@ -20,6 +20,9 @@
   var pal = boot.palette;
   gpulse.modeOptions(mode, pal);
   document.getElementById("legend-text").textContent = pal.legend.cells + "; " + pal.legend.no_data;
+  document.getElementById("stall-legend").textContent = pal.legend.stall +
+    "; stall strip: share of each column in which every GPU of the group was stalled at once";
+  var STRIP = 14;
 
   // the engine names a straggler's cause once it has judged its span (analysis/cause.py)
   var NOT_JUDGED = "cause not judged yet";
@@ -55,17 +58,34 @@
     if (last.cols > 0 && rows > 0) {
       cells = { work: gpulse.decode(last.work), busy: gpulse.decode(last.busy), active: gpulse.decode(last.active) };
       gpulse.drawHeatmap(canvas, cells[mode.value], rows, last.cols, pal.lut, ROW, pal.row_gap);
+      // one stall strip per peer group, in the stall colour (transparent = no stall)
+      var strips = last.groups.map(function (g) { return gpulse.decode(g.stall); });
+      var joined = new Uint8Array(strips.length * last.cols);
+      strips.forEach(function (s, i) { joined.set(s, i * last.cols); });
+      gpulse.drawHeatmap(document.getElementById("stallstrip"), joined, strips.length, last.cols, pal.stall_lut,
+                         STRIP, null);
+      var sl = document.getElementById("strip-labels");
+      sl.textContent = "";
+      last.groups.forEach(function (g) {
+        var d = document.createElement("div");
+        d.className = "strip-label";
+        d.textContent = "sync stalls" + (g.workload ? " · " + g.workload : "");
+        sl.appendChild(d);
+      });
     }
     var axis = document.getElementById("axis");
     axis.textContent = "";
-    var span = last.cols * last.interval;
+    // the time of the run: a replay puts col_seconds of its log in each column
+    var log = last.timeline === "log";
+    var span = last.cols * last.col_seconds;
     [0, 0.25, 0.5, 0.75, 1].forEach(function (f) {
       var s = document.createElement("span");
       s.style.left = (100 * f) + "%";
       if (f === 0) s.className = "first";
       if (f === 1) { s.style.left = ""; s.style.right = "0"; s.style.transform = "none"; }
       var ago = Math.round(span * (1 - f));
-      s.textContent = ago === 0 ? "now" : "−" + (ago >= 120 ? Math.round(ago / 60) + " min" : ago + " s");
+      s.textContent = ago === 0 ? (log ? "latest (log time)" : "now") :
+        "−" + (ago >= 120 ? Math.round(ago / 60) + " min" : ago + " s");
       axis.appendChild(s);
     });
     var g = last.groups.filter(function (x) { return x.holding; })[0] || last.groups[0] || {};
@@ -110,8 +130,9 @@
     var c = gpulse.cellAt(canvas, ev, last.rows.length, last.cols, ROW);
     if (!c) { tip.style.display = "none"; return; }
     var i = c.row * last.cols + c.col;
-    var ago = Math.round((last.cols - 1 - c.col) * last.interval);
-    tip.textContent = last.rows[c.row] + " · " + ago + " s ago · work score " + gpulse.pct(cells.work[i]) +
+    var ago = Math.round((last.cols - 1 - c.col) * last.col_seconds);
+    tip.textContent = last.rows[c.row] + " · " + ago + (last.timeline === "log" ? " s before the latest (log time)" :
+      " s ago") + " · work score " + gpulse.pct(cells.work[i]) +
       " · busy " + gpulse.pct(cells.busy[i]) +
       " · real work " + gpulse.pct(cells.active[i]);
     tip.style.left = (ev.clientX + 14) + "px";
