@@ -99,12 +99,14 @@ def _seconds(line: str) -> float:
 def test_alibaba_straggler_without_clocks_is_unknown_and_names_what_is_missing(tmp):
     path, _ = alibaba1(tmp)
     doc, found, live = views(path)
-    [f] = found
-    assert [s["gpu"] for s in doc["stragglers"]] == ["6"]
-    assert f["cause"] == "unknown"
-    assert set(f["missing"]) == {"throttle_reasons", "sm_clock"}
-    assert "before rebalancing" in f["remedy"] and "throttle_reasons" in f["remedy"]
-    assert live == {"6": {"unknown"}}
+    # worker 6 (its transient slow span) and worker 0 (~8 % over the median for minutes
+    # at a time) are the job's stragglers; neither is judged without clocks
+    assert [s["gpu"] for s in doc["stragglers"]] == ["6", "0"]
+    for f in found:
+        assert f["cause"] == "unknown"
+        assert set(f["missing"]) == {"throttle_reasons", "sm_clock"}
+        assert "before rebalancing" in f["remedy"] and "throttle_reasons" in f["remedy"]
+    assert live == {"6": {"unknown"}, "0": {"unknown"}}
 
 
 @pytest.mark.parametrize("throttled, cause", [(None, "more_work"), ("6", "throttling")])
@@ -112,8 +114,11 @@ def test_alibaba_straggler_with_clock_columns(tmp, throttled, cause):
     path, workers = alibaba1(tmp)
     log = with_clock_columns(path, tmp / f"alibaba-job1-clocks-{throttled}.csv", workers, throttled)
     doc, found, live = views(log)
-    [f] = found
-    assert [s["gpu"] for s in doc["stragglers"]] == ["6"]
+    assert [s["gpu"] for s in doc["stragglers"]] == ["6", "0"]
+    [f] = [f for f in found if "GPU 6 " in f["text"]]
+    # worker 0 runs at its peers' clocks: it just has more to compute
+    [f0] = [f for f in found if "GPU 0 " in f["text"]]
+    assert f0["cause"] == "more_work"
     assert f["cause"] == cause and f["missing"] == [], f
     assert f["remedy"] == REMEDIES[cause]
     if cause == "throttling":
@@ -121,4 +126,4 @@ def test_alibaba_straggler_with_clock_columns(tmp, throttled, cause):
         assert not f["remedy"].startswith("rebalance")
     else:
         assert "sm clock 1980 MHz vs peers 1980 MHz" in f["evidence"], f["evidence"]
-    assert live == {"6": {cause}}
+    assert live == {"6": {cause}, "0": {"more_work"}}

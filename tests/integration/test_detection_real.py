@@ -128,23 +128,29 @@ def test_transient_straggler_alibaba_job1_worker6(tmp):
     # recorded iteration (an hour); worker 6 slows down for ~14 iterations mid-run
     path, workers = alibaba1(tmp)
     doc = report(path)
-    [st] = doc["stragglers"]
-    assert st["gpu"] == "6" and st["direction"] == "busier" and not st["whole_run"]
+    # worker 0 is the other straggler of this job: its recorded batch times run ~8 %
+    # over the median, in stretches of minutes that cost its peers ~11 % of their
+    # time (the evaluation corpus' truth names it too)
+    by_gpu = {s["gpu"]: s for s in doc["stragglers"]}
+    assert set(by_gpu) == {"0", "6"}
+    assert 0.05 <= by_gpu["0"]["cost"] < by_gpu["6"]["cost"]
+    st = by_gpu["6"]
+    assert st["direction"] == "busier" and not st["whole_run"]
     [span] = st["spans"]
     t0 = START + STARTUP
     # the slow iterations are rows 181–194 (iterations 1811–1941): 36–39 min in
     assert t0 + 181 * ROW - 60 <= span["start"] <= t0 + 183 * ROW
     assert t0 + 193 * ROW <= span["end"] <= t0 + 195 * ROW + 60
     assert span["end"] - span["start"] >= 120
-    [f] = kinds(doc, "straggler")
-    assert f["spans"] == st["spans"] and "GPU 6" in f["text"] and "from " in f["text"]
+    [f] = [f for f in kinds(doc, "straggler") if "GPU 6" in f["text"]]
+    assert f["spans"] == st["spans"] and "from " in f["text"]
     assert not kinds(doc, "healthy")
-    # live: the exporter names GPU 6 and nobody else, once it has straggled for
-    # straggler_min_span_seconds of that span (the first deviating window after, if
-    # that moment falls in a short break), until it stops
+    # live: the exporter names GPU 6 (and worker 0 in its own spans), once it has
+    # straggled for straggler_min_span_seconds of that span (the first deviating
+    # window after, if that moment falls in a short break), until it stops
     _, flagged = live(path)
-    hits = [t for t, gpus in flagged if gpus]
-    assert {g for _, gpus in flagged for g in gpus} == {"6"}
+    hits = [t for t, gpus in flagged if "6" in gpus]
+    assert {g for _, gpus in flagged for g in gpus} == {"0", "6"}
     confirm, brk = value("straggler_min_span_seconds"), value("straggler_break_seconds")
     assert span["start"] + confirm - 2 <= min(hits) <= span["start"] + confirm + brk + 2
     assert span["end"] - 2 <= max(hits) <= span["end"] + brk + 2
@@ -236,10 +242,11 @@ def test_metrics_and_report_name_the_same_straggler(tmp):
     path = tmp / "alibaba-job1-cut.csv"
     path.write_text("\n".join([lines[0]] + [ln for ln in lines[1:] if _unix(ln) <= cut]) + "\n")
     doc = report(path)
-    assert [s["gpu"] for s in doc["stragglers"]] == ["6"]
+    assert sorted(s["gpu"] for s in doc["stragglers"]) == ["0", "6"]
     snap, _ = live(path)
     text = generate_latest(_Registry(snapshot_families(snap))).decode()
     flags = _gauges(text, "gpulse_gpu_straggler")
+    # at the cut worker 6 still straggles; worker 0's spans ended long before
     assert flags == {str(i): (1.0 if i == 6 else 0.0) for i in range(workers)}
 
 

@@ -157,7 +157,10 @@ def test_cli_writes_three_outputs(tmp_path):
     p = run_cli("--input", str(src), "--out", str(tmp_path), "--quiet")
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
-    assert p.stdout.splitlines()[0].startswith("[high] All GPUs stall together for ~17 s")
+    # the headline first: what the run lost and to what, then the findings
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith("This run lost ") and "to sync stalls" in lines[0]
+    assert lines[1].startswith("[high] All GPUs stall together for ~17 s")
     doc = json.loads((tmp_path / "findings.json").read_text())
     validate(doc)
     page = (tmp_path / "report.html").read_text()
