@@ -1,7 +1,8 @@
 """Why a straggler is slow: its own signals over its span against its peers'.
 
 Pure and clock-free. The engine (live) and the report (afterwards) keep, per GPU, a
-cumulative signal vector (`accumulate`, one call per analysis tick); the difference
+cumulative signal vector (`accumulate`, one call per reading of its gauges, at the
+source's own rate: every row of a log); the difference
 of two vectors is the GPU's `Aggregate` over that stretch (`aggregate`), and
 `classify` compares the straggler's aggregate with its peers' (median) to name the
 cause. Every number comes from analysis/thresholds.py; docs/activity.md ("Why a
@@ -58,7 +59,7 @@ REMEDIES: dict[str, str] = {
 THERMAL_POWER = ("sw_power_cap", "sw_thermal", "hw_thermal", "hw_power_brake")
 
 # The cumulative vector, one slot per name. busy..sampled: the engine's integrals
-# (seconds); *_n: ticks a gauge was present, with its sum beside it; counters as the
+# (seconds); *_n: readings of a gauge, with their sum beside it; counters as the
 # source counts them (NaN while the source has not reported the family).
 SLOTS = (("busy", "active", "spin_wait", "sampled",
           "clock_n", "clock", "temp_n", "temp", "power_n", "power", "limit_n", "limit",
@@ -91,7 +92,7 @@ class Aggregate:
     active: float | None = None
     spin_wait: float | None = None
     seconds: float = 0.0               # sampled seconds
-    sm_clock_hz: float | None = None   # means over the stretch's ticks
+    sm_clock_hz: float | None = None   # means over the stretch's readings
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
@@ -108,13 +109,13 @@ def new_vector() -> list[float]:
 
 
 # (slot index of the count, of the sum, catalog key), resolved once: accumulate runs
-# for every GPU at every tick
+# for every reading of every GPU
 _GAUGE_SLOTS = tuple((_I[slot] - 1, _I[slot], key) for slot, key in _GAUGES)
 
 
 def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
-    """One analysis tick of a GPU's gauges (catalog keys) into its running sums. The
-    only per-tick cost: integrals and counters are cumulative already, vector() reads
+    """One reading of a GPU's gauges (catalog keys) into its running sums. The
+    only per-reading cost: integrals and counters are cumulative already, vector() reads
     them when a span is marked or judged."""
     get = gauges.get
     for n, i, key in _GAUGE_SLOTS:
