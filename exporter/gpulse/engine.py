@@ -127,8 +127,10 @@ class _Gpu:
 
 class Engine:
     def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str, attributor: Any = None,
-                 sample_spacing: float | None = None, history: bool = True, util_window: float = 0.0):
+                 sample_spacing: float | None = None, history: bool = True, util_window: float = 0.0,
+                 power_kind: bool | None = None):
         self.cfg = cfg
+        self.power_kind = power_kind      # the source's Source.power_averaged
         self.util_window = util_window    # the source's utilisation averaging window (analysis.coidle)
         self.node = cfg.node_name
         self.source_name = source_name
@@ -292,7 +294,11 @@ class Engine:
     def power_averaged(self) -> bool:
         """Whether the source's power lags utilisation steps by more than a sample —
         an average such as nvidia-smi's 1 s power.draw — so that spin-waits shorter
-        than that average cannot be told from work by the power gate."""
+        than that average cannot be told from work by the power gate. Never for a
+        source whose power is an instant (power.draw.instant): a lag there is the
+        utilisation's own averaging window, not the power's."""
+        if self.power_kind is False:
+            return False
         # each GPU judges its own edges and the median GPU decides, so that one GPU's
         # many steps (a straggler's) do not speak for the whole source
         judged = [g for g in self.gpus.values() if g.edges]
@@ -533,7 +539,7 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
     """
     devices = source.open()
     engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=False,
-                    util_window=source.util_window)
+                    util_window=source.util_window, power_kind=source.power_averaged)
     step = poll_step or cfg.sample_interval
     now = 0.0
     next_tick: float | None = None

@@ -78,6 +78,7 @@ class ReplaySource(Source):
             self._report_problems()
         self._devices = {d.gpu: d for d in run.devices}
         self.has_sm_active = run.has_sm_active
+        self.power_averaged = run.power_averaged
         return list(self._devices.values())
 
     @property

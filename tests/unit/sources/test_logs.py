@@ -5,6 +5,8 @@ import functools
 
 import pytest
 
+from gpulse.catalog import THROTTLE_REASONS
+
 from conftest import require_data
 from gpulse.sources.cells import CellError, parse_quantity, parse_smi_time
 from gpulse.sources.recorded import LogFormatError, detect_format, read_log
@@ -40,8 +42,12 @@ def test_query_gpu_capture(name, util, power, mem_mib, limit):
     assert rec.sample.memory_used_bytes == mem_mib * MIB
     assert rec.reading.gauges["power_limit_watts"] == limit
     assert rec.reading.gauges["memory_total_bytes"] > rec.reading.gauges["memory_used_bytes"]
-    assert set(rec.reading.counters["throttle_seconds_total"]) == {("sw_power_cap",), ("sync_boost",), ("sw_thermal",),
-                                                           ("hw_thermal",), ("hw_power_brake",)}
+    # the five the driver counts (clocks_event_reasons_counters.*) and, from the
+    # Active / Not Active columns, the others: every reason
+    assert set(rec.reading.counters["throttle_seconds_total"]) == {(r,) for r in THROTTLE_REASONS}
+    g = rec.reading.gauges
+    assert (g["pcie_link_width"], g["pcie_link_max_width"]) == (16.0, 16.0)
+    assert g["pcie_link_generation"] <= g["pcie_link_max_generation"]
 
 
 def test_query_gpu_capture_time_is_utc():
