@@ -114,7 +114,7 @@ class Aggregate:
     nvlink_errors: float | None = None
     ecc_uncorrected: float | None = None
     xid: float | None = None
-    throttle: Mapping[str, float] | None = None   # seconds by reason; None: no reasons from the source
+    throttle: Mapping[str, float] | None = None   # seconds by reason the source reports; None: none
 
 
 def new_vector() -> list[float]:
@@ -160,7 +160,7 @@ def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> l
         v[_I["nvlink_errors"]] = sum(nvl.values())
     thr = counters.get("throttle_seconds_total")
     for j, r in enumerate(THROTTLE_REASONS):
-        v[_THR0 + j] = thr.get((r,), 0.0) if isinstance(thr, dict) else NAN
+        v[_THR0 + j] = thr.get((r,), NAN) if isinstance(thr, dict) else NAN
     return v
 
 
@@ -186,8 +186,10 @@ def aggregate(start: Sequence[float] | None, end: Sequence[float]) -> Aggregate:
         return max(0.0, d[i])
 
     thr = None
-    if not math.isnan(end[_THR0]) and (start is None or not math.isnan(start[_THR0])):
-        thr = {r: max(0.0, d[_THR0 + j]) for j, r in enumerate(THROTTLE_REASONS)}
+    # per reason: a log may carry some reasons only (one Active / Not Active column)
+    held = {r: max(0.0, d[_THR0 + j]) for j, r in enumerate(THROTTLE_REASONS) if not math.isnan(d[_THR0 + j])}
+    if held:
+        thr = held
     pending = mean("pending")
     return Aggregate(busy=share(0), active=share(1), spin_wait=share(2), seconds=sampled,
                      sm_clock_hz=mean("clock"), temperature_c=mean("temp"), power_w=mean("power"),
@@ -237,11 +239,15 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
             at_limit.append(f"power {s.power_w:.0f} W at its {s.power_limit_w:.0f} W limit")
 
     # -- throttling
-    known = s.throttle is not None
+    # a reason the source reports and held is evidence; the reasons are known (none set
+    # means none held) only when it reports every thermal and power one: a log with the
+    # power cap's column alone cannot say a GPU was not held by heat
+    known = s.throttle is not None and all(r in s.throttle for r in THERMAL_POWER)
     excess = {}
-    if known:
-        for r in THERMAL_POWER + ("hw_slowdown",):
-            x = _throttle_share(s, r) - (_med([_throttle_share(p, r) for p in peers if p.throttle is not None]) or 0.0)
+    if s.throttle is not None:
+        for r in [r for r in THERMAL_POWER + ("hw_slowdown",) if r in s.throttle]:
+            x = _throttle_share(s, r) - (_med([_throttle_share(p, r) for p in peers
+                                               if p.throttle is not None and r in p.throttle]) or 0.0)
             if x >= share_min:
                 excess[r] = _throttle_share(s, r)
     thermal = {r: x for r, x in excess.items() if r in THERMAL_POWER}

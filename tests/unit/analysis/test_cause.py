@@ -106,6 +106,17 @@ def test_throttled_gpu_is_never_told_to_rebalance():
         assert "rebalance" not in REMEDIES[v.cause].lower().replace("do not rebalance", "")
 
 
+def test_some_reasons_only_are_no_known_reasons():
+    # a log with the power cap's Active / Not Active column alone: a GPU held down by
+    # heat shows no reason there, and must not read as "no reason set"
+    only_power = {"sw_power_cap": 0.0}
+    v = classify(hot(throttle=only_power, sm_clock_hz=1410e6, temperature_c=88.0), [peer(throttle=only_power)] * 7)
+    assert v.cause == "throttling" and v.missing == ("throttle_reasons",), v
+    # and the one column it has is evidence when it holds
+    v = classify(hot(throttle={"sw_power_cap": 0.9 * SPAN}, sm_clock_hz=1600e6), [peer(throttle=only_power)] * 7)
+    assert v.cause == "throttling" and v.missing == () and "sw_power_cap throttle 90% of span" in v.evidence
+
+
 def test_throttling_without_throttle_reasons_says_they_are_missing():
     v = classify(hot(throttle=None, sm_clock_hz=1500e6, temperature_c=85.0), [peer(throttle=None)] * 7)
     assert v.cause == "throttling" and v.missing == ("throttle_reasons",)
@@ -216,7 +227,8 @@ def test_aggregate_is_the_difference_of_two_vectors():
     agg = cause.aggregate(a, b)
     assert agg.seconds == 30 and agg.busy == 1.0 and agg.active == pytest.approx(22 / 30)
     assert agg.sm_clock_hz == pytest.approx(1200e6)
-    assert agg.throttle["hw_thermal"] == 15.0 and agg.throttle["sw_power_cap"] == 0.0
+    # the reasons the source reports, each; one it does not is unknown, not zero
+    assert agg.throttle == {"hw_thermal": 15.0}
     assert agg.pcie_replays == 10.0
     assert agg.xid == 1.0               # first seen within the stretch: counted from zero
     assert agg.ecc_uncorrected is None  # never reported: unknown, not zero
