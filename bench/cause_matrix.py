@@ -1,6 +1,6 @@
 """Straggler-cause accuracy on the labelled cause cases built from real recordings.
 
-    .venv/bin/python bench/cause_matrix.py [--quick] [--workers 2] [--out bench/out]
+    .venv/bin/python bench/cause_matrix.py [--quick] [--workers 2] [--out bench/out] [--only REGEX]
     .venv/bin/python bench/detection.py --causes ...      (the same, after the detection table)
 
 1. Writes the cause cases (bench/corpus/causes.py: the Alibaba PAI job's slow worker
@@ -30,6 +30,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -151,9 +152,9 @@ def print_matrix(det: str, res: dict) -> None:
               + f"  {_f(cl['precision'])}  {_f(cl['recall'])}  {_f(cl['accuracy'])}")
 
 
-def run(out_dir: Path, quick: bool = False, workers: int = 2) -> dict:
+def run(out_dir: Path, quick: bool = False, workers: int = 2, only: str = "") -> dict:
     t0 = time.perf_counter()
-    cases = build(out_dir / "causes", quick)
+    cases = [c for c in build(out_dir / "causes", quick) if re.search(only, c.name)]
     t_build = time.perf_counter() - t0
     with Pool(workers) as pool:
         got = dict(pool.map(_run, cases, chunksize=1))
@@ -189,8 +190,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="one log format (a minute or two on 2 cores)")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))
+    ap.add_argument("--only", default="", metavar="REGEX", help="only the cases whose name matches (all are written)")
     args = ap.parse_args()
-    run(Path(args.out), args.quick, args.workers)
+    run(Path(args.out), args.quick, args.workers, args.only)
     return 0
 
 

@@ -187,6 +187,14 @@ def training(stalls: list[tuple[float, float]], startup: float, work_end: float,
     return state
 
 
+def _outside_work(t: float, startup: float, work_end: float) -> str:
+    """The state of a GPU outside a job's work: memory free for the first second and
+    after the job, held idle during start-up; "" while it works."""
+    if t < 1.0 or t >= work_end:
+        return "free"
+    return "idle" if t < startup else ""
+
+
 @functools.lru_cache(maxsize=None)
 def alibaba_batches(job: int) -> dict[int, dict[int, float]]:
     """iteration -> worker -> normalised mini-batch time (0..1000), as recorded."""
@@ -211,12 +219,9 @@ def alibaba_job(job: int, seconds_per_row: float, step_scale: float, startup: fl
     work_end = startup + len(its) * seconds_per_row
 
     def state(g: int, t: float) -> str:
-        if t < 1.0:
-            return "free"
-        if t < startup:
-            return "idle"
-        if t >= work_end:
-            return "free"
+        outside = _outside_work(t, startup, work_end)
+        if outside:
+            return outside
         k = int((t - startup) / seconds_per_row)
         w = rows[its[k]]
         step = max(w.values()) * step_scale
@@ -224,3 +229,40 @@ def alibaba_job(job: int, seconds_per_row: float, step_scale: float, startup: fl
         mine = w.get(g, med_all) * step_scale
         return "compute" if into < mine else "spin"
     return state, workers, work_end
+
+
+def hot_straggler(slow: int, compute_s: float, slow_compute_s: float, step_s: float,
+                  startup: float, work_end: float) -> State:
+    """Data-parallel steps of `step_s`: every GPU computes for `compute_s`, GPU `slow`
+    for `slow_compute_s` (a slower GPU: clocks held down, a degraded link, more work),
+    then spin-waits in the all-reduce until the step ends; start-up with memory held,
+    then exit, memory released."""
+    def state(g: int, t: float) -> str:
+        outside = _outside_work(t, startup, work_end)
+        if outside:
+            return outside
+        into = (t - startup) % step_s
+        return "compute" if into < (slow_compute_s if g == slow else compute_s) else "spin"
+    return state
+
+
+Row = Callable[[int, float, float, float], tuple[float, str]]
+
+
+def add_columns(path: Path, out: Path, gpus: int, header: str, row: Row) -> Path:
+    """The nvidia-smi log at `path` (write_smi_log's: timestamp, power, utilisation,
+    memory; the rows of one poll in GPU order) with more columns, as nvidia-smi writes
+    them: `header` is appended to the header line, and each row becomes its
+    timestamp, the watts and the cells that row(gpu, seconds since the first row,
+    utilisation %, watts) returns (watts, ", cell, cell...")."""
+    lines = path.read_text().splitlines()
+    out_lines, t0 = [lines[0] + header], None
+    for k, line in enumerate(lines[1:]):
+        c = _cells(line)
+        hh, mm, ss = c[0].split(" ")[1].split(":")
+        t = int(hh) * 3600 + int(mm) * 60 + float(ss)
+        t0 = t if t0 is None else t0
+        w, extra = row(k % gpus, t - t0, float(c[2].split()[0]), float(c[1].split()[0]))
+        out_lines.append(f"{c[0]}, {w:.2f} W, {c[2]}, {c[3]}{extra}")
+    out.write_text("\n".join(out_lines) + "\n")
+    return out

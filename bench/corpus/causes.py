@@ -45,12 +45,16 @@ memory clocks under load, its power limit, its load temperature, its clocks-even
 reason fields. The logs carry the corpus's timing (smi.write_log: row skew, query
 stalls, jitter, 1 s-averaged or instantaneous power, start-up and exit).
 
-What the report's log reader does not parse today: `clocks_event_reasons.active`
-and `clocks_event_reasons.hw_slowdown` (the bitmask and per-reason Active flags;
-nvidia-smi has no hw_slowdown *counter*), so the hw-slowdown case reads as clock
-down with no software reason. PCIe replays, NVLink errors and XID events are no
---query-gpu fields at all (nvidia-smi -q and the exporter have them), so the link
-error cause is exercised on fake NVML (tests/fakenvml/scenarios), not here.
+The reasons are logged in each spelling nvidia-smi has printed (`*-event-states`:
+clocks_event_reasons.<reason> Active / Not Active; `*-throttle-states`: the pre-535
+clocks_throttle_reasons.<reason>; `*-mask`: the `.active` bit mask alone; the rest:
+the driver's counters beside the mask and hw_slowdown), and every GPU logs its PCIe
+link (pcie.link.gen/width .current and .max; the generation lowered while idle):
+    link-width    worker 6's link at x8 of x16 over its slow span;
+    link-gen      at gen 3 of gen 5 while computing over its slow span.
+PCIe replays, NVLink errors and XID events are no --query-gpu fields at all
+(nvidia-smi -q and the exporter have them), so those causes are exercised on fake
+NVML (tests/fakenvml/scenarios), not here.
 """
 from __future__ import annotations
 
@@ -117,22 +121,40 @@ REASON_BIT = {"gpu_idle": 0x1, "sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_ther
 IDLE_MHZ = 345.0           # an H100's SM clock with no kernel running
 
 
+# How a logger spells the clock-event reasons: the driver's counters with the mask and
+# hw_slowdown (what recent drivers offer), every reason as Active / Not Active under
+# its current or its pre-535 name, or the `.active` bit mask alone
+SPELLINGS = ("counters", "event-states", "throttle-states", "mask")
+LINK_GEN, LINK_WIDTH = 5, 16          # an H100 SXM5 in a Gen5 x16 slot
+IDLE_GEN = 1                          # the generation an idle GPU lowers its link to
+
+
 class Health(Extra):
     """The health columns of every GPU, normal unless `fault` says otherwise over
     `spans` [(a, b)...] for GPU `gpu`:
-      "thermal" / "power"   throttled: reason counter climbing, clock down, hot or at the limit
+      "thermal" / "power"   throttled: reason held, clock down, hot or at the limit
       "hw_slowdown"         clock down, hw_slowdown Active, no counter moving
-      "ecc"                 uncorrectable ECC errors and a pending row remap"""
+      "ecc"                 uncorrectable ECC errors and a pending row remap
+      "link-width"          the PCIe link trained down to x8 of x16
+      "link-gen"            the PCIe link at gen 3 of gen 5 while computing
+    `spelling` (SPELLINGS) is how the reasons are logged; every GPU logs its PCIe
+    link (generation lowered while idle)."""
 
     def __init__(self, cap: Capture, lv: Levels, seed: int, gpu: int = -1, spans: tuple = (),
-                 fault: str = ""):
+                 fault: str = "", spelling: str = "counters"):
         self.cap, self.lv, self.gpu, self.spans, self.fault = cap, lv, gpu, list(spans), fault
+        self.spelling = spelling
         self.rng = random.Random(seed)
         self.counters = [c for c in cap.reason_fields if c.split(".")[1] in REASON_BIT]
-        self.header = ("clocks.sm [MHz]", "clocks.mem [MHz]", "temperature.gpu", "power.limit [W]",
-                       "clocks_event_reasons.active", "clocks_event_reasons.hw_slowdown",
-                       *(f"{c} [us]" for c in self.counters),
-                       "ecc.errors.uncorrected.volatile.total", "remapped_rows.pending")
+        prefix = "clocks_throttle_reasons" if spelling == "throttle-states" else "clocks_event_reasons"
+        reasons = {"counters": ("clocks_event_reasons.active", "clocks_event_reasons.hw_slowdown",
+                                *(f"{c} [us]" for c in self.counters)),
+                   "mask": ("clocks_throttle_reasons.active",)}.get(
+            spelling, tuple(f"{prefix}.{r}" for r in REASON_BIT))
+        self.header = ("clocks.sm [MHz]", "clocks.mem [MHz]", "temperature.gpu", "power.limit [W]", *reasons,
+                       "ecc.errors.uncorrected.volatile.total", "remapped_rows.pending",
+                       "pcie.link.gen.current", "pcie.link.gen.max", "pcie.link.width.current",
+                       "pcie.link.width.max")
         # counters since the driver loaded: a little history, the same on every row
         self.base = {c: float(self.rng.randrange(0, 5_000_000, 1000)) for c in self.counters}
         self.temp: dict[int, float] = {}
@@ -170,17 +192,29 @@ class Health(Extra):
         prev = self.temp.get(gpu, target)
         self.temp[gpu] = prev + (target - prev) * 0.01
         temp = int(round(self.temp[gpu] + self.rng.gauss(0.0, 0.3)))
-        vals = [f"{sm:.0f} MHz", f"{self.cap.mem_mhz:.0f} MHz", str(temp), f"{self.cap.limit_w:.2f} W",
-                f"0x{active:016X}", "Active" if active & REASON_BIT["hw_slowdown"] else "Not Active"]
-        for c in self.counters:
-            us = self.base[c]
-            reason = c.split(".")[1]
-            if gpu == self.gpu and (self.fault, reason) in (("thermal", "hw_thermal_slowdown"),
-                                                            ("power", "sw_power_cap")):
-                us += self._in(t) * 1e6 * 0.97
-            vals.append(f"{us:.0f} us")
+        vals = [f"{sm:.0f} MHz", f"{self.cap.mem_mhz:.0f} MHz", str(temp), f"{self.cap.limit_w:.2f} W"]
+        if self.spelling == "counters":
+            vals += [f"0x{active:016X}", "Active" if active & REASON_BIT["hw_slowdown"] else "Not Active"]
+            for c in self.counters:
+                us = self.base[c]
+                reason = c.split(".")[1]
+                if gpu == self.gpu and (self.fault, reason) in (("thermal", "hw_thermal_slowdown"),
+                                                                ("power", "sw_power_cap")):
+                    us += self._in(t) * 1e6 * 0.97
+                vals.append(f"{us:.0f} us")
+        elif self.spelling == "mask":
+            vals.append(f"0x{active:016x}")
+        else:
+            vals += ["Active" if active & bit else "Not Active" for bit in REASON_BIT.values()]
         errors = sum(1 for a in self.errors_at if a <= t) if gpu == self.gpu else 0
         vals += [str(errors), "Yes" if errors else "No"]
+        gen = LINK_GEN if busy > 0.05 else IDLE_GEN
+        width = LINK_WIDTH
+        if faulty and self.fault == "link-width":
+            width = LINK_WIDTH // 2
+        if faulty and self.fault == "link-gen" and busy > 0.05:
+            gen = 3
+        vals += [str(gen), str(LINK_GEN), str(width), str(LINK_WIDTH)]
         return vals
 
 
@@ -273,13 +307,22 @@ def build(out: Path, quick: bool = False) -> list[CauseCase]:
         ("pai-hw-slowdown", hot, "hw_slowdown", "degraded_hardware", True, ("degraded_hardware",)),
         ("pai-ecc", hot, "ecc", "degraded_hardware", True, ("degraded_hardware",)),
         ("pai-cold-rank", cold, "", "off_gpu", True, ("off_gpu",)),
+        # the reasons as logged without the driver's counters, each spelling
+        ("pai-throttled-power-event-states", hot, "power", "throttling", True, ("throttling",)),
+        ("pai-throttled-thermal-throttle-states", hot, "thermal", "throttling", True, ("throttling",)),
+        ("pai-throttled-thermal-mask", hot, "thermal", "throttling", True, ("throttling",)),
+        ("pai-hw-slowdown-mask", hot, "hw_slowdown", "degraded_hardware", True, ("degraded_hardware",)),
+        # a degraded PCIe link: the worker computes longer for it, no more work
+        ("pai-link-width", hot, "link-width", "degraded_hardware", True, ("degraded_hardware",)),
+        ("pai-link-gen", hot, "link-gen", "degraded_hardware", True, ("degraded_hardware",)),
     ]
     for k, (name, tl, fault, cause, evidence, accept) in enumerate(variants):
+        spelling = next((sp for sp in SPELLINGS if name.endswith("-" + sp)), "counters")
         for fmt in fmts:
             seed = 3000 + 10 * k + (fmt == "instant")
             path = out / f"{name}-{fmt}.csv"
             sp = cold_spans if tl is cold else spans
-            write_log(str(path), tl, lv, fmt, seed, extra=Health(cap, lv, seed, SLOW_WORKER, sp, fault))
+            write_log(str(path), tl, lv, fmt, seed, extra=Health(cap, lv, seed, SLOW_WORKER, sp, fault, spelling))
             built.append(CauseCase(f"{name}-{fmt}", cause, evidence, accept, gpu, path, fmt,
                                    truth=cold_truth if tl is cold else hot_truth,
                                    params={"spans": [[round(a, 1), round(b, 1)] for a, b in sp], "fault": fault or None}))

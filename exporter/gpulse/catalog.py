@@ -34,6 +34,10 @@ GAUGES: dict[str, Family] = {f.key: f for f in (
     Family("dram_active_ratio", "Fraction of cycles the device memory interface was sending or receiving data (DCGM profiling)."),
     Family("memory_copy_utilization_ratio", "Fraction of time device memory was being read or written (DCGM_FI_DEV_MEM_COPY_UTIL)."),
     Family("gr_engine_active_ratio", "Fraction of time the graphics/compute engine was active (DCGM profiling)."),
+    Family("pcie_link_generation", "PCIe link generation in use (the GPU lowers it while idle)."),
+    Family("pcie_link_max_generation", "Highest PCIe link generation the GPU and its slot can reach."),
+    Family("pcie_link_width", "PCIe lanes in use."),
+    Family("pcie_link_max_width", "PCIe lanes the GPU and its slot can use."),
 )}
 
 COUNTERS: dict[str, Family] = {f.key: f for f in (
@@ -44,7 +48,12 @@ COUNTERS: dict[str, Family] = {f.key: f for f in (
     Family("pcie_bytes_total", "Bytes moved over PCIe, by direction (tx/rx).", ("direction",)),
     Family("pcie_replays_total", "PCIe replay (retry) events."),
     Family("nvlink_bytes_total", "Bytes moved over NVLink, by direction (tx/rx).", ("direction",)),
+    Family("nvlink_errors_total", "NVLink errors summed over the GPU's links, by type (crc_flit, crc_data, replay, "
+                                  "recovery).", ("type",)),
 )}
+
+# NVLink error types, named after NVML's per-link error counters (nvmlNvLinkErrorCounter_t)
+NVLINK_ERRORS = ("replay", "recovery", "crc_flit", "crc_data")
 
 # Throttle reasons, named after NVML's clock-event reasons (nvmlClocksEventReason*).
 THROTTLE_REASONS = (

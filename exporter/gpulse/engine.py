@@ -136,7 +136,7 @@ class _Gpu:
         self.prev2_sample: Sample | None = None
         self.edges = 0
         self.sharp = 0
-        # running gauge sums of the cause signals (analysis.cause.accumulate), one update per tick
+        # running gauge sums of the cause signals (analysis.cause.accumulate), one update per reading
         self.signals = cause.new_vector()
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
@@ -144,8 +144,10 @@ class _Gpu:
 
 class Engine:
     def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str, attributor: Any = None,
-                 sample_spacing: float | None = None, history: bool = True, util_window: float = 0.0):
+                 sample_spacing: float | None = None, history: bool = True, util_window: float = 0.0,
+                 power_kind: bool | None = None):
         self.cfg = cfg
+        self.power_kind = power_kind      # the source's Source.power_averaged
         self.util_window = util_window    # the source's utilisation averaging window (analysis.coidle)
         self.node = cfg.node_name
         self.source_name = source_name
@@ -232,6 +234,13 @@ class Engine:
             return
         if r.gauges:
             g.gauges = dict(r.gauges)
+        # the cause signals' gauge sums take every reading of the gauges, at the rate the
+        # source read them: a replayed chunk's instants each count with their own values
+        if r.instants is not None:
+            for _, gauges, _ in r.instants:
+                cause.accumulate(g.signals, gauges)
+        elif r.gauges:
+            cause.accumulate(g.signals, r.gauges)
         g.src_attr = r.attribution
         g.holds_hint = r.holds_workload
         limit = g.gauges.get("power_limit_watts")
@@ -309,7 +318,11 @@ class Engine:
     def power_averaged(self) -> bool:
         """Whether the source's power lags utilisation steps by more than a sample —
         an average such as nvidia-smi's 1 s power.draw — so that spin-waits shorter
-        than that average cannot be told from work by the power gate."""
+        than that average cannot be told from work by the power gate. Never for a
+        source whose power is an instant (power.draw.instant): a lag there is the
+        utilisation's own averaging window, not the power's."""
+        if self.power_kind is False:
+            return False
         # each GPU judges its own edges and the median GPU decides, so that one GPU's
         # many steps (a straggler's) do not speak for the whole source
         judged = [g for g in self.gpus.values() if g.edges]
@@ -329,7 +342,7 @@ class Engine:
     def analyze(self, wall: float, health: dict[str, Any] | None = None) -> Snapshot:
         """The Snapshot of this tick, built whole: nothing changes it afterwards."""
         # 1. close the tick for every GPU
-        window_ticks, accumulate, history = self.window_ticks, cause.accumulate, self.history_ticks > 0
+        window_ticks, history = self.window_ticks, self.history_ticks > 0
         for g in self.gpus.values():
             tick, g.tick = g.tick, Integrals()
             g.totals.add(tick)
@@ -337,7 +350,6 @@ class Engine:
             g.win.add(tick)
             while len(g.window) > window_ticks:
                 g.win.sub(g.window.popleft())
-            accumulate(g.signals, g.gauges)
             if history:   # offline (history=False) nobody draws it
                 g.history.append((self.t or 0.0,
                                   tick.busy / tick.sampled if tick.sampled > 0 else None,
@@ -561,7 +573,9 @@ def _attr_label_names(a: dict[str, str]) -> list[str]:
 
 
 def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:
-    """Split a poll at a source-time boundary: samples with t <= boundary, and the rest."""
+    """Split a poll at a source-time boundary: samples (and recorded instants) with
+    t <= boundary, and the rest. Each side carries the gauges and counters of its own
+    last instant, so no value read after the boundary is charged before it."""
     if all(smp.t <= boundary for r in result.readings for smp in r.samples):
         return result, None      # the common case offline: the whole poll is before the boundary
     later = []
@@ -571,10 +585,19 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
         if cut is None:
             early_readings.append(r)
             continue
-        early_readings.append(Reading(r.gpu, r.samples[:cut], r.gauges, r.counters, r.up, r.error,
-                                      r.attribution, r.holds_workload))
-        later.append(Reading(r.gpu, r.samples[cut:], {}, {}, r.up, r.error, r.attribution,
-                             r.holds_workload))
+        if r.instants is None:
+            early_readings.append(Reading(r.gpu, r.samples[:cut], r.gauges, r.counters, r.up, r.error,
+                                          r.attribution, r.holds_workload))
+            later.append(Reading(r.gpu, r.samples[cut:], {}, {}, r.up, r.error, r.attribution,
+                                 r.holds_workload))
+            continue
+        ic = next((i for i, x in enumerate(r.instants) if x[0] > boundary), len(r.instants))
+        before, after = r.instants[:ic], r.instants[ic:]
+        early_readings.append(Reading(r.gpu, r.samples[:cut], before[-1][1] if before else {},
+                                      before[-1][2] if before else {}, r.up, r.error, r.attribution,
+                                      r.holds_workload, before))
+        later.append(Reading(r.gpu, r.samples[cut:], r.gauges, r.counters, r.up, r.error, r.attribution,
+                             r.holds_workload, after))
     early = PollResult(early_readings, result.devices, result.call_errors, result.events)
     return early, (PollResult(later) if later else None)
 
@@ -595,7 +618,7 @@ def run_offline(source: Any, cfg: Any, until: float | None = None,
     """
     devices = source.open()
     engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=history,
-                    util_window=source.util_window)
+                    util_window=source.util_window, power_kind=source.power_averaged)
     step = poll_step or cfg.sample_interval
     now = 0.0
     next_tick: float | None = None

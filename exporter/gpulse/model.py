@@ -10,7 +10,7 @@ analysis, so the two never need to agree with the wall clock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 # Attribution label names, in the order they appear on per-GPU series.
 ATTRIBUTION_LABELS = ("namespace", "pod", "container", "workload")
@@ -79,6 +79,12 @@ class Reading:
               (dcgm-exporter's pod labels); the kube/ and Slurm mappers may override.
     holds_workload: True/False when the source knows whether a process is attached;
               None to decide from memory use.
+    instants: for a poll that hands over many recorded instants at once (a replay's
+              chunk of a log), each instant's (t, gauges, counters), oldest first, so
+              that gauges count at their recorded rate and a chunk split at an
+              analysis tick charges each side its own values; `gauges` and
+              `counters` are then the last instant's. None for a live poll, whose
+              gauges are one reading at the poll.
     """
 
     gpu: str
@@ -89,6 +95,7 @@ class Reading:
     error: str | None = None
     attribution: dict[str, str] | None = None
     holds_workload: bool | None = None
+    instants: list[tuple[float, dict[str, Any], dict[str, Any]]] | None = None
 
 
 @dataclass(slots=True)

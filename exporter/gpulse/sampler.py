@@ -75,7 +75,7 @@ class Sampler:
         """Open the source (SourceError propagates: fatal) and start polling."""
         devices = self.source.open()
         self.engine = Engine(self.cfg, devices, self.source.name, self.attributor, self.source.sample_spacing,
-                             util_window=self.source.util_window)
+                             util_window=self.source.util_window, power_kind=self.source.power_averaged)
         log.info("source %s: %d GPU entities", self.source.name, len(devices))
         self._thread = threading.Thread(target=self._run, name="gpulse-sampler", daemon=True)
         self._thread.start()

@@ -108,6 +108,8 @@ typedef struct { unsigned int version, isSupportedDevice; } nvmlGpmSupport_t;
 /* field ids gpulse and common exporters read */
 enum {
     FI_ECC_SBE_VOL_TOTAL = 3, FI_ECC_DBE_VOL_TOTAL = 4, FI_MEMORY_TEMP = 82, FI_TOTAL_ENERGY = 83,
+    FI_NVLINK_CRC_FLIT_TOTAL = 38, FI_NVLINK_CRC_DATA_TOTAL = 45, FI_NVLINK_REPLAY_TOTAL = 52,
+    FI_NVLINK_RECOVERY_TOTAL = 59,
     FI_PCIE_REPLAY = 94, FI_NVLINK_DATA_TX = 138, FI_NVLINK_DATA_RX = 139,
     FI_REMAPPED_COR = 142, FI_REMAPPED_UNC = 143, FI_REMAPPED_PENDING = 144, FI_REMAPPED_FAILURE = 145,
     FI_POWER_INSTANT = 186, FI_PCIE_TX_BYTES = 197, FI_PCIE_RX_BYTES = 198,
@@ -128,12 +130,15 @@ typedef struct {
 enum { P_UTIL, P_POWER, P_MEMORY, P_MEMORY_TOTAL, P_TEMP, P_MEM_TEMP, P_SM_CLOCK, P_MEM_CLOCK,
        P_REASONS, P_ECC_CORR, P_ECC_UNCORR, P_REMAP_CORR, P_REMAP_UNCORR, P_REMAP_PENDING,
        P_PCIE_TX, P_PCIE_RX, P_PCIE_REPLAY, P_NVLINK_TX, P_NVLINK_RX, P_POWER_LIMIT, P_FAN, P_SM,
+       P_PCIE_GEN, P_PCIE_GEN_MAX, P_PCIE_WIDTH, P_PCIE_WIDTH_MAX,
+       P_NVLINK_CRC_FLIT, P_NVLINK_CRC_DATA, P_NVLINK_REPLAY, P_NVLINK_RECOVERY,
        P_COUNT };
 static const char *prop_names[P_COUNT] = {
     "util", "power", "memory", "memory_total", "temp", "memory_temp", "sm_clock", "mem_clock",
     "reasons", "ecc_corrected", "ecc_uncorrected", "remapped_corrected", "remapped_uncorrected",
     "remap_pending", "pcie_tx", "pcie_rx", "pcie_replay", "nvlink_tx", "nvlink_rx", "power_limit",
-    "fan", "sm",
+    "fan", "sm", "pcie_gen", "pcie_gen_max", "pcie_width", "pcie_width_max",
+    "nvlink_crc_flit", "nvlink_crc_data", "nvlink_replay", "nvlink_recovery",
 };
 
 #define MAX_GPUS 1024
@@ -369,6 +374,14 @@ static void dev_defaults(struct dev *d, int index) {
     set_const(&d->prop[P_NVLINK_RX], 0);
     set_const(&d->prop[P_POWER_LIMIT], 700);
     set_const(&d->prop[P_FAN], 0);
+    set_const(&d->prop[P_PCIE_GEN], 5);         /* an H100 SXM5 in a Gen5 x16 slot */
+    set_const(&d->prop[P_PCIE_GEN_MAX], 5);
+    set_const(&d->prop[P_PCIE_WIDTH], 16);
+    set_const(&d->prop[P_PCIE_WIDTH_MAX], 16);
+    set_const(&d->prop[P_NVLINK_CRC_FLIT], 0);
+    set_const(&d->prop[P_NVLINK_CRC_DATA], 0);
+    set_const(&d->prop[P_NVLINK_REPLAY], 0);
+    set_const(&d->prop[P_NVLINK_RECOVERY], 0);
     memset(&d->prop[P_SM], 0, sizeof(fn_t));
     d->prop[P_SM].kind = FN_FOLLOW; d->prop[P_SM].idle = 0; d->prop[P_SM].max = 0.8;
     for (int p = 0; p < P_COUNT; p++) d->has_prop[p] = 1;
@@ -1095,6 +1108,15 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t d, int kind, 
 UINT_GETTER(nvmlDeviceGetFanSpeed, !phys(d)->has_prop[P_FAN],
             (unsigned int)(prop_at(phys(d), P_FAN, scen_t()) * 100.0))
 
+UINT_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, !phys(d)->has_prop[P_PCIE_GEN],
+            (unsigned int)prop_at(phys(d), P_PCIE_GEN, scen_t()))
+UINT_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, !phys(d)->has_prop[P_PCIE_GEN_MAX],
+            (unsigned int)prop_at(phys(d), P_PCIE_GEN_MAX, scen_t()))
+UINT_GETTER(nvmlDeviceGetCurrPcieLinkWidth, !phys(d)->has_prop[P_PCIE_WIDTH],
+            (unsigned int)prop_at(phys(d), P_PCIE_WIDTH, scen_t()))
+UINT_GETTER(nvmlDeviceGetMaxPcieLinkWidth, !phys(d)->has_prop[P_PCIE_WIDTH_MAX],
+            (unsigned int)prop_at(phys(d), P_PCIE_WIDTH_MAX, scen_t()))
+
 EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t d, int type, unsigned int *mhz) {
     ENTER_DEV(d, "nvmlDeviceGetClockInfo");
     if (!mhz) return NVML_ERROR_INVALID_ARGUMENT;
@@ -1262,6 +1284,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int n, nvmlFieldVal
         case FI_ECC_DBE_VOL_TOTAL: prop = P_ECC_UNCORR; break;
         case FI_MEMORY_TEMP: prop = P_MEM_TEMP; f->valueType = VT_UINT; break;
         case FI_PCIE_REPLAY: prop = P_PCIE_REPLAY; break;
+        case FI_NVLINK_CRC_FLIT_TOTAL: prop = P_NVLINK_CRC_FLIT; break;
+        case FI_NVLINK_CRC_DATA_TOTAL: prop = P_NVLINK_CRC_DATA; break;
+        case FI_NVLINK_REPLAY_TOTAL: prop = P_NVLINK_REPLAY; break;
+        case FI_NVLINK_RECOVERY_TOTAL: prop = P_NVLINK_RECOVERY; break;
         case FI_NVLINK_DATA_TX: prop = P_NVLINK_TX; scale = 1.0 / 1024; break; /* KiB */
         case FI_NVLINK_DATA_RX: prop = P_NVLINK_RX; scale = 1.0 / 1024; break;
         case FI_REMAPPED_COR: prop = P_REMAP_CORR; f->valueType = VT_UINT; break;
@@ -1311,10 +1337,6 @@ UINT_GETTER(nvmlDeviceGetPersistenceMode, 0, 1)
 UINT_GETTER(nvmlDeviceGetDisplayMode, 0, 0)
 UINT_GETTER(nvmlDeviceGetDisplayActive, 0, 0)
 UINT_GETTER(nvmlDeviceGetComputeMode, 0, 0)
-UINT_GETTER(nvmlDeviceGetCurrPcieLinkGeneration, 0, 5)
-UINT_GETTER(nvmlDeviceGetCurrPcieLinkWidth, 0, 16)
-UINT_GETTER(nvmlDeviceGetMaxPcieLinkGeneration, 0, 5)
-UINT_GETTER(nvmlDeviceGetMaxPcieLinkWidth, 0, 16)
 
 EXPORT nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t d, int counter, unsigned int *kbps) {
     ENTER_DEV(d, "nvmlDeviceGetPcieThroughput");

@@ -1,8 +1,9 @@
 """The shipped GpulseStragglerGPU alert, evaluated by the real promtool over a
 real-data cause case, names the same cause as the live gauge and the report.
 
-The case (bench/corpus/causes.py: the Alibaba PAI job's slow worker with a power
-cap holding its clocks down, 1 s-averaged power) is replayed through the
+Each case (bench/corpus/causes.py: the Alibaba PAI job's slow worker with a power
+cap holding its clocks down, and with its PCIe link at x8 of x16; 1 s-averaged
+power) is replayed through the
 exporter's engine and collector in virtual time, and what /metrics would have said
 at every 15 s scrape becomes the input series of a promtool unit test over the
 shipped rule files (recording rules and alerts, as a Prometheus scraping the
@@ -31,19 +32,23 @@ from testing.config import test_config  # noqa: E402
 from gpulse.engine import run_offline  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 
-CASE = "pai-throttled-power-avg"
+CASES = ("pai-throttled-power-avg", "pai-link-width-avg")
 SCRAPE_S = 15
 RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
 EVAL_EVERY_S = 60
 
 
 @pytest.fixture(scope="module")
-def case(tmp_path_factory):
+def built(tmp_path_factory):
     for rel in ("traces/alibaba-minibatch/job_1_norm.csv", "captures/nvidia-smi/h100-80gb-hbm3-query-gpu.csv",
                 "traces/h100-8gpu/ckpt1.csv", "traces/h100-8gpu/ckpt50.csv", "traces/h100-8gpu/ckpt1000.csv"):
         require_data(rel)
-    built = {c.name: c for c in causes.build(tmp_path_factory.mktemp("causes"), quick=True)}
-    return built[CASE]
+    return {c.name: c for c in causes.build(tmp_path_factory.mktemp("causes"), quick=True)}
+
+
+@pytest.fixture(params=CASES)
+def case(request, built):
+    return built[request.param]
 
 
 def scrapes(c) -> list[dict[str, float]]:

@@ -64,6 +64,18 @@ def _link_errors(text: str) -> bool:
             and _clocks_as_peers(text))
 
 
+def _degraded_link(text: str) -> bool:
+    width, top = per_gpu(text, "gpulse_gpu_pcie_link_width"), per_gpu(text, "gpulse_gpu_pcie_link_max_width")
+    gen = per_gpu(text, "gpulse_gpu_pcie_link_generation")
+    nvl = _by(text, "gpulse_gpu_nvlink_errors_total", "type")
+    return (width["3"] == 8 and all(width[p] == 16 for p in PEERS) and set(top.values()) == {16}
+            and set(gen.values()) == {5} and nvl["3"]["crc_flit"] > 5 * 60 and nvl["3"]["replay"] > 60
+            and not any(v for p in PEERS for v in nvl[p].values())
+            and set(_by(text, "gpulse_gpu_nvlink_errors_total", "type")["0"]) == {"crc_flit", "crc_data", "replay",
+                                                                               "recovery"}
+            and not series(text, "gpulse_gpu_xid_errors_total") and _clocks_as_peers(text))
+
+
 def _more_work(text: str) -> bool:
     util = per_gpu(text, "gpulse_gpu_utilization_ratio")
     return _clocks_as_peers(text) and max(util.values()) - min(util.values()) < 0.05
@@ -78,6 +90,7 @@ CASES = {
     "straggler-throttled": ("throttling", _throttled),
     "straggler-hw-slowdown": ("degraded_hardware", _hw_slowdown),
     "straggler-link-errors": ("degraded_hardware", _link_errors),
+    "straggler-degraded-link": ("degraded_hardware", _degraded_link),
     "straggler-more-work": ("more_work", _more_work),
     "straggler-off-gpu": ("off_gpu", _off_gpu),
 }

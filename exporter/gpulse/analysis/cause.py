@@ -1,7 +1,8 @@
 """Why a straggler is slow: its own signals over its span against its peers'.
 
 Pure and clock-free. The engine (live) and the report (afterwards) keep, per GPU, a
-cumulative signal vector (`accumulate`, one call per analysis tick); the difference
+cumulative signal vector (`accumulate`, one call per reading of its gauges, at the
+source's own rate: every row of a log); the difference
 of two vectors is the GPU's `Aggregate` over that stretch (`aggregate`), and
 `classify` compares the straggler's aggregate with its peers' (median) to name the
 cause. Every number comes from analysis/thresholds.py; docs/activity.md ("Why a
@@ -14,16 +15,22 @@ Rules, first match wins (a throttled or degraded GPU is never told to rebalance)
                      peers by cause_clock_gap_ratio with temperature or power at the limit
   degraded_hardware  hw_slowdown that share more than peers, a row remapping pending,
                      uncorrectable ECC errors or XID errors in the span, PCIe replays
-                     rising by cause_pcie_replays_count more than peers', or (hot, with
-                     throttle reasons known) SM clock below peers with no reason set
-  (then by direction: busy below the peers' median by straggler_cost_ratio is cold,
+                     or NVLink errors rising by cause_pcie_replays_count /
+                     cause_nvlink_errors_count more than peers', a PCIe link width
+                     (generation: not for a cold GPU, which lowers it while idle) at
+                     or below cause_link_ratio of its maximum and of its peers', or
+                     (hot, with throttle reasons known) SM clock below peers with no
+                     reason set
+  (by direction: busy below the peers' median by straggler_cost_ratio is cold,
    busy or active above it is hot, active below it with busy level is light)
   off_gpu            cold while the peers wait for it: they spin-wait (busy at partial
                      power, blocked in the collective) at least cause_peers_wait_ratio
                      of the busy time it lacks against them; its rank is busy off the GPU
   more_work          hot with clocks in line (throttle reasons known, or SM clock
                      within cause_clock_gap_ratio of peers): busy longer per step; or
-                     cold/light while peers really compute: it gets less work
+                     cold/light while peers really compute: it gets less work; never
+                     with a throttle reason held or a link below its maximum of its
+                     own, even as on its peers (then unknown, naming it)
   unknown            otherwise; `missing` names what would decide it (throttle_reasons,
                      sm_clock, instant_power when 1 s-averaged power hides spin-waiting)
 """
@@ -60,15 +67,18 @@ THERMAL_POWER = ("sw_power_cap", "sw_thermal", "hw_thermal", "hw_power_brake")
 JUDGED_REASONS = THERMAL_POWER + ("hw_slowdown",)
 
 # The cumulative vector, one slot per name. busy..sampled: the engine's integrals
-# (seconds); *_n: ticks a gauge was present, with its sum beside it; counters as the
+# (seconds); *_n: readings of a gauge, with their sum beside it; counters as the
 # source counts them (NaN while the source has not reported the family).
 SLOTS = (("busy", "active", "spin_wait", "sampled",
           "clock_n", "clock", "temp_n", "temp", "power_n", "power", "limit_n", "limit",
-          "pending_n", "pending", "pcie_replays", "ecc_uncorrected", "xid")
+          "pending_n", "pending", "width_n", "width", "width_max_n", "width_max", "gen_n", "gen",
+          "gen_max_n", "gen_max", "pcie_replays", "ecc_uncorrected", "xid", "nvlink_errors")
          + tuple("thr:" + r for r in THROTTLE_REASONS))
 _I = {n: i for i, n in enumerate(SLOTS)}
 _GAUGES = (("clock", "sm_clock_hertz"), ("temp", "temperature_celsius"), ("power", "power_watts"),
-           ("limit", "power_limit_watts"), ("pending", "remapping_pending"))
+           ("limit", "power_limit_watts"), ("pending", "remapping_pending"), ("width", "pcie_link_width"),
+           ("width_max", "pcie_link_max_width"), ("gen", "pcie_link_generation"),
+           ("gen_max", "pcie_link_max_generation"))
 _THR0 = _I["thr:" + THROTTLE_REASONS[0]]
 NAN = math.nan
 
@@ -93,15 +103,20 @@ class Aggregate:
     active: float | None = None
     spin_wait: float | None = None
     seconds: float = 0.0               # sampled seconds
-    sm_clock_hz: float | None = None   # means over the stretch's ticks
+    sm_clock_hz: float | None = None   # means over the stretch's readings
     temperature_c: float | None = None
     power_w: float | None = None
     power_limit_w: float | None = None
     remapping_pending: bool | None = None
+    link_width: float | None = None    # PCIe lanes in use, mean over the stretch; its maximum
+    link_width_max: float | None = None
+    link_gen: float | None = None      # PCIe generation in use (lowered while idle); its maximum
+    link_gen_max: float | None = None
     pcie_replays: float | None = None  # counted within the stretch
+    nvlink_errors: float | None = None
     ecc_uncorrected: float | None = None
     xid: float | None = None
-    throttle: Mapping[str, float] | None = None   # seconds by reason; None: no reasons from the source
+    throttle: Mapping[str, float] | None = None   # seconds by reason the source reports; None: none
 
 
 def new_vector() -> list[float]:
@@ -110,13 +125,13 @@ def new_vector() -> list[float]:
 
 
 # (slot index of the count, of the sum, catalog key), resolved once: accumulate runs
-# for every GPU at every tick
+# for every reading of every GPU
 _GAUGE_SLOTS = tuple((_I[slot] - 1, _I[slot], key) for slot, key in _GAUGES)
 
 
 def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
-    """One analysis tick of a GPU's gauges (catalog keys) into its running sums. The
-    only per-tick cost: integrals and counters are cumulative already, vector() reads
+    """One reading of a GPU's gauges (catalog keys) into its running sums. The
+    only per-reading cost: integrals and counters are cumulative already, vector() reads
     them when a span is marked or judged."""
     get = gauges.get
     for n, i, key in _GAUGE_SLOTS:
@@ -131,7 +146,7 @@ def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> l
     cumulative Integrals, `counters` its latest Reading counters (NaN where absent)."""
     v = list(sums)
     v[0], v[1], v[2], v[3] = totals.busy, totals.active, totals.spin_wait, totals.sampled
-    for n in ("pcie_replays", "ecc_uncorrected", "xid"):
+    for n in ("pcie_replays", "ecc_uncorrected", "xid", "nvlink_errors"):
         v[_I[n]] = NAN
     x = counters.get("pcie_replays_total")
     if x is not None and not isinstance(x, dict):
@@ -142,9 +157,12 @@ def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> l
     xid = counters.get("xid_errors_total")
     if isinstance(xid, dict):
         v[_I["xid"]] = sum(xid.values())
+    nvl = counters.get("nvlink_errors_total")
+    if isinstance(nvl, dict):
+        v[_I["nvlink_errors"]] = sum(nvl.values())
     thr = counters.get("throttle_seconds_total")
     for j, r in enumerate(THROTTLE_REASONS):
-        v[_THR0 + j] = thr.get((r,), 0.0) if isinstance(thr, dict) else NAN
+        v[_THR0 + j] = thr.get((r,), NAN) if isinstance(thr, dict) else NAN
     return v
 
 
@@ -170,12 +188,16 @@ def aggregate(start: Sequence[float] | None, end: Sequence[float]) -> Aggregate:
         return max(0.0, d[i])
 
     thr = None
-    if not math.isnan(end[_THR0]) and (start is None or not math.isnan(start[_THR0])):
-        thr = {r: max(0.0, d[_THR0 + j]) for j, r in enumerate(THROTTLE_REASONS)}
+    # per reason: a log may carry some reasons only (one Active / Not Active column)
+    held = {r: max(0.0, d[_THR0 + j]) for j, r in enumerate(THROTTLE_REASONS) if not math.isnan(d[_THR0 + j])}
+    if held:
+        thr = held
     pending = mean("pending")
     return Aggregate(busy=share(0), active=share(1), spin_wait=share(2), seconds=sampled,
                      sm_clock_hz=mean("clock"), temperature_c=mean("temp"), power_w=mean("power"),
                      power_limit_w=mean("limit"), remapping_pending=None if pending is None else pending > 0,
+                     link_width=mean("width"), link_width_max=mean("width_max"), link_gen=mean("gen"),
+                     link_gen_max=mean("gen_max"), nvlink_errors=count("nvlink_errors"),
                      pcie_replays=count("pcie_replays"), ecc_uncorrected=count("ecc_uncorrected"),
                      xid=count("xid"), throttle=thr)
 
@@ -219,11 +241,15 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
             at_limit.append(f"power {s.power_w:.0f} W at its {s.power_limit_w:.0f} W limit")
 
     # -- throttling
-    known = s.throttle is not None
+    # a reason the source reports and held is evidence; the reasons are known (none set
+    # means none held) only when it reports every thermal and power one: a log with the
+    # power cap's column alone cannot say a GPU was not held by heat
+    known = s.throttle is not None and all(r in s.throttle for r in THERMAL_POWER)
     excess = {}
-    if known:
-        for r in JUDGED_REASONS:
-            x = _throttle_share(s, r) - (_med([_throttle_share(p, r) for p in peers if p.throttle is not None]) or 0.0)
+    if s.throttle is not None:
+        for r in [r for r in JUDGED_REASONS if r in s.throttle]:
+            x = _throttle_share(s, r) - (_med([_throttle_share(p, r) for p in peers
+                                               if p.throttle is not None and r in p.throttle]) or 0.0)
             if x >= share_min:
                 excess[r] = _throttle_share(s, r)
     thermal = {r: x for r, x in excess.items() if r in THERMAL_POWER}
@@ -234,20 +260,6 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     if not known and clock_low and at_limit:
         evidence += [clock_text] + at_limit
         return Verdict("throttling", tuple(evidence), ("throttle_reasons",))
-
-    # -- degraded hardware
-    if "hw_slowdown" in excess:
-        evidence.append(f"hw_slowdown throttle {_pct(excess['hw_slowdown'])} of span, no thermal or power reason")
-    if s.remapping_pending:
-        evidence.append("row remapping pending")
-    if s.ecc_uncorrected:
-        evidence.append(f"{s.ecc_uncorrected:.0f} uncorrectable ECC errors in span")
-    if s.xid:
-        evidence.append(f"{s.xid:.0f} XID errors in span")
-    if s.pcie_replays is not None:
-        pr = _med([p.pcie_replays for p in peers]) or 0.0
-        if s.pcie_replays - pr >= value("cause_pcie_replays_count"):
-            evidence.append(f"{s.pcie_replays:.0f} PCIe replays in span vs peers {pr:.0f}")
 
     # -- direction of the deviation
     busy_gap = active_gap = None
@@ -260,6 +272,31 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     cold = busy_gap is not None and busy_gap <= -gap
     hot = not cold and ((active_gap is not None and active_gap >= gap) or (busy_gap is not None and busy_gap >= gap))
     light = not cold and not hot and active_gap is not None and active_gap <= -gap
+
+    # -- degraded hardware
+    link, link_own = _link(s, peers, cold)
+    evidence += link
+    if "hw_slowdown" in excess:
+        evidence.append(f"hw_slowdown throttle {_pct(excess['hw_slowdown'])} of span, no thermal or power reason")
+    if s.remapping_pending:
+        evidence.append("row remapping pending")
+    if s.ecc_uncorrected:
+        evidence.append(f"{s.ecc_uncorrected:.0f} uncorrectable ECC errors in span")
+    if s.xid:
+        evidence.append(f"{s.xid:.0f} XID errors in span")
+    if s.pcie_replays is not None:
+        pr = _med([p.pcie_replays for p in peers]) or 0.0
+        if s.pcie_replays - pr >= value("cause_pcie_replays_count"):
+            evidence.append(f"{s.pcie_replays:.0f} PCIe replays in span vs peers {pr:.0f}")
+    if s.nvlink_errors is not None:
+        ne = _med([p.nvlink_errors for p in peers]) or 0.0
+        if s.nvlink_errors - ne >= value("cause_nvlink_errors_count"):
+            evidence.append(f"{s.nvlink_errors:.0f} NVLink errors in span vs peers {ne:.0f}")
+    # its own throttle or link state that its peers share: not what sets it apart, but
+    # a GPU held down by it is never told to rebalance (more_work). Error counts every
+    # GPU of the node sees alike (a few replays) are no such state
+    own = link_own + [f"{r} throttle {_pct(_throttle_share(s, r))} of span, as on its peers"
+                      for r in THERMAL_POWER + ("hw_slowdown",) if _throttle_share(s, r) >= share_min]
 
     if evidence:
         if hot and clock_low and clock_text:
@@ -286,7 +323,7 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
         if known or clock_low is False:
             if spin_text and peer_spin >= value("spin_wait_mention_ratio"):
                 evidence.append(spin_text)
-            return Verdict("more_work", tuple(evidence), ())
+            return _more_work(evidence, own)
         missing += ["throttle_reasons"] + ([] if clock_text else ["sm_clock"])
         return Verdict("unknown", tuple(evidence), tuple(missing))
     if cold or light:
@@ -306,8 +343,35 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
         if spin_text:
             evidence.append(spin_text)
         evidence.append("peers compute while it waits: it gets less work")
-        return Verdict("more_work", tuple(evidence), ())
+        return _more_work(evidence, own)
     return Verdict("unknown", ("no deviation from the peers over the span",), ())
+
+
+def _more_work(evidence: list[str], own: list[str]) -> Verdict:
+    """more_work, unless the GPU shows a hardware or throttle signal of its own (shared
+    with its peers, so not its cause): then unknown, naming it, and never "rebalance"."""
+    if own:
+        return Verdict("unknown", tuple(evidence + own), ())
+    return Verdict("more_work", tuple(evidence), ())
+
+
+def _link(s: Aggregate, peers: Sequence[Aggregate], cold: bool) -> tuple[list[str], list[str]]:
+    """(a PCIe link below its maximum and its peers': evidence of a degraded link; one
+    below its maximum as on its peers). The generation only for a GPU not colder than
+    its peers: an idle GPU lowers it to save power; the width holds while idle."""
+    ratio = value("cause_link_ratio")
+    degraded, own = [], []
+    for cur, top, what, fmt in ((s.link_width, s.link_width_max, "width", "x{:.0f}"),
+                                (None if cold else s.link_gen, s.link_gen_max, "gen", "gen {:.0f}")):
+        if cur is None or not top or cur > ratio * top:
+            continue
+        peer = _med([getattr(p, "link_" + what) for p in peers])
+        text = f"PCIe link {fmt.format(cur)} of {fmt.format(top)}"
+        if peer is None or cur <= ratio * peer:
+            degraded.append(text + (f" (peers {fmt.format(peer)})" if peer is not None else ""))
+        else:
+            own.append(text + ", as on its peers")
+    return degraded, own
 
 
 def verdict(start: Mapping[str, Sequence[float]] | None, end: Mapping[str, Sequence[float]],

@@ -139,6 +139,13 @@ _TABLE = (
               "peers spin-waiting this share of the busy time a cold straggler lacks against them wait for it (its rank is off the GPU); below, they compute while it waits (it gets less work)"),
     Threshold("cause_pcie_replays_count", 10, "count",
               "PCIe replays within a straggler span this many more than its peers' make a degraded link"),
+    # link state and NVLink errors
+    Threshold("cause_link_ratio", 0.9, "ratio",
+              "a PCIe link width or generation (mean over a straggler span) at or below this share of its maximum "
+              "and of its peers' is a degraded link"),
+    Threshold("cause_nvlink_errors_count", 10, "count",
+              "NVLink errors (CRC, replay, recovery; all links) within a straggler span this many more than its "
+              "peers' make a degraded link"),
     # -- paging (read by the generated Prometheus rules) -----------------------
     Threshold("stall_page_ratio", 0.10, "ratio",
               "share of the last 2 minutes a group spends in sync stalls before GpulseSyncStalls pages"),

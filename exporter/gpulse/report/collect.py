@@ -28,8 +28,9 @@ NAN = float("nan")
 # The per-tick integrals kept for every GPU (seconds within the tick).
 FIELDS = ("busy", "active", "spin_wait", "idle", "sampled")
 # The engine's cumulative cause signals (analysis.cause) are kept every this many
-# seconds, not every tick: a straggler span is minutes long, so its ends move by at
-# most this much, and 26 doubles a tick would cost 64 GPUs x 4 h about 190 MB.
+# seconds, not every tick: a straggler span is minutes long, so its ends move inwards
+# by at most this much (never outwards: the idle after a job is no part of its span),
+# and 26 doubles a tick would cost 64 GPUs x 4 h about 190 MB.
 SIGNALS_EVERY_SECONDS = 10.0
 
 
@@ -62,6 +63,34 @@ class GpuTrack:
         n = len(self.signals) // max(1, len(cause.SLOTS))
         ticks = self.signal_ticks
         j = bisect.bisect_left(ticks, i) if end else bisect.bisect_right(ticks, i) - 1
+        return self._signals(j, n)
+
+    def signals_within(self, first: int, last: int, ticks: int) -> tuple[list[float] | None, list[float]] | None:
+        """The cause vectors bounding ticks first..last from within: the checkpoint at
+        or after the tick before `first` (None: the start of the run) and the one at
+        or before `last` (the run's end vector when `last` is its final tick of
+        `ticks`), so that no reading from outside the stretch (the idle after a job)
+        is charged to it. None when no checkpoints lie that way round (a stretch
+        shorter than their spacing)."""
+        n = len(self.signals) // max(1, len(cause.SLOTS))
+        ts = self.signal_ticks
+        if first <= 0:
+            start, t0 = None, -1
+        else:
+            j = bisect.bisect_left(ts, first - 1)
+            if j >= n:
+                return None
+            start, t0 = self._signals(j, n), ts[j]
+        if last >= ticks - 1 and self.signals_end is not None:
+            end, t1 = self.signals_end, ticks - 1
+        else:
+            j = bisect.bisect_right(ts, last) - 1
+            if j < 0:
+                return None
+            end, t1 = self._signals(j, n), ts[j]
+        return (start, end) if end is not None and t1 > t0 else None
+
+    def _signals(self, j: int, n: int) -> list[float] | None:
         if j >= n:
             return self.signals_end
         if j < 0:
@@ -141,10 +170,13 @@ class Recording:
             if g is None:
                 continue
             for a, b in spans:
-                i0 = bisect.bisect_left(self.times, a)
-                end = g.signals_at(bisect.bisect_left(self.times, b), end=True)
-                if end is not None:
-                    stretches.setdefault(k, []).append((g.signals_at(i0 - 1, end=False), end))
+                i0, i1 = bisect.bisect_left(self.times, a), bisect.bisect_left(self.times, b)
+                pair = g.signals_within(i0, i1, self.ticks)
+                if pair is None:    # shorter than the checkpoint spacing: bounded from outside
+                    end = g.signals_at(i1, end=True)
+                    pair = (g.signals_at(i0 - 1, end=False), end) if end is not None else None
+                if pair is not None:
+                    stretches.setdefault(k, []).append(pair)
         if key not in stretches:
             return cause.Verdict("unknown", ("no signals recorded over the span",), ())
         return cause.span_verdict(stretches, key, self.power_averaged)

@@ -93,6 +93,9 @@ class Source(abc.ABC):
     #: how far back a sample's utilisation reaches (seconds): NVML-style utilisation
     #: averages over the driver's sample period, at least 1/6 s (analysis.coidle)
     util_window: float = UTIL_WINDOW
+    #: whether the power the source reads is an average over about a second (True),
+    #: an instant (False), or unknown (None: Engine.power_averaged judges from the data)
+    power_averaged: bool | None = None
 
     @abc.abstractmethod
     def open(self) -> list[DeviceInfo]:

@@ -89,8 +89,20 @@ F_REMAP_UNC = pynvml.NVML_FI_DEV_REMAPPED_UNC
 F_REMAP_PENDING = pynvml.NVML_FI_DEV_REMAPPED_PENDING
 F_PCIE_TX = pynvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES
 F_PCIE_RX = pynvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES
+# NVLink error counters summed over the GPU's links (NOT_SUPPORTED without NVLink: then
+# dropped from the batch like any field the GPU lacks), by catalog.NVLINK_ERRORS type
+F_NVLINK_ERRORS = (("replay", pynvml.NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL),
+                   ("recovery", pynvml.NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL),
+                   ("crc_flit", pynvml.NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL),
+                   ("crc_data", pynvml.NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL))
 FIELD_IDS = (F_ENERGY, F_MEM_TEMP, F_ECC_CORR, F_ECC_UNCORR, F_PCIE_REPLAY, F_NVLINK_TX, F_NVLINK_RX,
-             F_REMAP_CORR, F_REMAP_UNC, F_REMAP_PENDING, F_PCIE_TX, F_PCIE_RX)
+             F_REMAP_CORR, F_REMAP_UNC, F_REMAP_PENDING, F_PCIE_TX, F_PCIE_RX) + tuple(f for _, f in F_NVLINK_ERRORS)
+# PCIe link state, 5 s tier: the generation in use moves (an idle GPU lowers it), the
+# width only when the link retrains; the maxima are read until they answer, then kept
+LINK_NOW = (("pcie_link_generation", "nvmlDeviceGetCurrPcieLinkGeneration"),
+            ("pcie_link_width", "nvmlDeviceGetCurrPcieLinkWidth"))
+LINK_MAX = (("pcie_link_max_generation", "nvmlDeviceGetMaxPcieLinkGeneration"),
+            ("pcie_link_max_width", "nvmlDeviceGetMaxPcieLinkWidth"))
 # (field id, scope id) pairs: pynvml takes a bare id through an exception handler
 FIELD_SCOPES = tuple((f, 0) for f in FIELD_IDS)
 
@@ -547,6 +559,10 @@ class NvmlSource(Source):
         fan = c.call(e.key, pynvml.nvmlDeviceGetFanSpeed, e.handle)
         if fan is not None:
             g["fan_speed_ratio"] = fan / 100.0
+        for key, fn in LINK_NOW + tuple(x for x in LINK_MAX if x[0] not in g):
+            v = c.call(k, getattr(pynvml, fn), h)
+            if v is not None:
+                g[key] = float(v)
         self._fields(st)
 
     def _throttle(self, st: _State, wall: float) -> None:
@@ -638,3 +654,6 @@ class NvmlSource(Source):
                                   if f in got}
         if F_REMAP_PENDING in got:
             g["remapping_pending"] = 1.0 if got[F_REMAP_PENDING] else 0.0
+        nvl = {(t,): got[f] for t, f in F_NVLINK_ERRORS if f in got}
+        if nvl:
+            cn["nvlink_errors_total"] = nvl

@@ -78,6 +78,7 @@ class ReplaySource(Source):
             self._report_problems()
         self._devices = {d.gpu: d for d in run.devices}
         self.has_sm_active = run.has_sm_active
+        self.power_averaged = run.power_averaged
         return list(self._devices.values())
 
     @property
@@ -207,15 +208,21 @@ class ReplaySource(Source):
 
     def _readings(self, taken: list[Record]) -> list[Reading]:
         samples: dict[str, list] = {}
+        # each record's gauges and counters as of its own instant: a chunk covers ~26 s
+        # of an 8-GPU log at 100 ms, and its last values are no reading of the rest
+        instants: dict[str, list] = {}
         for rec in taken:
             r = rec.reading
             self._latest[r.gpu] = rec
+            gauges = self._gauges.setdefault(r.gpu, {})
+            counters = self._counters.setdefault(r.gpu, {})
             if r.gauges:
-                self._gauges.setdefault(r.gpu, {}).update(r.gauges)
+                gauges.update(r.gauges)
             if r.counters:
-                self._counters.setdefault(r.gpu, {}).update(self._count_on.counters(r.gpu, r.counters))
+                counters.update(self._count_on.counters(r.gpu, r.counters))
             if r.error is None:
                 samples.setdefault(r.gpu, []).extend(r.samples)
+                instants.setdefault(r.gpu, []).append((rec.t, dict(gauges), dict(counters)))
         out = []
         for gpu in self._devices:
             last = self._latest.get(gpu)
@@ -226,7 +233,8 @@ class ReplaySource(Source):
                 continue
             out.append(Reading(gpu, samples.get(gpu, []), dict(self._gauges.get(gpu, {})),
                                dict(self._counters.get(gpu, {})), True, None,
-                               r.attribution if r else None, r.holds_workload if r else None))
+                               r.attribution if r else None, r.holds_workload if r else None,
+                               instants.get(gpu, [])))
         return out
 
     # -- the loop period

@@ -57,12 +57,42 @@ def test_thermal_throttling_with_its_evidence():
     assert any(e.startswith("power 698 W at its 700 W limit") for e in v.evidence)
 
 
-def test_power_cap_shared_by_every_gpu_is_no_cause():
+def test_power_cap_shared_by_every_gpu_is_no_cause_and_no_rebalance():
     # every GPU of the group sits at its power cap half the time: that is the
-    # cluster's budget, not this GPU's problem; it has more work
+    # cluster's budget, not what sets this GPU apart; but a GPU held by its cap is
+    # never told to rebalance: unknown, naming the signal
     peers = [peer(throttle=throttle(sw_power_cap=0.5)) for _ in range(7)]
     v = classify(hot(throttle=throttle(sw_power_cap=0.55)), peers)
-    assert v.cause == "more_work"
+    assert v.cause == "unknown" and v.missing == ()
+    assert "sw_power_cap throttle 55% of span, as on its peers" in v.evidence
+    assert not v.remedy.startswith("rebalance")
+
+
+@pytest.mark.parametrize("over, words", [
+    (dict(link_width=8.0, link_width_max=16.0), "PCIe link x8 of x16 (peers x16)"),
+    (dict(link_gen=4.0, link_gen_max=5.0), "PCIe link gen 4 of gen 5 (peers gen 5)"),
+    (dict(nvlink_errors=240.0), "240 NVLink errors in span vs peers 0"),
+])
+def test_degraded_link_is_hardware_never_more_work(over, words):
+    """A GPU computing longer because its link is degraded is no GPU with more work."""
+    healthy = dict(link_width=16.0, link_width_max=16.0, link_gen=5.0, link_gen_max=5.0, nvlink_errors=0.0)
+    peers = [peer(**healthy) for _ in range(7)]
+    v = classify(hot(**{**healthy, **over}), peers)
+    assert v.cause == "degraded_hardware" and words in v.evidence, v
+
+
+def test_idle_gpu_lowering_its_link_generation_is_no_fault():
+    # a cold straggler idles: its GPU lowers the PCIe generation to save power
+    healthy = dict(link_width=16.0, link_width_max=16.0, link_gen=5.0, link_gen_max=5.0)
+    cold = peer(**{**healthy, "busy": 0.4, "active": 0.35, "spin_wait": 0.05, "link_gen": 2.5})
+    peers = [peer(**healthy, busy=0.99, spin_wait=0.1) for _ in range(7)]
+    assert classify(cold, peers).cause == "more_work"
+
+
+def test_link_below_its_maximum_on_every_gpu_is_no_cause_and_no_rebalance():
+    peers = [peer(link_width=8.0, link_width_max=16.0) for _ in range(7)]
+    v = classify(hot(link_width=8.0, link_width_max=16.0), peers)
+    assert v.cause == "unknown" and "PCIe link x8 of x16, as on its peers" in v.evidence, v
 
 
 def test_throttled_gpu_is_never_told_to_rebalance():
@@ -74,6 +104,17 @@ def test_throttled_gpu_is_never_told_to_rebalance():
         v = classify(s, PEERS)
         assert v.cause == "throttling", (s, v)
         assert "rebalance" not in REMEDIES[v.cause].lower().replace("do not rebalance", "")
+
+
+def test_some_reasons_only_are_no_known_reasons():
+    # a log with the power cap's Active / Not Active column alone: a GPU held down by
+    # heat shows no reason there, and must not read as "no reason set"
+    only_power = {"sw_power_cap": 0.0}
+    v = classify(hot(throttle=only_power, sm_clock_hz=1410e6, temperature_c=88.0), [peer(throttle=only_power)] * 7)
+    assert v.cause == "throttling" and v.missing == ("throttle_reasons",), v
+    # and the one column it has is evidence when it holds
+    v = classify(hot(throttle={"sw_power_cap": 0.9 * SPAN}, sm_clock_hz=1600e6), [peer(throttle=only_power)] * 7)
+    assert v.cause == "throttling" and v.missing == () and "sw_power_cap throttle 90% of span" in v.evidence
 
 
 def test_throttling_without_throttle_reasons_says_they_are_missing():
@@ -186,7 +227,8 @@ def test_aggregate_is_the_difference_of_two_vectors():
     agg = cause.aggregate(a, b)
     assert agg.seconds == 30 and agg.busy == 1.0 and agg.active == pytest.approx(22 / 30)
     assert agg.sm_clock_hz == pytest.approx(1200e6)
-    assert agg.throttle["hw_thermal"] == 15.0 and agg.throttle["sw_power_cap"] == 0.0
+    # the reasons the source reports, each; one it does not is unknown, not zero
+    assert agg.throttle == {"hw_thermal": 15.0}
     assert agg.pcie_replays == 10.0
     assert agg.xid == 1.0               # first seen within the stretch: counted from zero
     assert agg.ecc_uncorrected is None  # never reported: unknown, not zero

@@ -2,6 +2,8 @@
 recorded dcgm-exporter output (sources/recorded/dcgm.py)."""
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from conftest import require_data
@@ -49,6 +51,25 @@ def test_l4_capture_maps_every_family():
     assert c["pcie_bytes_total"] == {("tx",): 0.0, ("rx",): 0.0}  # a rate: nothing integrated yet
     assert r.attribution is None and r.holds_workload is None
     assert m.has_sm_active is False
+
+
+def test_link_and_nvlink_fields_on_the_real_capture():
+    """The L4 capture, with the link and NVLink fields dcgm-exporter prints when its
+    collectors CSV lists them (an H100 with NVLink, its link trained at x8 of x16),
+    each on the capture's own labels."""
+    text = _text(L4)
+    labels = re.search(r"^DCGM_FI_DEV_GPU_TEMP(\{[^}]*\})", text, re.M).group(1)
+    extra = {"DCGM_FI_DEV_PCIE_LINK_GEN": 5, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": 5,
+             "DCGM_FI_DEV_PCIE_LINK_WIDTH": 8, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": 16,
+             "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 12, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 3,
+             "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 7, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 0}
+    text += "".join(f"{name}{labels} {v}\n" for name, v in extra.items())
+    r = _map(text, t=5.0).readings["0"]
+    g = r.gauges
+    assert (g["pcie_link_generation"], g["pcie_link_max_generation"]) == (5.0, 5.0)
+    assert (g["pcie_link_width"], g["pcie_link_max_width"]) == (8.0, 16.0)
+    assert r.counters["nvlink_errors_total"] == {("crc_flit",): 12.0, ("crc_data",): 3.0, ("replay",): 7.0,
+                                                 ("recovery",): 0.0}
 
 
 def test_h100_capture_pod_attribution():

@@ -5,6 +5,8 @@ import functools
 
 import pytest
 
+from gpulse.catalog import THROTTLE_REASONS
+
 from conftest import require_data
 from gpulse.sources.cells import CellError, parse_quantity, parse_smi_time
 from gpulse.sources.recorded import LogFormatError, detect_format, read_log
@@ -40,8 +42,12 @@ def test_query_gpu_capture(name, util, power, mem_mib, limit):
     assert rec.sample.memory_used_bytes == mem_mib * MIB
     assert rec.reading.gauges["power_limit_watts"] == limit
     assert rec.reading.gauges["memory_total_bytes"] > rec.reading.gauges["memory_used_bytes"]
-    assert set(rec.reading.counters["throttle_seconds_total"]) == {("sw_power_cap",), ("sync_boost",), ("sw_thermal",),
-                                                           ("hw_thermal",), ("hw_power_brake",)}
+    # the five the driver counts (clocks_event_reasons_counters.*) and, from the
+    # Active / Not Active columns, the others: every reason
+    assert set(rec.reading.counters["throttle_seconds_total"]) == {(r,) for r in THROTTLE_REASONS}
+    g = rec.reading.gauges
+    assert (g["pcie_link_width"], g["pcie_link_max_width"]) == (16.0, 16.0)
+    assert g["pcie_link_generation"] <= g["pcie_link_max_generation"]
 
 
 def test_query_gpu_capture_time_is_utc():
@@ -68,6 +74,32 @@ def test_q_text_capture_h100():
     assert rec.reading.gauges["power_limit_watts"] == 700
     assert rec.reading.counters["pcie_replays_total"] == 9
     assert rec.reading.holds_workload is True             # gpu_burn and two memhogs are listed
+    g = rec.reading.gauges                                # PCI / GPU Link Info
+    assert (g["pcie_link_generation"], g["pcie_link_max_generation"]) == (5.0, 5.0)
+    assert (g["pcie_link_width"], g["pcie_link_max_width"]) == (16.0, 16.0)
+    # Clocks Event Reasons (Active / Not Active) with the counters: every reason known
+    assert set(rec.reading.counters["throttle_seconds_total"]) == {(r,) for r in THROTTLE_REASONS}
+
+
+def test_q_text_reasons_as_states_count_held_time(tmp_path):
+    """Two -q snapshots a second apart, HW Slowdown Active in the second: that second
+    counts for it (nvidia-smi counts no time for it); SW Power Cap Active there too, but
+    its driver counter (0 us) is what counts for it."""
+    text = require_data("captures/nvidia-smi/h100-80gb-hbm3-q.txt").read_text()
+    stamp = next(line for line in text.splitlines() if line.startswith("Timestamp"))
+    later = stamp.replace("08:12:53", "08:12:54")
+    held = (text.replace(stamp, later)
+            .replace("HW Slowdown                                    : Not Active",
+                     "HW Slowdown                                    : Active")
+            .replace("SW Power Cap                                   : Not Active",
+                     "SW Power Cap                                   : Active"))
+    path = tmp_path / "q.txt"
+    path.write_text(text + held)
+    run = read_log(str(path))
+    assert run.errors == []
+    first, second = (r.reading.counters["throttle_seconds_total"] for r in run.records)
+    assert first[("hw_slowdown",)] == 0 and second[("hw_slowdown",)] == 1.0
+    assert second[("sw_power_cap",)] == 0 and second[("gpu_idle",)] == 0
 
 
 def test_q_text_capture_mig_instances():

@@ -1,19 +1,73 @@
 """What the nvidia-smi formats share: their parsed values of one GPU at one instant
--> a Record."""
+-> a Record, and clock-event (throttle) reasons logged as states -> the seconds
+each held the clocks."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
+from ...catalog import THROTTLE_REASONS
 from ...model import Reading, Sample
 from .records import Record
 
 _SMI_GAUGES = (("power", "power_watts"), ("mem_used", "memory_used_bytes"), ("mem_total", "memory_total_bytes"),
                ("temp", "temperature_celsius"), ("mtemp", "memory_temperature_celsius"),
                ("sm_clock", "sm_clock_hertz"), ("mem_clock", "memory_clock_hertz"),
-               ("fan", "fan_speed_ratio"))
+               ("fan", "fan_speed_ratio"), ("link_gen", "pcie_link_generation"),
+               ("link_gen_max", "pcie_link_max_generation"), ("link_width", "pcie_link_width"),
+               ("link_width_max", "pcie_link_max_width"))
+
+# nvidia-smi's names of the clock-event reasons (--query-gpu clocks_event_reasons.<name>,
+# formerly clocks_throttle_reasons.<name>) -> the catalog's; the `.active` bit mask has
+# NVML's bits, which are the catalog's order (bit i is THROTTLE_REASONS[i])
+SMI_REASONS = {
+    "gpu_idle": "gpu_idle", "applications_clocks_setting": "applications_clocks",
+    "sw_power_cap": "sw_power_cap", "hw_slowdown": "hw_slowdown", "sync_boost": "sync_boost",
+    "sw_thermal_slowdown": "sw_thermal", "hw_thermal_slowdown": "hw_thermal",
+    "hw_power_brake_slowdown": "hw_power_brake", "display_clock_setting": "display_clocks",
+}
+ACTIVE, NOT_ACTIVE = "active", "not active"
 
 
-def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | None) -> Record:
+def mask_states(mask: int) -> dict[str, bool]:
+    """The `.active` bit mask (0x0000000000000004: sw_power_cap) -> every reason's state."""
+    return {r: bool(mask >> i & 1) for i, r in enumerate(THROTTLE_REASONS)}
+
+
+class ReasonTime:
+    """Reasons logged as states (Active / Not Active, or the bit mask) -> the seconds
+    each held the clocks, as the counters NVML keeps (clocks_event_reasons_counters.*):
+    a row's state counts for the time since its GPU's previous row, as its utilisation
+    does. A step longer than a few of the GPU's usual ones is a gap in the log and
+    counts for no reason."""
+
+    GAP_STEPS = 3.0
+    GAP_MIN = 10.0      # seconds: a log at nvidia-smi -l 5 has 5 s steps
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}     # gpu -> (t, its latest step)
+        self._total: dict[str, dict[str, float]] = {}
+
+    def add(self, gpu: str, t: float, states: Mapping[str, bool]) -> dict[str, float]:
+        total = self._total.setdefault(gpu, {})
+        prev = self._last.get(gpu)
+        dt = t - prev[0] if prev is not None else 0.0
+        if dt > 0:
+            if dt <= max(self.GAP_MIN, self.GAP_STEPS * prev[1]):
+                for r, on in states.items():
+                    if on:
+                        total[r] = total.get(r, 0.0) + dt
+            self._last[gpu] = (t, dt if dt <= self.GAP_MIN else prev[1])
+        elif prev is None:
+            self._last[gpu] = (t, 0.0)
+        for r in states:
+            total.setdefault(r, 0.0)
+        return dict(total)
+
+
+def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | None,
+               reasons: ReasonTime | None = None) -> Record:
+    """`reasons` integrates the states in v["thr_states"] ({reason: active}); a
+    reason the log also counts (v["thr:<reason>"], seconds) is taken as counted."""
     power = next((v[k] for k in ("power", "power_avg", "power_inst") if v.get(k) is not None), None)
     v["power"] = power
     sample = Sample(t=t, util=v.get("util"), power_w=power, memory_used_bytes=v.get("mem_used"))
@@ -31,6 +85,10 @@ def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | Non
     if ecc:
         counters["ecc_errors_total"] = ecc
     thr = {(k[4:],): val for k, val in v.items() if k.startswith("thr:") and val is not None}
+    states = v.get("thr_states")
+    if states and reasons is not None:
+        for r, secs in reasons.add(gpu, t, states).items():
+            thr.setdefault((r,), secs)
     if thr:
         counters["throttle_seconds_total"] = thr
     return Record(Reading(gpu, [sample], gauges, counters, up=lost is None, error=lost), line)

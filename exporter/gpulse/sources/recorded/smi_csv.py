@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from ...model import DeviceInfo
 from ..cells import LOST, NOT_AVAILABLE, UNITS, CellError, is_gpu_index, parse_quantity, parse_smi_time
 from .records import Problems, Record
-from .smi import smi_record
+from .smi import ACTIVE, NOT_ACTIVE, SMI_REASONS, ReasonTime, mask_states, smi_record
 
 if TYPE_CHECKING:
     from .stream import LogStream
@@ -63,8 +63,23 @@ _SMI_FIELDS: dict[str, tuple[str, str | None, float | None, float | None]] = {
     "clocks_event_reasons_counters.sw_thermal_slowdown": ("thr:sw_thermal", "us", 0, None),
     "clocks_event_reasons_counters.hw_thermal_slowdown": ("thr:hw_thermal", "us", 0, None),
     "clocks_event_reasons_counters.hw_power_brake_slowdown": ("thr:hw_power_brake", "us", 0, None),
+    "pcie.link.gen.current": ("link_gen", None, 1, 64), "pcie.link.gen.gpucurrent": ("link_gen", None, 1, 64),
+    "pcie.link.gen.max": ("link_gen_max", None, 1, 64),
+    "pcie.link.gen.gpumax": ("link_gen_gpumax", None, 1, 64), "pcie.link.gen.hostmax": ("link_gen_hostmax", None, 1, 64),
+    "pcie.link.width.current": ("link_width", None, 1, 64), "pcie.link.width.max": ("link_width_max", None, 1, 64),
 }
-_TEXT_FIELDS = {"t", "index", "uuid", "model", "pci", "driver", "remap_pending"}
+# clock-event reasons as states: clocks_event_reasons.<name> (drivers >= 535) or
+# clocks_throttle_reasons.<name> (older), Active / Not Active; `.active`, a bit mask
+for _prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
+    for _name, _reason in SMI_REASONS.items():
+        _SMI_FIELDS[f"{_prefix}.{_name}"] = ("thr_state:" + _reason, None, None, None)
+    _SMI_FIELDS[f"{_prefix}.active"] = ("thr_mask", None, None, None)
+_STATE_FIELDS = {f for f, *_ in _SMI_FIELDS.values() if f.startswith("thr_state:")} | {"thr_mask"}
+_TEXT_FIELDS = {"t", "index", "uuid", "model", "pci", "driver", "remap_pending"} | _STATE_FIELDS
+# which power.draw column the rows' power comes from (smi_record takes the first) ->
+# whether it is an average: power.draw is the 1 s average on recent drivers and the
+# instant on older ones, so the data decide (None)
+_POWER_AVERAGED = (("power", None), ("power_avg", True), ("power_inst", False))
 
 
 def _smi_column_known(name: str) -> bool:
@@ -167,6 +182,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator
                     raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")
                 has = {c.field for c in cols}
                 run.timed = "t" in has
+                run.power_averaged = next((avg for f, avg in _POWER_AVERAGED if f in has), None)
                 key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
                 continue
         pos = position
@@ -179,6 +195,9 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator
         lost = None
         for c in cols:
             cell = cells[c.pos]
+            if c.field in _STATE_FIELDS:
+                _state(values, c, cell, i, err)
+                continue
             if c.field in _TEXT_FIELDS:
                 values[c.field] = None if NOT_AVAILABLE.match(cell) else cell
                 continue
@@ -200,6 +219,28 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator
             yield i, pos, t, values, lost, key_field
 
 
+def _state(values: dict[str, Any], c: _Column, cell: str, line: int, err: Problems) -> None:
+    """A clock-event reason cell (Active / Not Active, or the `.active` mask) into
+    values["thr_states"]; a reason's own column wins over the mask."""
+    if NOT_AVAILABLE.match(cell):
+        return
+    states = values.setdefault("thr_states", {})
+    if c.field == "thr_mask":
+        try:
+            mask = int(cell, 16)
+        except ValueError:
+            err.add(line, f"column {c.label!r}: not a hex bit mask: {cell[:40]!r}; value dropped")
+            return
+        for r, on in mask_states(mask).items():
+            states.setdefault(r, on)
+        return
+    word = cell.lower()
+    if word not in (ACTIVE, NOT_ACTIVE):
+        err.add(line, f"column {c.label!r}: not Active or Not Active: {cell[:40]!r}; value dropped")
+        return
+    states[c.field.split(":", 1)[1]] = word == ACTIVE
+
+
 # rows read ahead to learn how many rows one poll writes (see _rows_per_poll)
 RHYTHM_ROWS = 8193
 
@@ -210,6 +251,7 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream")
     n_per_poll = _rows_per_poll([r[2] for r in ahead if r[2] is not None]) if run.timed else 1
     names: dict[str, str] = {}
     found = run.found
+    reasons = ReasonTime()
     instant = -1
     last_index = None
     for line, pos, t, values, lost, key_field in itertools.chain(ahead, rows):
@@ -237,7 +279,11 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream")
         if gpu not in found:
             found[gpu] = DeviceInfo(gpu=gpu, uuid=values.get("uuid") or "", model=values.get("model") or "",
                                     pci_bus_id=values.get("pci") or "", driver=values.get("driver") or "")
-        yield smi_record(t, gpu, values, line, lost)
+        if values.get("link_gen_max") is None and values.get("link_gen_gpumax") is not None:
+            # the link can reach the lower of what the GPU and its root port support
+            host = values.get("link_gen_hostmax")
+            values["link_gen_max"] = min(values["link_gen_gpumax"], host) if host else values["link_gen_gpumax"]
+        yield smi_record(t, gpu, values, line, lost, reasons)
 
 
 def sniff(head: list[str]) -> bool:

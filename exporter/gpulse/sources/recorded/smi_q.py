@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from ...model import DeviceInfo
 from ..cells import NOT_AVAILABLE, CellError, parse_quantity
 from .records import Problems, Record
-from .smi import smi_record
+from .smi import ACTIVE, NOT_ACTIVE, ReasonTime, smi_record
 
 if TYPE_CHECKING:
     from .stream import LogStream
@@ -26,6 +26,18 @@ _Q_LINE = re.compile(r"^( *)(\S.*?)\s+:\s?(.*)$")
 _Q_THROTTLE = {"SW Power Capping": "sw_power_cap", "Sync Boost": "sync_boost",
                "SW Thermal Slowdown": "sw_thermal", "HW Thermal Slowdown": "hw_thermal",
                "HW Power Braking": "hw_power_brake"}
+# the reasons as states, under 'Clocks Event Reasons' (drivers >= 535) or 'Clocks
+# Throttle Reasons' (older); the hardware ones nest under 'HW Slowdown'
+_Q_REASON_SECTIONS = ("Clocks Event Reasons", "Clocks Throttle Reasons")
+_Q_STATES = {"Idle": "gpu_idle", "Applications Clocks Setting": "applications_clocks",
+             "SW Power Cap": "sw_power_cap", "HW Slowdown": "hw_slowdown", "Sync Boost": "sync_boost",
+             "SW Thermal Slowdown": "sw_thermal", "HW Thermal Slowdown": "hw_thermal",
+             "HW Power Brake Slowdown": "hw_power_brake", "Display Clock Setting": "display_clocks"}
+# PCI / GPU Link Info: (section, entry) -> field; 'Device Max' is the GPU's, 'Max' what
+# the GPU and its slot can reach
+_Q_LINK = {("PCIe Generation", "Current"): "link_gen", ("PCIe Generation", "Device Current"): "link_gen",
+           ("PCIe Generation", "Max"): "link_gen_max", ("Link Width", "Current"): "link_width",
+           ("Link Width", "Max"): "link_width_max"}
 
 
 class _QBlock:
@@ -102,9 +114,37 @@ def _q_value(block: _QBlock, unit: str | None, lo: float | None, hi: float | Non
         return None
 
 
+def _q_states(b: _QBlock, err: Problems) -> dict[str, bool]:
+    states: dict[str, bool] = {}
+    for p, val, ln in b.entries:
+        if len(p) < 2 or p[0] not in _Q_REASON_SECTIONS or p[-1] not in _Q_STATES:
+            continue
+        word = val.lower()
+        if word in (ACTIVE, NOT_ACTIVE):
+            states[_Q_STATES[p[-1]]] = word == ACTIVE
+        elif not NOT_AVAILABLE.match(val):
+            err.add(ln, f"{' / '.join(p)}: not Active or Not Active: {val[:40]!r}; value dropped")
+    return states
+
+
+def _q_link(b: _QBlock, v: dict[str, Any], err: Problems) -> None:
+    for p, val, ln in b.entries:
+        fld = _Q_LINK.get(p[-2:]) if len(p) == 4 and p[:2] == ("PCI", "GPU Link Info") else None
+        if fld is None or (fld in v and p[-1] == "Device Current"):
+            continue
+        try:
+            x = parse_quantity(val.rstrip("x"), None, 1, 64)
+        except CellError as e:
+            err.add(ln, f"{' / '.join(p)}: {e}; value dropped")
+            continue
+        if x is not None:
+            v[fld] = x
+
+
 def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream") -> Iterator[Record]:
     found = run.found
     versions: dict[str, str] = {}
+    reasons = ReasonTime()
     for n, (t, line, blocks) in enumerate(_q_blocks(lines, err, versions)):
         if t is None:
             run.timed = False
@@ -135,6 +175,8 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream")
             v["remap_pending"] = pending[0] if pending and not NOT_AVAILABLE.match(pending[0]) else None
             for label, reason in _Q_THROTTLE.items():
                 v["thr:" + reason] = _q_value(b, "us", 0, None, err, "Clocks Event Reasons Counters", label)
+            v["thr_states"] = _q_states(b, err)
+            _q_link(b, v, err)
             corrected = [_q_value(b, None, 0, None, err, "ECC Errors", "Volatile", k)
                          for k in ("SRAM Correctable", "DRAM Correctable")]
             uncorrected = [_q_value(b, None, 0, None, err, "ECC Errors", "Volatile", k)
@@ -143,7 +185,9 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream")
                 v["ecc_corrected"] = sum(x for x in corrected if x is not None)
             if any(x is not None for x in uncorrected):
                 v["ecc_uncorrected"] = sum(x for x in uncorrected if x is not None)
-            rec = smi_record(t, gpu, v, b.line, None)
+            if b.get("GPU Power Readings", "Average Power Draw"):
+                run.power_averaged = True
+            rec = smi_record(t, gpu, v, b.line, None, reasons)
             replays = _q_value(b, None, 0, None, err, "PCI", "Replays Since Reset")
             if replays is not None:
                 rec.reading.counters["pcie_replays_total"] = replays

@@ -72,6 +72,9 @@ class LogStream:
         self.found: dict[str, DeviceInfo] = {}
         self.timed = True
         self.has_sm_active = False
+        # whether the power read is an average (nvidia-smi's power.draw.average) or an
+        # instant (power.draw.instant); None: the data decide (Engine.power_averaged)
+        self.power_averaged: bool | None = None
         self.nodes_found: list[str] = []
         self.start: float | None = None
         self.end: float | None = None
