@@ -148,8 +148,8 @@ def export(path: Path, node: str, workload: str) -> str:
 
 def report_named(doc: dict, case: sweep.SweepCase) -> tuple[set[str], dict[str, str]]:
     """What findings.json names: GPUs as "node/gpu" (a one-node log's report names no
-    node: its GPUs are the case's node 0), nodes as "node" (a straggler entry or
-    finding with a node and no GPU); the cause given each GPU."""
+    node: its GPUs are the case's node 0), nodes as "node" (`straggler_nodes`); the
+    cause given each GPU."""
     named, causes = set(), {}
     one = case.nodes == 1
     for s in doc.get("stragglers", []):
@@ -161,9 +161,8 @@ def report_named(doc: dict, case: sweep.SweepCase) -> tuple[set[str], dict[str, 
         key = f"{node}/{s['gpu']}"
         named.add(key)
         causes[key] = _finding_cause(doc, str(s["gpu"])) if one else (s.get("cause") or "none")
-    for f in doc.get("findings", []):
-        if "straggler" in f.get("kind", "") and f.get("node") and "gpu" not in f and not f.get("gpus"):
-            named.add(str(f["node"]))
+    for nd in doc.get("straggler_nodes", []):     # a slow node, named once as the node
+        named.add(str(nd["node"]))
     return named, causes
 
 

@@ -91,7 +91,7 @@ def test_a_slow_node_is_hit_by_its_node_or_any_of_its_gpus_and_others_are_false(
     n1, n2 = case.node(1), case.node(2)
     case.stragglers, case.slow_nodes, case.positive = tuple(f"{n1}/{g}" for g in range(8)), (n1,), True
     doc = {"stragglers": [{"node": n1, "gpu": "3", "cause": "more_work"}, {"node": n1}],
-           "findings": [{"kind": "node_straggler", "node": n2, "text": "..."}]}
+           "straggler_nodes": [{"node": n2, "workload": "j"}]}
     named, causes = ss.report_named(doc, case)
     assert named == {f"{n1}/3", n1, n2} and causes == {f"{n1}/3": "more_work"}
     j = ss.judge(case, {k: None for k in named})
