@@ -172,12 +172,7 @@ def build() -> db.Dashboard:
              "work to the job's owner) and imbalance. From gpulse_group_lost_seconds_total, the figure "
              "gpulse report's headline and the gpulse.lost records give.", "h",
              query(Q.lost_hours(SEL, "workload, node"), "", instant=True, table=True),
-             transformations=merge_table({"Value": "GPU-hours"}), sort_by="GPU-hours", w=16))
-         .with_panel(straggler_table(
-             "Slow nodes now",
-             "Nodes of a multi-node workload whose GPUs together cost the other nodes' GPUs "
-             f"{Q.OUTLIER_COST:.0%} or more of their time: GpulseStragglerNode pages on these, once per "
-             "node (its GPUs' own straggler alerts hold back).", Q.slow_nodes(SEL), w=8)))
+             transformations=merge_table({"Value": "GPU-hours"}), sort_by="GPU-hours", w=24)))
 
     d = (d.with_row(db.Row("Stragglers"))
          .with_panel(straggler_table(
@@ -188,7 +183,8 @@ def build() -> db.Dashboard:
              "z-score; gap is the GPU's share minus the peers' median. A GPU costing its peers "
              f"{Q.OUTLIER_COST:.0%} or more, beyond ±{Q.OUTLIER_Z}, is a straggler. Active gap "
              "positive: a hot straggler the others wait for. Busy gap negative while its peers "
-             "spin: a cold straggler whose rank is busy off the GPU.",
+             "spin: a cold straggler whose rank is busy off the GPU. A slow node of a multi-node workload (what "
+             "GpulseStragglerNode pages on) is a row of its own, without a GPU.",
              Q.straggler_table(SEL),
              links=[to_node_detail("${__data.fields.node}", "${__data.fields.gpu}")]))
          .with_panel(time_series(

@@ -346,8 +346,11 @@ def outliers(sel: str, k: int = 10) -> str:
 def straggler_table(sel: str) -> dict[str, str]:
     """Column name -> instant query, for the current top outliers."""
     top = outliers(sel)
+    # a slow node (GpulseStragglerNode) is a row of its own, without a gpu: the
+    # table lists what pages, GPUs and nodes alike
     return {
-        "cost to peers": f"{PEER_WAIT}{{{sel}}} and {top}",
+        "cost to peers": (f"({PEER_WAIT}{{{sel}}} and {top})"
+                          f" or ({NODE_PEER_WAIT}{{{sel}}} >= {OUTLIER_COST})"),
         "active deviation": f"{PEER_DEV}{{{sel}}} and {top}",
         "active gap": f"{PEER_GAP}{{{sel}}} and {top}",
         "busy deviation": f"{BUSY_PEER_DEV}{{{sel}}} and {top}",
@@ -377,15 +380,4 @@ LOST = "gpulse_group_lost_seconds_total"
 def lost_hours(sel: str, by: str) -> str:
     """GPU-hours lost over the dashboard's range, by `by` (reason and cause always):
     increase() of the exporter's counter itself, exact at any range and scrape."""
-    return f"sum by ({by}, reason, cause) (increase({LOST}{{{sel}}}[$__range])) / 3600 > 0"
-
-
-def slow_nodes(sel: str) -> dict[str, str]:
-    """Column name -> instant query: every node of a multi-node workload that costs
-    the other nodes at least OUTLIER_COST of their time (what GpulseStragglerNode
-    pages on), with its cost and score."""
-    flagged = f"{NODE_PEER_WAIT}{{{sel}}} >= {OUTLIER_COST}"
-    return {
-        "node cost to peers": flagged,
-        "node deviation": f"{NODE_PEER_DEV}{{{sel}}} and on (cluster, workload, node) ({flagged})",
-    }
+    return f"sum by ({by}, reason, cause) (increase({LOST}{{{sel}}}[$__range])) / 3600"

@@ -77,7 +77,8 @@ def build() -> db.Dashboard:
              "Cost is the share of the other ranks' time spent waiting for it; deviation is a robust "
              "z-score; gap is the rank's share minus the median. Costing them "
              f"{Q.OUTLIER_COST:.0%} or more, beyond ±{Q.OUTLIER_Z}, it is a straggler: active gap positive = "
-             "the rank the others wait for; busy gap negative = a rank busy off the GPU.",
+             "the rank the others wait for; busy gap negative = a rank busy off the GPU. A slow node "
+             "(what GpulseStragglerNode pages on) is a row of its own, without a GPU.",
              Q.straggler_table(SEL),
              links=[to_node_detail("${__data.fields.node}", "${__data.fields.gpu}")]))
          .with_panel(time_series(
@@ -86,12 +87,6 @@ def build() -> db.Dashboard:
              "healthy; one line far above or below the band is a straggler.", RATIO,
              query(f'{Q.PEER_GAP}{{{SEL}}}', "{{node}}/{{gpu}}"),
              min_val=-1, max_val=1, interval=RULE_5M_INTERVAL))
-         .with_panel(straggler_table(
-             "Slow nodes now",
-             "Nodes of the job whose GPUs together cost the other nodes' GPUs "
-             f"{Q.OUTLIER_COST:.0%} or more of their time (what GpulseStragglerNode pages on): a "
-             "power-capped or warm node, a slow NIC, more work placed on it. Empty when no node "
-             "is slower than the rest.", Q.slow_nodes(SEL)))
          .with_panel(table_panel(
              "GPU-hours lost by reason",
              "GPU-hours the job lost over the range: to sync stalls (every GPU, each stalled second), "

@@ -4,7 +4,7 @@ the shipped rules, Alertmanager with the example routing, and a webhook receiver
 that prints every notification.
 
     .venv/bin/python prometheus/examples/stack.py              # sync stalls, first alert in ~2 min
-    .venv/bin/python prometheus/examples/stack.py --scenario straggler    # ~6 min
+    .venv/bin/python prometheus/examples/stack.py --scenario straggler    # ~7 min
 
 It runs prometheus.yml and alertmanager.yml of this folder as they are: with the
 default ports (gpulse 9479, Prometheus 9090, Alertmanager 9093, receiver 5001) they
@@ -15,7 +15,7 @@ everything.
 
 How long until the first alert, with the shipped rules at a 15 s scrape (measured
 in virtual time by tests/integration/test_example_stack.py, plus Alertmanager's 30 s
-group wait): sync-stall about 2 minutes (GpulseSyncStalls), straggler about 6
+group wait): sync-stall about 2 minutes (GpulseSyncStalls), straggler about 7
 (GpulseStragglerGPU: 270 s of held workload, then for: 1m), imbalance about 16
 (GpulseWorkloadImbalance: for: 15m).
 """
@@ -41,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 RULES = HERE.parent / "rules"
 DEFAULT_PORTS = {"gpulse": 9479, "prometheus": 9090, "alertmanager": 9093, "receiver": 5001}
 # minutes to the first notification, per scenario (see the module doc)
-FIRST_ALERT = {"sync-stall": ("GpulseSyncStalls", 2), "straggler": ("GpulseStragglerGPU", 6),
+FIRST_ALERT = {"sync-stall": ("GpulseSyncStalls", 2), "straggler": ("GpulseStragglerGPU", 7),
                "imbalance": ("GpulseWorkloadImbalance", 16)}
 
 

@@ -49,13 +49,18 @@ def test_unknown_variant_is_refused(chart):  # noqa: F811
 
 
 def test_chart_offers_exactly_the_variants_the_tool_makes():
+    """The chart's prometheus variant ships prometheus/rules itself (any ruler with
+    keep_firing_for), its vmalert variant the tool's; the Prometheus-ordered variant
+    (prometheus/rules-prometheus, sums reading their group's records) is for a
+    Prometheus loading the files directly and is not in the chart."""
     import json
     import sys
     sys.path.insert(0, str(ROOT / "prometheus" / "tools"))
     import variants
     schema = json.loads((ROOT / "helm" / "gpulse" / "values.schema.json").read_text())
     enum = schema["properties"]["prometheusRule"]["properties"]["variant"]["enum"]
-    assert sorted(enum) == sorted(variants.VARIANTS)
-    for name, folder in variants.VARIANTS.items():
-        link = ROOT / "helm" / "gpulse" / "files" / ("rules" if folder is None else folder.name)
-        assert link.is_symlink() and link.resolve() == (folder or variants.SOURCE).resolve(), name
+    shipped = {"prometheus": variants.SOURCE, "vmalert": variants.VARIANTS["vmalert"]}
+    assert sorted(enum) == sorted(shipped)
+    for name, folder in shipped.items():
+        link = ROOT / "helm" / "gpulse" / "files" / folder.name
+        assert link.is_symlink() and link.resolve() == folder.resolve(), name

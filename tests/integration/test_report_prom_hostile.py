@@ -118,6 +118,10 @@ def _counters(params: dict, odd=lambda gpu, k, v: v, nodes=("n1", "n1")) -> list
     """Two GPUs' gpulse series on the asked grid: GPU 0 working, GPU 1 at 10 %, on
     `nodes`; odd(gpu, k, value) may replace a value's text."""
     name = params["query"].split("{")[0]
+    known = ("gpulse_gpu_sampled_seconds_total", "gpulse_gpu_busy_seconds_total", "gpulse_gpu_active_seconds_total",
+             "gpulse_gpu_memory_used_bytes", "gpulse_gpu_memory_total_bytes")
+    if name not in known:
+        return []        # the cause series (clocks, throttling, ...): this Prometheus holds none
     start, end, step = float(params["start"]), float(params["end"]), float(params["step"])
     n = int((end - start) / step) + 1
     out = []

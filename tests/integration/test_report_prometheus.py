@@ -69,7 +69,8 @@ def test_report_from_prometheus(prom, tmp_path):
     assert doc["run"]["tick_seconds"] == 1 and doc["run"]["activity"] == "sm_active"
     [f] = [f for f in doc["findings"] if f["kind"] == "imbalance"]
     assert f["text"].startswith("GPUs 0 and 1 at 9") and "GPUs 2 and 3 under 1" in f["text"]
-    assert p.stdout.splitlines()[0].startswith("[high] GPUs 0 and 1 at 9")
+    assert p.stdout.splitlines()[0].startswith("This run lost ") and "to imbalance" in p.stdout.splitlines()[0]
+    assert p.stdout.splitlines()[1].startswith("[high] GPUs 0 and 1 at 9")
     busy = {g["gpu"]: g["busy_fraction"] for g in doc["gpus"]}
     assert busy["0"] > 0.9 and busy["3"] < 0.2
     page = (tmp_path / "report.html").read_text()
@@ -150,8 +151,12 @@ def test_range_source_over_two_nodes_names_the_idle_gpu():
         [("a", "0", "train"), ("a", "1", "train"), ("b", "0", "train"), ("b", "1", "train")]
     busy = [g["busy_fraction"] for g in doc["gpus"]]
     assert busy == pytest.approx([0.95, 0.95, 0.95, 0.05], abs=0.01)     # the counter reset is no spike
-    assert [(s["node"], s["gpu"], s["direction"]) for s in doc["stragglers"]] == [("b", "1", "idler")]
-    assert "b GPU 1" in doc["findings"][0]["text"]
+    # GPU 1 of b idles while its peers compute (no spin-wait): nobody waits for it,
+    # so it costs them nothing and is no straggler; the spread is imbalance, named
+    # across the nodes
+    assert doc["stragglers"] == []
+    [imb] = [f for f in doc["findings"] if f["kind"] == "imbalance"]
+    assert "b GPU 1" in imb["text"]
 
 
 def test_timezone_only_picks_how_prometheus_times_are_shown(prom, tmp_path):

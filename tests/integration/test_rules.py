@@ -186,7 +186,7 @@ def test_alerts_that_judge_performance_persist_and_page_early():
     # then 90 s more: a rank's one pause shorter than the exporter's own
     # confirmation never pages as a straggler (promtool tests: training-balance)
     for name in ("GpulseStragglerGPU", "GpulseStragglerNode"):
-        assert alerts[name].get("for") == "1m30s", name
+        assert alerts[name].get("for") == "90s", name
         assert "min_over_time(" in alerts[name]["expr"] and "[2m])" in alerts[name]["expr"], name
         assert "gpulse_group_sampled_seconds_total[5m]" in alerts[name]["expr"], name
     for name in ("GpulseSyncStalls", "GpulseStragglerGPU", "GpulseStragglerNode", "GpulseSyncPause",
