@@ -27,16 +27,19 @@ from gpulse.analysis.cause import REMEDIES  # noqa: E402
 from gpulse.sources.recorded import read_log  # noqa: E402
 
 NAMES = ("pai-more-work-avg", "pai-throttled-thermal-avg", "pai-throttled-power-avg", "pai-hw-slowdown-avg",
-         "pai-ecc-avg", "pai-cold-rank-avg", "pai-hot-plain-avg", "pai-cold-rank-plain-avg",
+         "pai-ecc-avg", "pai-cold-rank-avg", "pai-throttled-power-event-states-avg",
+         "pai-throttled-thermal-throttle-states-avg", "pai-throttled-thermal-mask-avg", "pai-hw-slowdown-mask-avg",
+         "pai-link-width-avg", "pai-link-gen-avg", "pai-hot-plain-avg", "pai-cold-rank-plain-avg",
          "h100/ckpt1+health", "h100/ckpt1", "h100/ckpt50+health", "h100/ckpt50",
          "seed-imbalance+health-avg", "seed-imbalance-avg")
 # The module's fixtures build the cases and run one `gpulse report` process per
-# case (14), and pytest-timeout charges fixture setup to the first test that uses
+# case (20), and pytest-timeout charges fixture setup to the first test that uses
 # them: on a 2-core machine running other suites that took over the suite's 300 s.
 pytestmark = pytest.mark.timeout(1500)
 
 # what the evidence of each cause must speak of
-SAYS = {"throttling": ("throttle",), "degraded_hardware": ("ECC", "remapping", "no throttle reason"),
+SAYS = {"throttling": ("throttle",), "degraded_hardware": ("ECC", "remapping", "no throttle reason", "hw_slowdown",
+                                                          "link"),
         "more_work": ("active",), "off_gpu": ("spin-wait",), "unknown": ()}
 
 
