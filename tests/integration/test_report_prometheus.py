@@ -181,3 +181,26 @@ def test_timezone_only_picks_how_prometheus_times_are_shown(prom, tmp_path):
     assert ((t_b - t_a).total_seconds() - 9 * 3600) % 86400 == 0
     start = datetime.fromisoformat(a["run"]["start_time"].replace("Z", "+00:00"))
     assert start.astimezone(timezone.utc).strftime("%H:%M:%S") == first.search(page_a).group(1)
+
+
+def test_a_slow_node_of_a_workload_is_named_once_as_the_node():
+    """Four nodes of one workload, two GPUs each; both GPUs of node c compute 75 % of
+    the time against 50 % elsewhere (a power-capped or warm node): the report names
+    node c once, with what it costs the other nodes, and none of its GPUs apart."""
+    from testing.config import test_config
+    from gpulse.report.collect import Recording, collect
+    from gpulse.report.findings import analyse
+    from gpulse.sources.prom import PromRangeSource
+    from gpulse.engine import run_offline
+    levels = {(n, g): (0.75 if n == "c" else 0.5) for n in "abcd" for g in "01"}
+    src = PromRangeSource(counters(levels, 300), 1000.0, 1300.0, 1.0)
+    cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)
+    rec = Recording("test", 1.0, cfg.idle_threshold, "sm_active", cfg.analysis_window)
+    collect(run_offline(src, cfg), rec, src.node_and_gpu)
+    doc = analyse(rec).as_json()
+    [nd] = doc["straggler_nodes"]
+    assert (nd["node"], nd["workload"], nd["direction"], nd["gpus"]) == ("c", "train", "busier", 2)
+    assert nd["cost"] == pytest.approx(0.25, abs=0.02)
+    assert not [s for s in doc["stragglers"] if s["node"] == "c"]
+    [f] = [f for f in doc["findings"] if f["kind"] == "straggler_node"]
+    assert f["text"].startswith("Node c is a straggler of workload train") and "6 GPUs" in f["text"]
