@@ -102,7 +102,11 @@ def test_call_hung_stale_alert_and_sigterm(gpulse_proc, tmp_path):
     prom = Prometheus(tmp_path, [f"127.0.0.1:{g.port}"])
     try:
         w = Watch(g)
-        w.until(lambda t: one(t, "gpulse_exporter_stale") == 1, 15, "stale during the hang")
+        # stale because the driver hangs, not because a loaded machine starved the
+        # sampler for a second before the hang began (then a poll succeeds again and
+        # the gauge reads 0 once more): no poll for 5 s is the hang
+        w.until(lambda t: one(t, "gpulse_exporter_stale") == 1
+                and one(t, "gpulse_exporter_seconds_since_last_sample") >= 5, 30, "stale during the hang")
         deadline = time.monotonic() + 20
         while not prom.alerts("GpulseMetricsStale"):
             assert time.monotonic() < deadline, "GpulseMetricsStale never became pending"
