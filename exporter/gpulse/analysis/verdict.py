@@ -85,7 +85,6 @@ STRAGGLER_Z = value("straggler_z")
 COST = value("straggler_cost_ratio")
 MIN_SPAN = value("straggler_min_span_seconds")
 BREAK = value("straggler_break_seconds")
-SIGNALS = ("active", "busy")   # hot, cold (see module doc)
 # What lost GPU-seconds are counted under (see module doc): (reason, cause). Every
 # pair exists from the start, so a counter that first moves by a whole confirmed
 # span is not lost to a rate() that needs two points of it.
