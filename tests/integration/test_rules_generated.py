@@ -66,7 +66,7 @@ def _numbers_in_conditions(doc: dict) -> list[tuple[str, str]]:
 def test_a_threshold_changed_in_the_table_changes_every_rule_that_uses_it():
     """Render with every threshold moved to an unlikely value: no comparison in the
     generated training and balance rules may keep a number the table did not give."""
-    odd = {name: dataclasses.replace(t, value=round(t.value + 0.0123, 4))
+    odd = {name: dataclasses.replace(t, value=round(t.value + 0.0123, 4)) if isinstance(t.value, (int, float)) else t
            for name, t in thresholds.THRESHOLDS.items()}
     allowed = {generate.FORMATS[None](t.value) for t in odd.values()}
     allowed |= {"0", "1"}   # presence tests: `> 0`, `== 1` (group holds a workload)
