@@ -14,8 +14,8 @@ is a placeholder:
     @{stall_page_ratio:percent}      the value as a percentage, for the texts -> 10 %
     @{stale_seconds:duration}        seconds as a Prometheus duration         -> 2m
     @{stale_seconds:words}           seconds for the texts                    -> 2 minutes
-    @{xid_critical_codes}            codes as a label regex                   -> 48|62|64|...
-    @{GPU_BUSY_1M}                   a recording rule's name (upper case)     -> node_gpu:gpulse_gpu_busy:ratio_rate1m
+    @{xid_critical_codes}            codes as a label regex                   -> 48|...|140
+    @{GPU_BUSY_1M}                   a recording rule's name (upper case)     -> node_gpu:...:ratio_rate1m
 
 Everything else (comments, Go templates in annotations, PromQL) is copied as it is,
 so a template reads like the rule file it becomes. An unknown placeholder stops the

@@ -6,7 +6,7 @@ name a record by its constant here; prometheus/generate.py fills the templates i
 A name follows `level:metric:operations` (docs/metrics.md): `node_gpu` one GPU,
 `workload_gpu` one GPU of a group that holds a workload, `workload_node` the GPUs of
 one workload on one node, `node_workload` one peer group, `node`, `workload` and
-`cluster` their sums. tests/integration/test_rules_once.py fails when a rule,
+`cluster` their sums. tests/unit/test_rules_once.py fails when a rule,
 dashboard or chart source spells one of these names out, and when a constant here
 is recorded by no rule or by more than one.
 """

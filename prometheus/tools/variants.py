@@ -17,7 +17,7 @@ Variants (which ruler needs which: prometheus/README.md, "Compatibility"):
   expression of a record written earlier in its group reads that record instead:
 
       sum by (cluster, node, signal) (<the per-GPU record's expression>)
-      ->  sum by (cluster, node, signal) (node_gpu:gpulse_gpu_cell_seconds:increase15s)
+      ->  sum by (cluster, node, signal) (<the per-GPU record>)
 
   The record is that expression's value at that same timestamp, so the result is
   the same, at the cost of summing the records rather than computing every GPU's
