@@ -144,9 +144,13 @@ _Literal.add_representer(str, lambda d, s: d.represent_scalar(
     "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
 
 
+def body(doc: dict) -> str:
+    """A rule file's text without its header."""
+    return yaml.dump(doc, Dumper=_Literal, sort_keys=False, allow_unicode=True, width=1000)
+
+
 def dump(doc: dict, src: Path, variant: str) -> str:
-    body = yaml.dump(doc, Dumper=_Literal, sort_keys=False, allow_unicode=True, width=1000)
-    return HEADER.format(variant=variant, name=src.name) + body
+    return HEADER.format(variant=variant, name=src.name) + body(doc)
 
 
 def render(src: Path, variant: str) -> str:

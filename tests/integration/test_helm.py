@@ -177,15 +177,41 @@ def _validate_once(text: str) -> None:
 
 # ------------------------------------------------------------------ the values matrix
 
-def _an_alert_to_tune() -> tuple[str, str, str]:
-    """(alert, text in its expr, replacement) for the first alert with a numeric threshold."""
-    for f in rule_files():
+# the chart's rule files: prometheus/rules and its vmalert variant with the thresholds
+# the chart sets left as @{name} (prometheus/generate.py)
+CHART_RULES = ROOT / "prometheus" / "chart"
+_spec = importlib.util.spec_from_file_location("prometheus_generate", ROOT / "prometheus" / "generate.py")
+generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate)
+
+
+def _an_alert_to_tune() -> tuple[str, str, float]:
+    """(alert, a threshold its expression reads, a new value) for the first alert
+    whose expression reads a threshold the chart sets."""
+    for f in sorted((CHART_RULES / "prometheus").glob("*.yml")):
         for group in yaml.safe_load(f.read_text())["groups"]:
             for rule in group["rules"]:
-                m = re.search(r"[<>]=?\s*(\d+(?:\.\d+)?)", rule.get("expr", "")) if "alert" in rule else None
+                m = re.search(r"@\{(\w+)\}", rule.get("expr", "")) if "alert" in rule else None
                 if m:
-                    return rule["alert"], m.group(0), m.group(0).replace(m.group(1), m.group(1) + "1")
-    pytest.fail("no alert with a numeric threshold in prometheus/rules")
+                    return rule["alert"], m.group(1), 0.4321
+    pytest.fail("no alert reads a threshold the chart sets in prometheus/chart")
+
+
+def rules_with(variant: str, **changed: float) -> list[dict]:
+    """Every rule `make rules` (and `make rules-variants` for vmalert) writes with the
+    threshold table changed so: what the chart must render for those values."""
+    import dataclasses
+    sys.path.insert(0, str(ROOT / "prometheus" / "tools"))
+    import variants
+    from gpulse.analysis.thresholds import THRESHOLDS
+    table = {n: dataclasses.replace(t, value=changed.pop(n)) if n in changed else t for n, t in THRESHOLDS.items()}
+    assert not changed, f"not in the threshold table: {sorted(changed)}"
+    out = []
+    for text in generate.generate(table).values():
+        doc = yaml.safe_load(text)
+        doc = variants.transform(doc, "vmalert") if variant == "vmalert" else doc
+        out += [r for g in doc["groups"] for r in g["rules"]]
+    return out
 
 
 def _last_group() -> str:
@@ -194,7 +220,7 @@ def _last_group() -> str:
 
 def matrix() -> dict[str, tuple[dict, list[str]]]:
     """name -> (values, api versions the cluster serves)."""
-    alert, old, new = _an_alert_to_tune()
+    alert, threshold, new = _an_alert_to_tune()
     return {
         "defaults": ({}, []),
         "with-operator": ({"serviceMonitor": {"additionalLabels": {"release": "kube-prometheus-stack"}},
@@ -239,10 +265,9 @@ def matrix() -> dict[str, tuple[dict, list[str]]]:
         "dcgm-source": ({"config": {"source": "dcgm", "dcgm": {"interval": "2s", "timeout": 1.5},
                                     "activity": "sm_active", "nvml": {"xid_events": False}},
                          "extraArgs": ["--dcgm.url=http://$(HOST_IP):9400/metrics"]}, OPERATOR_API),
-        "rules-tuned": ({"prometheusRule": {"disabledGroups": [_last_group()],
+        "rules-tuned": ({"prometheusRule": {"disabledGroups": [_last_group()], "thresholds": {threshold: new},
                                             "alerts": {alert: {"for": "30m", "keep_firing_for": "15m",
-                                                               "labels": {"team": "ml-platform"},
-                                                               "thresholds": {old: new}}}}}, OPERATOR_API),
+                                                               "labels": {"team": "ml-platform"}}}}}, OPERATOR_API),
         "network-policy": ({"networkPolicy": {"enabled": True, "metricsFrom": [
                                 {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
                                  "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]}}, []),
@@ -495,7 +520,7 @@ def test_servicemonitor_and_podmonitor_together_are_refused(chart):
 # ------------------------------------------------------------------ rules and dashboards come from their folders
 
 def test_chart_links_to_the_rule_and_dashboard_folders():
-    for link, target in ((CHART / "files" / "rules", RULES), (CHART / "files" / "dashboards", DASHBOARDS)):
+    for link, target in ((CHART / "files" / "rules", CHART_RULES), (CHART / "files" / "dashboards", DASHBOARDS)):
         assert link.is_symlink(), f"{link} must be a link, never a copy"
         assert link.resolve() == target.resolve()
     rule_files()
@@ -518,7 +543,7 @@ def test_prometheusrule_groups_equal_the_rule_files(chart):
 
 def test_prometheusrule_groups_can_be_switched_off_and_alerts_tuned(chart):
     values, apis = matrix()["rules-tuned"]
-    alert, old, new = _an_alert_to_tune()
+    alert, threshold, new = _an_alert_to_tune()
     disabled = values["prometheusRule"]["disabledGroups"][0]
     groups = [g for gs in _rules_by_source(docs(render(chart, values, api_versions=apis))).values() for g in gs]
     assert disabled not in {g["name"] for g in groups}
@@ -527,12 +552,18 @@ def test_prometheusrule_groups_can_be_switched_off_and_alerts_tuned(chart):
     originals = [r for f in rule_files() for g in yaml.safe_load(f.read_text())["groups"]
                  if g["name"] != disabled for r in g["rules"] if r.get("alert") == alert]
     assert tuned and len(tuned) == len(originals)
-    for rule, original in zip(tuned, originals):
+    # the threshold is set by name: what `make rules` writes with the table so
+    generated = [r for r in rules_with("prometheus", **{threshold: new}) if r.get("alert") == alert]
+    for rule, original, want in zip(tuned, originals, generated):
         assert rule["for"] == "30m" and rule["keep_firing_for"] == "15m"
         assert rule["labels"] == {**original.get("labels", {}), "team": "ml-platform"}
-        assert rule["expr"] == original["expr"].replace(old, new)
-        assert rule["annotations"] == original["annotations"]
+        assert rule["expr"] == want["expr"] and rule["annotations"] == want["annotations"]
     assert any(r["expr"] != o["expr"] for r, o in zip(tuned, originals))
+    # and every other rule reading it changes with it: the whole render is the generator's
+    everything = [r for gs in _rules_by_source(docs(render(
+        chart, {"prometheusRule": {"thresholds": {threshold: new}}}, api_versions=apis))).values()
+        for g in gs for r in g["rules"]]
+    assert everything == rules_with("prometheus", **{threshold: new})
     # enabled: false drops the alert alone
     off = docs(render(chart, {"prometheusRule": {"alerts": {alert: {"enabled": False}}}}, api_versions=apis))
     alerts = {r.get("alert") for gs in _rules_by_source(off).values() for g in gs for r in g["rules"]}
@@ -548,10 +579,16 @@ def test_rule_overrides_naming_nothing_fail(chart, values, message):
         render(chart, {"prometheusRule": values}, api_versions=OPERATOR_API)
 
 
-def test_stale_threshold_override_fails(chart):
+def test_unknown_threshold_fails(chart):
+    with pytest.raises(helm.HelmError, match=re.escape("prometheusRule.thresholds.no_such_ratio: no such threshold")):
+        render(chart, {"prometheusRule": {"thresholds": {"no_such_ratio": 0.5}}}, api_versions=OPERATOR_API)
+    # a hold duration is set per alert (`for`), not as a threshold
+    with pytest.raises(helm.HelmError, match=re.escape("prometheusRule.thresholds.stale_seconds")):
+        render(chart, {"prometheusRule": {"thresholds": {"stale_seconds": 60}}}, api_versions=OPERATOR_API)
+    # and text to replace in an expression is no longer a way to set one
     alert, _, _ = _an_alert_to_tune()
-    with pytest.raises(helm.HelmError, match=re.escape(f"prometheusRule.alerts.{alert}.thresholds")):
-        render(chart, {"prometheusRule": {"alerts": {alert: {"thresholds": {"> 12345.678": "> 1"}}}}},
+    with pytest.raises(helm.HelmError, match="thresholds"):
+        render(chart, {"prometheusRule": {"alerts": {alert: {"thresholds": {"> 0.1": "> 1"}}}}},
                api_versions=OPERATOR_API)
 
 

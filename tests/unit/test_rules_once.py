@@ -93,10 +93,28 @@ def test_every_record_is_named_in_the_table_and_recorded_once():
 
 
 def test_every_rule_file_is_the_generators_output():
+    """prometheus/rules/ and the Helm chart's forms of it (prometheus/chart/); the
+    variants derived from rules/ are checked by tests/integration/test_rule_variants.py."""
     rules = {p.name for p in (ROOT / "prometheus" / "rules").glob("*.y*ml")}
     assert rules == {t.name for t in TEMPLATES}, "a rule file without a template is written by hand"
-    for path, text in generate.generate().items():
-        assert path.read_text(encoding="utf-8") == text, f"{path.name} is stale: run `make rules`"
+    files = {**generate.generate(), **generate.chart_forms()}
+    chart = {p for p in generate.CHART.rglob("*") if p.is_file()}
+    assert chart == {p for p in files if p.is_relative_to(generate.CHART)}, "prometheus/chart holds other files"
+    for path, text in files.items():
+        assert path.read_text(encoding="utf-8") == text, f"{_shown(path)} is stale: run `make rules`"
+
+
+def test_the_chart_sets_only_what_the_rules_read_as_numbers():
+    """prometheus/chart/thresholds.yaml: the table's values of every threshold the
+    chart's rule files leave to it, and those files hold no other placeholder."""
+    defaults = yaml.safe_load((generate.CHART / "thresholds.yaml").read_text(encoding="utf-8"))
+    assert defaults and all(thresholds.value(n) == v for n, v in defaults.items())
+    for path in sorted(generate.CHART.glob("*/*.yml")):
+        body = "".join(line for line in path.read_text(encoding="utf-8").splitlines(True)
+                       if not line.startswith("#"))
+        left = {m.group(1) for m in generate.PLACEHOLDER.finditer(body)}
+        assert left <= set(defaults), f"{_shown(path)}: {sorted(left - set(defaults))}"
+        assert all(m.group(2) in generate.CHART_FORMATS for m in generate.PLACEHOLDER.finditer(body))
 
 
 def _moved(i: int, t: thresholds.Threshold) -> thresholds.Threshold:
