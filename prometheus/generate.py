@@ -32,11 +32,10 @@ HERE = Path(__file__).resolve().parent
 TEMPLATES = HERE / "templates"
 RULES = HERE / "rules"
 sys.path.insert(0, str(HERE.parent / "exporter"))
-sys.path.insert(0, str(HERE / "tools"))
+sys.path.insert(0, str(HERE / "tools"))  # variants, for the chart's vmalert form
 
 from gpulse.analysis.thresholds import THRESHOLDS  # noqa: E402
 from gpulse.rulenames import RECORDS  # noqa: E402
-from shorten_for import format_duration  # noqa: E402
 
 PLACEHOLDER = re.compile(r"@\{(\w+)(?::(\w+))?\}")
 
@@ -53,6 +52,16 @@ def _plain(v: float | tuple[int, ...] | str) -> str:
     return v if isinstance(v, str) else _number(v)
 
 
+def _duration(seconds: float) -> str:
+    """Seconds, to the whole second, as a Prometheus duration in the largest unit that
+    holds them whole, as a person writes one: 90 -> '90s', 600 -> '10m', 3600 -> '1h'."""
+    whole = round(seconds)
+    for unit, size in (("h", 3600), ("m", 60)):
+        if whole and whole % size == 0:
+            return f"{whole // size}{unit}"
+    return f"{whole}s"
+
+
 def _words(seconds: float) -> str:
     """Seconds as the texts say them: 'a minute', '10 minutes', '90 seconds', 'an hour'."""
     for unit, size, one in (("hour", 3600, "an hour"), ("minute", 60, "a minute"), ("second", 1, "a second")):
@@ -65,7 +74,7 @@ def _words(seconds: float) -> str:
 FORMATS = {
     None: _plain,
     "percent": lambda v: f"{_number(round(v * 100, 6))} %",
-    "duration": format_duration,
+    "duration": _duration,
     "words": _words,
 }
 

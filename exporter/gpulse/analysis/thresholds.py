@@ -161,6 +161,15 @@ _TABLE = (
               "co-idle seconds within 5 minutes, in a pause that does not recur, before GpulseSyncPause tells"),
     Threshold("straggler_settle_seconds", 270, "seconds",
               "a group must have held its workload this long of the last 5 minutes before GpulseStragglerGPU pages"),
+    Threshold("stall_for_seconds", 60, "seconds",
+              "recurring stalls over the page share this long before GpulseSyncStalls pages (`for:`)"),
+    Threshold("pause_for_seconds", 60, "seconds",
+              "a long pause this long before GpulseSyncPause tells (`for:`)"),
+    Threshold("straggler_for_seconds", 90, "seconds",
+              "a GPU or node costing its peers this long, after 2 minutes of cost, before GpulseStragglerGPU "
+              "or GpulseStragglerNode pages (`for:`)"),
+    Threshold("imbalance_for_seconds", 900, "seconds",
+              "a group imbalanced this long before GpulseWorkloadImbalance pages (`for:`)"),
     # -- GPU health and the exporter (read by the generated Prometheus rules only) --
     Threshold("gpu_lost_seconds", 60, "seconds",
               "a GPU the exporter cannot read this long is lost (GpulseGPULost; rides out one failed poll)"),
