@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Write prometheus/rules/ from prometheus/templates/ and the threshold table.
+"""Write prometheus/rules/ and the Helm chart's prometheus/chart/ from prometheus/templates/ and the table.
 
     python prometheus/generate.py            # regenerate the committed rule files
     python prometheus/generate.py --check    # exit 1 naming every stale rule file
