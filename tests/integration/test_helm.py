@@ -579,6 +579,16 @@ def test_rule_overrides_naming_nothing_fail(chart, values, message):
         render(chart, {"prometheusRule": values}, api_versions=OPERATOR_API)
 
 
+def test_a_threshold_set_on_the_command_line_is_the_same_number(chart):
+    """`--set prometheusRule.thresholds.x=0.15` hands the chart the text "0.15"."""
+    def rules(v):
+        return _rules_by_source(docs(render(chart, {"prometheusRule": {"thresholds": {"stall_page_ratio": v}}},
+                                            api_versions=OPERATOR_API)))
+    assert rules("0.15") == rules(0.15) != rules(0.1)
+    with pytest.raises(helm.HelmError, match="stall_page_ratio"):
+        rules("0.15 or vector(1)")
+
+
 def test_unknown_threshold_fails(chart):
     with pytest.raises(helm.HelmError, match=re.escape("prometheusRule.thresholds.no_such_ratio: no such threshold")):
         render(chart, {"prometheusRule": {"thresholds": {"no_such_ratio": 0.5}}}, api_versions=OPERATOR_API)
