@@ -82,16 +82,16 @@ def replay_config(path: str, fmt: str = "auto", node: str = "") -> Any:
         raise ExportError(str(e), 2) from None
 
 
-def scrapes(cfg: Any, interval: float, workload: str = "") -> Iterator[tuple[float, Snapshot]]:
-    """(scrape time, snapshot served then) for every scrape of a replay of cfg's log,
-    scrape times on the `interval` grid, until the first scrape after the last
-    snapshot (which serves the final values, as a finished replay keeps doing);
-    `workload`: see _Opened."""
+def scrapes(cfg: Any, interval: float, workload: str = "", source: Any = None) -> Iterator[tuple[float, Snapshot]]:
+    """(scrape time, snapshot served then) for every scrape of a replay of cfg's log
+    (or of `source`, a replay source over it), scrape times on the `interval` grid,
+    until the first scrape after the last snapshot (which serves the final values, as
+    a finished replay keeps doing); `workload`: see _Opened."""
     from .sources.replay import ReplaySource
 
     if not os.path.isfile(cfg.replay.file):
         raise ExportError(f"{cfg.replay.file}: no such file")
-    source = ReplaySource(cfg)
+    source = source or ReplaySource(cfg)
     try:
         devices = source.open()
         start = source.run.start
@@ -148,9 +148,40 @@ def export(cfg: Any, interval: float, out: BinaryIO, workload: str = "") -> int:
     seconds (every per-GPU and group series labelled `workload` when given);
     returns the number of scrapes."""
     store = _Series()
+    n = _add_scrapes(store, cfg, scrapes(cfg, interval, workload))
+    out.write(encode(store.metrics(), openmetrics=True))
+    return n
+
+
+def export_job(paths: list[str], names: list[str], fmt: str, interval: float, out: BinaryIO,
+               workload: str = "") -> int:
+    """The per-node logs of one job as the OpenMetrics its nodes' exporters would have
+    left in one Prometheus: each log replayed as its node (sources/recorded/job.py
+    names the nodes and aligns their clocks), every series labelled with the job's
+    workload (default: what the node names share); returns the number of scrapes."""
+    from .sources.recorded import job
+    try:
+        logs = job.node_logs(paths, names, fmt)
+        cfg0 = replay_config(paths[0], fmt)
+        aligned = job.align(logs, fmt, cfg0.idle_threshold, cfg0.power_gate)
+    except SourceError as e:
+        raise ExportError(str(e)) from None
+    for note in [aligned.applied(), *aligned.notes][0 if aligned.applied() else 1:]:
+        print(f"gpulse export: {terminal(note)}", file=sys.stderr)
+    workload = workload or job.job_name([lg.node for lg in logs])
+    store = _Series()
+    n = 0
+    for lg in aligned.logs:
+        cfg = replay_config(lg.path, fmt, lg.node)
+        n += _add_scrapes(store, cfg, scrapes(cfg, interval, workload, job.JobReplay(cfg, [lg], "", keyed=False)))
+    out.write(encode(store.metrics(), openmetrics=True))
+    return n
+
+
+def _add_scrapes(store: "_Series", cfg: Any, served: Iterable[tuple[float, Snapshot]]) -> int:
     pending: tuple[float, Snapshot] | None = None
     n = 0
-    for t, snap in scrapes(cfg, interval, workload):
+    for t, snap in served:
         if pending is not None:
             _scrape(store, cfg, *pending, final=False)
             n += 1
@@ -158,7 +189,6 @@ def export(cfg: Any, interval: float, out: BinaryIO, workload: str = "") -> int:
     if pending is None:
         raise ExportError(f"{cfg.replay.file}: no samples to export")
     _scrape(store, cfg, *pending, final=True)
-    out.write(encode(store.metrics(), openmetrics=True))
     return n + 1
 
 
@@ -173,17 +203,21 @@ def add_parser(sub: Any) -> None:
                                    "--source replay` of the log at --scrape-interval would have stored, with "
                                    "the recorded timestamps; load it with `promtool tsdb create-blocks-from "
                                    "openmetrics`.")
-    p.add_argument("--input", metavar="FILE", required=True,
-                   help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output")
+    p.add_argument("--input", metavar="FILE", required=True, nargs="+", action="extend",
+                   help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output; several logs or "
+                        "glob patterns are one job, a log per node (their clocks aligned, as gpulse report does)")
     p.add_argument("--input-format", default="auto", choices=FIELD_BY_KEY["replay.format"].choices,
                    help="format of --input (default: auto)")
     p.add_argument("--scrape-interval", default="15s", metavar="DURATION",
                    help="Prometheus scrape interval to emulate (default: 15s)")
-    p.add_argument("--node", default="", metavar="NAME",
-                   help="value of the node label (default: as gpulse serve: $NODE_NAME, else the hostname)")
+    p.add_argument("--node", action="append", default=[], metavar="NAME",
+                   help="value of the node label, once per log in the order of the logs (default: one log: as "
+                        "gpulse serve: $NODE_NAME, else the hostname; several: the log's hostname, else its file "
+                        "name without the extension)")
     p.add_argument("--workload", default="", metavar="NAME",
                    help="workload label on every per-GPU and group series, as attribution would give it "
-                        "(one job's per-node exports then compare across nodes in the rules; default: none)")
+                        "(one job's per-node exports then compare across nodes in the rules; default: none for "
+                        "one log, what the node names share for several)")
     p.set_defaults(run=run)
 
 
@@ -197,8 +231,16 @@ def run(ns: Any) -> int:
             raise ExportError("--scrape-interval: must be positive", 2)
         if ns.workload and not _LABEL_VALUE.fullmatch(ns.workload):
             raise ExportError(f"--workload: {ns.workload!r} is not a printable label value", 2)
-        cfg = replay_config(ns.input, ns.input_format, ns.node)
-        export(cfg, interval, sys.stdout.buffer, ns.workload)
+        from .sources.recorded.job import expand
+        try:
+            paths = expand(ns.input)
+        except SourceError as e:
+            raise ExportError(str(e)) from None
+        if len(paths) == 1 and len(ns.node) <= 1:
+            export(replay_config(paths[0], ns.input_format, ns.node[0] if ns.node else ""), interval,
+                   sys.stdout.buffer, ns.workload)
+        else:
+            export_job(paths, ns.node, ns.input_format, interval, sys.stdout.buffer, ns.workload)
         sys.stdout.buffer.flush()
     except ExportError as e:
         print(f"gpulse export: {terminal(str(e))}", file=sys.stderr)
