@@ -15,6 +15,11 @@ snapshot from its very first poll, up to a second before that). The exporting
 process's own process_* series and poll-duration histogram are left out: they
 would describe this command, not the run.
 
+Several logs (a glob, or several paths) are one job, a log per node
+(sources/recorded/job.py): each is replayed as its node's exporter would have served
+it, its clock moved by the offset the alignment found, every series labelled with the
+job's workload, all in one output.
+
 Exit codes: 0 written, 2 bad arguments, 1 the log could not be read (one line on
 stderr, never a traceback).
 """
@@ -125,13 +130,17 @@ class _Series:
 
     def __init__(self) -> None:
         self.families: dict[str, tuple[str, str, dict[tuple, list[Sample]]]] = {}
+        self.owner: dict[tuple, str] = {}    # series -> the node whose replay wrote it
 
-    def add(self, families: Iterable[Metric], t: float) -> None:
+    def add(self, families: Iterable[Metric], t: float, node: str = "") -> None:
+        """`node`: the replay the scrape is of; a series another node's replay wrote
+        (one without a node label: gpulse_build_info) is kept as that node wrote it."""
         for fam in families:
             _, _, series = self.families.setdefault(fam.name, (fam.type, fam.documentation, {}))
             for s in fam.samples:
                 key = (s.name, tuple(s.labels.items()))
-                series.setdefault(key, []).append(Sample(s.name, s.labels, s.value, t))
+                if self.owner.setdefault(key, node) == node:
+                    series.setdefault(key, []).append(Sample(s.name, s.labels, s.value, t))
 
     def metrics(self) -> list[Metric]:
         out = []
@@ -193,8 +202,8 @@ def _add_scrapes(store: "_Series", cfg: Any, served: Iterable[tuple[float, Snaps
 
 
 def _scrape(store: _Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> None:
-    store.add(snapshot_families(snap), t)
-    store.add(live_families(snap.node, _health(snap, t, cfg, final)), t)
+    store.add(snapshot_families(snap), t, snap.node)
+    store.add(live_families(snap.node, _health(snap, t, cfg, final)), t, snap.node)
 
 
 def add_parser(sub: Any) -> None:

@@ -204,24 +204,54 @@ def test_logs_without_common_stall_edges_keep_their_clocks_and_say_so(tmp_path):
     validate(doc)
 
 
-def test_the_real_checkpoint_stalls_align_a_moved_clock():
-    """ckpt1000.csv (rank 0 checkpoints while GPUs 1-7 spin-wait, 1 s-averaged power)
-    against itself with every timestamp 1.7 s later: the offset is found."""
+def moved_clock(src: Path, dest: Path, seconds: float) -> Path:
+    """The nvidia-smi log at src with every timestamp `seconds` later."""
     import datetime as dt
-    import tempfile
-    from gpulse.sources.recorded import job
-    src = require_data("traces/h100-8gpu/ckpt1000.csv")
     lines = src.read_text().splitlines()
-    moved = [lines[0]]
+    out = [lines[0]]
     for ln in lines[1:]:
         stamp, rest = ln.split(",", 1)
-        t = dt.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f") + dt.timedelta(seconds=1.7)
-        moved.append(t.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3] + "," + rest)
-    with tempfile.TemporaryDirectory() as d:
-        other = Path(d) / "b.csv"
-        other.write_text("\n".join(moved) + "\n")
-        aligned = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
+        t = dt.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f") + dt.timedelta(seconds=seconds)
+        out.append(t.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3] + "," + rest)
+    dest.write_text("\n".join(out) + "\n")
+    return dest
+
+
+def test_the_real_checkpoint_stalls_align_a_moved_clock(tmp_path):
+    """ckpt1000.csv (rank 0 checkpoints while GPUs 1-7 spin-wait, 1 s-averaged power)
+    against itself with every timestamp 1.7 s later: the offset is found."""
+    from gpulse.sources.recorded import job
+    src = require_data("traces/h100-8gpu/ckpt1000.csv")
+    other = moved_clock(src, tmp_path / "b.csv", 1.7)
+    aligned = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
     assert aligned.reference == "a"
     b = aligned.logs[1]
     assert b.aligned and b.offset == pytest.approx(1.7, abs=0.05), aligned
     assert aligned.edges["b"] >= 3
+
+
+def test_export_of_several_logs_is_each_node_on_the_aligned_clock(tmp_path):
+    """Two nodes that logged the same run, one clock 1.7 s ahead: one export holds both
+    nodes' series under one workload, on the same scrape times with the same values
+    once the offset is taken off (without it every scrape would see 1.7 s of other data)."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    src = require_data("traces/h100-8gpu/ckpt1000.csv")
+    a = tmp_path / "a.csv"
+    a.write_text(src.read_text())
+    moved_clock(src, tmp_path / "b.csv", 1.7)
+    p = subprocess.run([sys.executable, "-m", "gpulse", "export", "--input", str(tmp_path / "*.csv")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"clock offsets applied, against node a .*: b \+1\.7\d s", p.stderr), p.stderr
+    series: dict[tuple, list] = {}
+    for fam in text_string_to_metric_families(p.stdout):
+        for smp in fam.samples:
+            if smp.name == "gpulse_gpu_active_seconds_total":
+                series.setdefault((smp.labels["node"], smp.labels["gpu"], smp.labels.get("workload")), []).append(
+                    (smp.timestamp, smp.value))
+    assert {k[0] for k in series} == {"a", "b"} and {k[2] for k in series} == {"job"}
+    for gpu in map(str, range(8)):
+        a_pts, b_pts = series[("a", gpu, "job")], series[("b", gpu, "job")]
+        assert [t for t, _ in b_pts] == [t for t, _ in a_pts]
+        # the offset is estimated (within 0.05 s): a scrape may see a row more or less
+        assert [v for _, v in b_pts] == pytest.approx([v for _, v in a_pts], abs=0.2)
