@@ -64,7 +64,7 @@ def expand(inputs: list[str]) -> list[str]:
     out: list[str] = []
     seen: dict[tuple[int, int], str] = {}
     for item in inputs:
-        if glob.has_magic(item):
+        if glob.has_magic(item) and not os.path.lexists(item):     # a file named run[1].csv is that file
             paths = sorted(glob.glob(item))
             if not paths:
                 raise LogFormatError(f"{item}: no file matches")
