@@ -83,7 +83,7 @@ def write_job(out: Path, slow: set[tuple[int, int]], seed: int, fmt: str = "inst
     paths = []
     for n, tl in enumerate(tls):
         tl.end = t + 2.0 + TAIL + offsets[n]
-        cases._frame(tl, t + offsets[n])
+        cases._frame(tl, t)          # on the node's clock: Shifted.add moves it
         path = out / f"train-n{n}.csv"
         smi.write_log(str(path), tl, lv, fmt, seed * 10 + n)
         paths.append(path)
