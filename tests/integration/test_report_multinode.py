@@ -255,3 +255,26 @@ def test_export_of_several_logs_is_each_node_on_the_aligned_clock(tmp_path):
         assert [t for t, _ in b_pts] == [t for t, _ in a_pts]
         # the offset is estimated (within 0.05 s): a scrape may see a row more or less
         assert [v for _, v in b_pts] == pytest.approx([v for _, v in a_pts], abs=0.2)
+
+
+def test_the_alignment_reads_the_whole_logs_only_when_their_start_does_not_align(tmp_path, monkeypatch):
+    """ckpt1000.csv's first minute is start-up (no stall edge): read that far, the
+    nodes cannot be aligned, so the logs are read whole, and the offset is found."""
+    from gpulse.sources.recorded import job
+    src = require_data("traces/h100-8gpu/ckpt1000.csv")
+    other = moved_clock(src, tmp_path / "b.csv", -2.4)
+    scans = []
+    edges = job._edges
+
+    def counted(*args):
+        scans.append(args[-1])
+        return edges(*args)
+    monkeypatch.setattr(job, "_edges", counted)
+    monkeypatch.setattr(job, "ALIGN_SCAN_S", 60.0)
+    aligned = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
+    assert scans == [60.0, 60.0, None, None]
+    assert aligned.logs[1].offset == pytest.approx(-2.4, abs=0.05)
+    scans.clear()
+    monkeypatch.setattr(job, "ALIGN_SCAN_S", 3600.0)    # longer than the log: read once
+    again = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
+    assert scans == [3600.0, 3600.0] and again.logs[1].offset == aligned.logs[1].offset

@@ -20,7 +20,9 @@ densest MATCH_S-wide bunch of them is the lag, and the median of that bunch the
 offset, finer than the poll interval because the polls of different hosts fall at
 different phases. The estimate is used only when enough edges agree and no other lag
 is nearly as good (a stall rhythm shorter than the lag range makes it ambiguous);
-otherwise the node's clock is taken as recorded, and the notes say so.
+otherwise the node's clock is taken as recorded, and the notes say so. The edges are
+read from the first ALIGN_SCAN_S of each log (all of it when that aligns not every
+node), before the analysis reads the logs again.
 """
 from __future__ import annotations
 
@@ -55,6 +57,10 @@ MIN_SHARE = 0.5
 # Edges of each kind read per log for the alignment; the scan stops there, so it
 # costs a bounded part of a long log.
 ALIGN_EDGES = 400
+# A clock's offset holds for the whole run (clocks differ, they do not drift apart
+# within it), so the alignment reads this much of each log first, and reads the logs
+# whole only when some node cannot be aligned on that.
+ALIGN_SCAN_S = 1800.0
 
 
 def expand(inputs: list[str]) -> list[str]:
@@ -140,7 +146,15 @@ class Alignment:
 def align(logs: list[NodeLog], fmt: str = "auto", idle_threshold: float = value("idle_ratio"),
           power_gate: float = value("power_gate_ratio"), interval: float = 1.0) -> Alignment:
     """The logs with each node's clock offset against the reference node (see module doc)."""
-    edges = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval) for lg in logs}
+    scanned = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S) for lg in logs}
+    out = _align(logs, {n: e for n, (e, _) in scanned.items()})
+    if any(not lg.aligned for lg in out.logs) and any(cut for _, cut in scanned.values()):
+        whole = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, None)[0] for lg in logs}
+        out = _align(logs, whole)
+    return out
+
+
+def _align(logs: list[NodeLog], edges: dict[str, tuple[list[float], list[float]]]) -> Alignment:
     order = sorted(edges, key=_natural)
     ref = next((n for n in order if edges[n][0] or edges[n][1]), "")
     out = Alignment(list(logs), ref)
@@ -175,9 +189,11 @@ def _natural(s: str) -> tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
 
 
-def _edges(path: str, fmt: str, idle: float, gate: float, interval: float) -> tuple[list[float], list[float]]:
-    """(starts, ends) of the stretches in which none of the log's GPUs works, each held
-    EDGE_HOLD_S on both sides; at most ALIGN_EDGES of each. Work is the engine's
+def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan: float | None
+           ) -> tuple[tuple[list[float], list[float]], bool]:
+    """((starts, ends), cut short) of the stretches in which none of the log's GPUs
+    works, each held EDGE_HOLD_S on both sides; at most ALIGN_EDGES of each, within
+    `scan` recorded seconds of the log's start (None: all of it). Work is the engine's
     activity (power-gated utilisation, or SM activity): a rank spin-waiting in a
     collective is busy but not working, as in a checkpoint stall."""
     stream = LogStream(path, fmt, interval)
@@ -189,8 +205,15 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float) -> tu
     ends: list[float] = []
     state: bool | None = None       # True: all idle
     cand: float | None = None
+    first: float | None = None
+    cut = False
     try:
         for rec in stream.records():
+            if first is None:
+                first = rec.t
+            elif scan is not None and rec.t - first > scan:
+                cut = True
+                break
             r = rec.reading
             if r.error is not None:
                 continue
@@ -220,7 +243,7 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float) -> tu
                     break
     finally:
         stream.close()
-    return starts, ends
+    return (starts, ends), cut
 
 
 def _offset(mine: tuple[list[float], list[float]], ref: tuple[list[float], list[float]]
