@@ -175,7 +175,7 @@ def export_job(paths: list[str], names: list[str], fmt: str, interval: float, ou
         aligned = job.align(logs, fmt, cfg0.idle_threshold, cfg0.power_gate)
     except SourceError as e:
         raise ExportError(str(e)) from None
-    for note in [aligned.applied(), *aligned.notes][0 if aligned.applied() else 1:]:
+    for note in ([aligned.applied()] if aligned.applied() else []) + aligned.notes:
         print(f"gpulse export: {terminal(note)}", file=sys.stderr)
     workload = workload or job.job_name([lg.node for lg in logs])
     store = _Series()

@@ -1,6 +1,7 @@
 """`gpulse report`: a post-mortem of a whole run from Prometheus or a recorded log.
 
     gpulse report --input ckpt1000.csv --out report/
+    gpulse report --input 'job-4711/*.csv' --out report/        # one job, a log per node
     gpulse report --prometheus http://prom:9090 --last 4h --workload llama-70b --out report/
 
 Writes report.html, heatmap.png and findings.json into --out and prints the findings.
@@ -40,7 +41,7 @@ def add_parser(sub: Any) -> None:
     src.add_argument("--input-format", default="auto", choices=LOG_FORMATS, help="format of --input (default: auto)")
     src.add_argument("--node-name", action="append", default=[], metavar="NAME",
                      help="node name of a log, once per log in the order of the logs (default: the hostname the "
-                          "log records, else the file name without its extension)")
+                          "log records; else, of several logs, the file name without its extension)")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://localhost:9090")
     rng = p.add_argument_group("time range and selection (with --prometheus)")
     rng.add_argument("--last", metavar="DURATION", help="the range ending now (or at --end), e.g. 4h")
