@@ -39,10 +39,12 @@ def _corpus():
 
 
 def write_job(out: Path, slow: set[tuple[int, int]], seed: int, fmt: str = "instant",
-              offsets: tuple[float, ...] = OFFSETS, checkpoints: bool = True) -> list[Path]:
+              offsets: tuple[float, ...] = OFFSETS, checkpoints: bool = True,
+              stalls: list[float] | None = None) -> list[Path]:
     """The job's per-node logs (`<out>/train-n<N>.csv`): data-parallel steps in which
     the ranks in `slow` compute 25 % longer from HEALTHY seconds of training on, with
-    checkpoint stalls every 30-60 s (none: `checkpoints` False)."""
+    checkpoint stalls every 30-60 s (none: `checkpoints` False), whose lengths are
+    appended to `stalls`."""
     cases, smi = _corpus()
     lv = cases.levels()
     rng = random.Random(seed)
@@ -69,6 +71,8 @@ def write_job(out: Path, slow: set[tuple[int, int]], seed: int, fmt: str = "inst
     while t < stop:
         if checkpoints and t >= ckpt:
             length = rng.uniform(2.0, 5.0)
+            if stalls is not None:
+                stalls.append(length)
             for n, g in ranks:
                 tls[n].add(g, t, t + length, smi.IDLE)
             t += length
@@ -119,10 +123,15 @@ def _check_offsets(doc: dict) -> None:
 
 
 def test_a_slow_node_of_four_is_named_in_one_report_with_the_clocks_aligned(tmp_path):
-    paths = write_job(tmp_path, {(1, g) for g in range(GPUS)}, seed=7)
+    stalls: list[float] = []
+    paths = write_job(tmp_path, {(1, g) for g in range(GPUS)}, seed=7, stalls=stalls)
     p, doc = report("--input", str(tmp_path / "train-n*.csv"), out=tmp_path / "r")
     assert p.returncode == 0, p.stderr
     _check_offsets(doc)
+    # on aligned clocks every checkpoint is one stall of the whole job, as long as it was
+    # (on the clocks as recorded the nodes overlap for a third of that)
+    assert len([e for e in doc["stall_episodes"] if e["stalled_seconds"] >= 1.0]) == len(stalls)
+    assert sum(e["stalled_seconds"] for e in doc["stall_episodes"]) == pytest.approx(sum(stalls), rel=0.15)
     assert doc["run"]["gpus"] == NODES * GPUS
     assert {(g["node"], g["workload"]) for g in doc["gpus"]} == {(f"train-n{n}", "train") for n in range(NODES)}
     [nd] = doc["straggler_nodes"]
