@@ -15,6 +15,11 @@ snapshot from its very first poll, up to a second before that). The exporting
 process's own process_* series and poll-duration histogram are left out: they
 would describe this command, not the run.
 
+Several logs (a glob, or several paths) are one job, a log per node
+(sources/recorded/job.py): each is replayed as its node's exporter would have served
+it, its clock moved by the offset the alignment found, every series labelled with the
+job's workload, all in one output.
+
 Exit codes: 0 written, 2 bad arguments, 1 the log could not be read (one line on
 stderr, never a traceback).
 """
@@ -82,16 +87,16 @@ def replay_config(path: str, fmt: str = "auto", node: str = "") -> Any:
         raise ExportError(str(e), 2) from None
 
 
-def scrapes(cfg: Any, interval: float, workload: str = "") -> Iterator[tuple[float, Snapshot]]:
-    """(scrape time, snapshot served then) for every scrape of a replay of cfg's log,
-    scrape times on the `interval` grid, until the first scrape after the last
-    snapshot (which serves the final values, as a finished replay keeps doing);
-    `workload`: see _Opened."""
+def scrapes(cfg: Any, interval: float, workload: str = "", source: Any = None) -> Iterator[tuple[float, Snapshot]]:
+    """(scrape time, snapshot served then) for every scrape of a replay of cfg's log
+    (or of `source`, a replay source over it), scrape times on the `interval` grid,
+    until the first scrape after the last snapshot (which serves the final values, as
+    a finished replay keeps doing); `workload`: see _Opened."""
     from .sources.replay import ReplaySource
 
     if not os.path.isfile(cfg.replay.file):
         raise ExportError(f"{cfg.replay.file}: no such file")
-    source = ReplaySource(cfg)
+    source = source or ReplaySource(cfg)
     try:
         devices = source.open()
         start = source.run.start
@@ -125,13 +130,17 @@ class _Series:
 
     def __init__(self) -> None:
         self.families: dict[str, tuple[str, str, dict[tuple, list[Sample]]]] = {}
+        self.owner: dict[tuple, str] = {}    # series -> the node whose replay wrote it
 
-    def add(self, families: Iterable[Metric], t: float) -> None:
+    def add(self, families: Iterable[Metric], t: float, node: str = "") -> None:
+        """`node`: the replay the scrape is of; a series another node's replay wrote
+        (one without a node label: gpulse_build_info) is kept as that node wrote it."""
         for fam in families:
             _, _, series = self.families.setdefault(fam.name, (fam.type, fam.documentation, {}))
             for s in fam.samples:
                 key = (s.name, tuple(s.labels.items()))
-                series.setdefault(key, []).append(Sample(s.name, s.labels, s.value, t))
+                if self.owner.setdefault(key, node) == node:
+                    series.setdefault(key, []).append(Sample(s.name, s.labels, s.value, t))
 
     def metrics(self) -> list[Metric]:
         out = []
@@ -148,9 +157,40 @@ def export(cfg: Any, interval: float, out: BinaryIO, workload: str = "") -> int:
     seconds (every per-GPU and group series labelled `workload` when given);
     returns the number of scrapes."""
     store = _Series()
+    n = _add_scrapes(store, cfg, scrapes(cfg, interval, workload))
+    out.write(encode(store.metrics(), openmetrics=True))
+    return n
+
+
+def export_job(paths: list[str], names: list[str], fmt: str, interval: float, out: BinaryIO,
+               workload: str = "") -> int:
+    """The per-node logs of one job as the OpenMetrics its nodes' exporters would have
+    left in one Prometheus: each log replayed as its node (sources/recorded/job.py
+    names the nodes and aligns their clocks), every series labelled with the job's
+    workload (default: what the node names share); returns the number of scrapes."""
+    from .sources.recorded import job
+    try:
+        logs = job.node_logs(paths, names, fmt)
+        cfg0 = replay_config(paths[0], fmt)
+        aligned = job.align(logs, fmt, cfg0.idle_threshold, cfg0.power_gate)
+    except SourceError as e:
+        raise ExportError(str(e)) from None
+    for note in ([aligned.applied()] if aligned.applied() else []) + aligned.notes:
+        print(f"gpulse export: {terminal(note)}", file=sys.stderr)
+    workload = workload or job.job_name([lg.node for lg in logs])
+    store = _Series()
+    n = 0
+    for lg in aligned.logs:
+        cfg = replay_config(lg.path, fmt, lg.node)
+        n += _add_scrapes(store, cfg, scrapes(cfg, interval, workload, job.JobReplay(cfg, [lg], "", keyed=False)))
+    out.write(encode(store.metrics(), openmetrics=True))
+    return n
+
+
+def _add_scrapes(store: "_Series", cfg: Any, served: Iterable[tuple[float, Snapshot]]) -> int:
     pending: tuple[float, Snapshot] | None = None
     n = 0
-    for t, snap in scrapes(cfg, interval, workload):
+    for t, snap in served:
         if pending is not None:
             _scrape(store, cfg, *pending, final=False)
             n += 1
@@ -158,13 +198,12 @@ def export(cfg: Any, interval: float, out: BinaryIO, workload: str = "") -> int:
     if pending is None:
         raise ExportError(f"{cfg.replay.file}: no samples to export")
     _scrape(store, cfg, *pending, final=True)
-    out.write(encode(store.metrics(), openmetrics=True))
     return n + 1
 
 
 def _scrape(store: _Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> None:
-    store.add(snapshot_families(snap), t)
-    store.add(live_families(snap.node, _health(snap, t, cfg, final)), t)
+    store.add(snapshot_families(snap), t, snap.node)
+    store.add(live_families(snap.node, _health(snap, t, cfg, final)), t, snap.node)
 
 
 def add_parser(sub: Any) -> None:
@@ -173,17 +212,21 @@ def add_parser(sub: Any) -> None:
                                    "--source replay` of the log at --scrape-interval would have stored, with "
                                    "the recorded timestamps; load it with `promtool tsdb create-blocks-from "
                                    "openmetrics`.")
-    p.add_argument("--input", metavar="FILE", required=True,
-                   help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output")
+    p.add_argument("--input", metavar="FILE", required=True, nargs="+", action="extend",
+                   help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output; several logs or "
+                        "glob patterns are one job, a log per node (their clocks aligned, as gpulse report does)")
     p.add_argument("--input-format", default="auto", choices=FIELD_BY_KEY["replay.format"].choices,
                    help="format of --input (default: auto)")
     p.add_argument("--scrape-interval", default="15s", metavar="DURATION",
                    help="Prometheus scrape interval to emulate (default: 15s)")
-    p.add_argument("--node", default="", metavar="NAME",
-                   help="value of the node label (default: as gpulse serve: $NODE_NAME, else the hostname)")
+    p.add_argument("--node", action="append", default=[], metavar="NAME",
+                   help="value of the node label, once per log in the order of the logs (default: one log: as "
+                        "gpulse serve: $NODE_NAME, else the hostname; several: the log's hostname, else its file "
+                        "name without the extension)")
     p.add_argument("--workload", default="", metavar="NAME",
                    help="workload label on every per-GPU and group series, as attribution would give it "
-                        "(one job's per-node exports then compare across nodes in the rules; default: none)")
+                        "(one job's per-node exports then compare across nodes in the rules; default: none for "
+                        "one log, what the node names share for several)")
     p.set_defaults(run=run)
 
 
@@ -197,8 +240,16 @@ def run(ns: Any) -> int:
             raise ExportError("--scrape-interval: must be positive", 2)
         if ns.workload and not _LABEL_VALUE.fullmatch(ns.workload):
             raise ExportError(f"--workload: {ns.workload!r} is not a printable label value", 2)
-        cfg = replay_config(ns.input, ns.input_format, ns.node)
-        export(cfg, interval, sys.stdout.buffer, ns.workload)
+        from .sources.recorded.job import expand
+        try:
+            paths = expand(ns.input)
+        except SourceError as e:
+            raise ExportError(str(e)) from None
+        if len(paths) == 1 and len(ns.node) <= 1:
+            export(replay_config(paths[0], ns.input_format, ns.node[0] if ns.node else ""), interval,
+                   sys.stdout.buffer, ns.workload)
+        else:
+            export_job(paths, ns.node, ns.input_format, interval, sys.stdout.buffer, ns.workload)
         sys.stdout.buffer.flush()
     except ExportError as e:
         print(f"gpulse export: {terminal(str(e))}", file=sys.stderr)

@@ -123,5 +123,5 @@ def css() -> str:
 def for_browser() -> dict[str, Any]:
     """Everything a page's script needs to colour and explain a heatmap."""
     return {"lut": lut_hex(), "stall_lut": stall_lut_hex(), "stall": STALL_HEX, "no_data": NO_DATA_HEX,
-            "row_gap": ROW_GAP, "legend": LEGEND, "modes": MODES, "default_mode": DEFAULT_MODE,
+            "row_gap": ROW_GAP, "node_gap": hex_rgb(INK_RGB), "legend": LEGEND, "modes": MODES, "default_mode": DEFAULT_MODE,
             "straggler": {k: {"badge": v[0], "title": v[1]} for k, v in STRAGGLER.items()}}

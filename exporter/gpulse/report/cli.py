@@ -1,6 +1,7 @@
 """`gpulse report`: a post-mortem of a whole run from Prometheus or a recorded log.
 
     gpulse report --input ckpt1000.csv --out report/
+    gpulse report --input 'job-4711/*.csv' --out report/        # one job, a log per node
     gpulse report --prometheus http://prom:9090 --last 4h --workload llama-70b --out report/
 
 Writes report.html, heatmap.png and findings.json into --out and prints the findings.
@@ -34,9 +35,13 @@ def add_parser(sub: Any) -> None:
                        description="Post-mortem of a whole run from Prometheus range data or a recorded log: "
                                    "report.html (heatmap of every GPU), heatmap.png and findings.json.")
     src = p.add_argument_group("input (one of)")
-    src.add_argument("--input", metavar="FILE", help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output")
+    src.add_argument("--input", metavar="FILE", nargs="+", action="extend",
+                     help="recorded log: nvidia-smi CSV, dmon, nvidia-smi -q or dcgm-exporter output; several logs "
+                          "or glob patterns (repeated --input, or several paths) are one job, a log per node")
     src.add_argument("--input-format", default="auto", choices=LOG_FORMATS, help="format of --input (default: auto)")
-    src.add_argument("--node-name", default="", help="node name for a log that names none")
+    src.add_argument("--node-name", action="append", default=[], metavar="NAME",
+                     help="node name of a log, once per log in the order of the logs (default: the hostname the "
+                          "log records; else, of several logs, the file name without its extension)")
     src.add_argument("--prometheus", metavar="URL", help="Prometheus base URL, e.g. http://localhost:9090")
     rng = p.add_argument_group("time range and selection (with --prometheus)")
     rng.add_argument("--last", metavar="DURATION", help="the range ending now (or at --end), e.g. 4h")
@@ -154,6 +159,7 @@ def _run(ns: argparse.Namespace) -> int:
     from . import inputs
     from .findings import analyse
     from ..sources.prom import Auth, selector
+    from ..sources.recorded.job import expand
     from .outputs import write_outputs
     from .render import summary_lines
 
@@ -165,7 +171,7 @@ def _run(ns: argparse.Namespace) -> int:
     progress = _Progress(ns.quiet)
     t0 = time.monotonic()
     if ns.input:
-        rec = inputs.from_log(ns.input, ns.input_format, ns.node_name, analysis, progress)
+        rec = inputs.from_logs(ns.input, ns.input_format, ns.node_name, analysis, progress)
     else:
         start, end = _range(ns)
         step = _duration(ns.step, "--step") if ns.step else None
@@ -179,7 +185,7 @@ def _run(ns: argparse.Namespace) -> int:
     progress.done()
     if not rec.gpus:
         raise ReportError(f"{rec.source}: no GPU data to report on")
-    settle(rec, _log_format(ns.input, ns.input_format) if ns.input else None, ns.timezone)
+    settle(rec, _log_format(expand(ns.input)[0], ns.input_format) if ns.input else None, ns.timezone)
     a = analyse(rec)
     try:
         paths = write_outputs(a, ns.out, order=ns.order)

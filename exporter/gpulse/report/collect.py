@@ -148,6 +148,7 @@ class Recording:
     power_averaged: bool = False  # the engine found power lagging utilisation (a ~1 s average)
     notes: list[str] = field(default_factory=list)
     clock: Any = None             # report.clock.Clock the times are shown on (None: UTC)
+    clocks: dict | None = None    # a job's per-node logs: the clock offset applied per node
     _order: tuple[int, list[GpuTrack]] = field(default=(-1, []), repr=False, compare=False)
 
     @property

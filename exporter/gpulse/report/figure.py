@@ -89,6 +89,8 @@ def render_png(a: Analysis, max_width: int = PNG_MAX_WIDTH, order: str = "natura
                        gpu_rows(first, end)))
     else:
         blocks = [("", gpu_rows(0, len(p.gpus)))]
+    # rows where another node's GPUs begin (a line in the gap above them)
+    breaks = set() if p.grouped else {a_ for _, a_, _ in p.nodes[1:]}
     heights = [max(MIN_ROW_PX, row_height(len(rows))) for _, rows in blocks]
     labels = [lab for _, rows in blocks for lab, _ in rows] + ["sync stalls", "wall clock", "elapsed"] + \
         [f"finding {n}" for n, _ in p.spans]
@@ -175,7 +177,9 @@ def render_png(a: Analysis, max_width: int = PNG_MAX_WIDTH, order: str = "natura
             for ln in titles[title]:
                 text(M, y, ln)
                 y += LINE
-        for lab, cells in rows:
+        for k, (lab, cells) in enumerate(rows):
+            if k in breaks:
+                cv.fill(x0 - 4 * S, y - 1, plot_w + 4 * S, 1, ink)
             cv.pixels(x0, y, _cells_line(cells, lut), rh - 1)
             right(x0 - 6 * S, y + (rh - 1 - TEXT_H) // 2, lab, ink if lab.endswith("straggler)") else muted)
             y += rh

@@ -881,6 +881,8 @@ class Analysis:
                 "with memory still held: it counts as an open episode, its length a lower bound."
                 for e in self.episodes if e.open],
         }
+        if rec.clocks is not None:
+            doc["clocks"] = rec.clocks
         for g in rec.ordered_gpus():
             st = self.gpu_stats.get(g.key, {})
             doc["gpus"].append({"node": g.node, "gpu": g.gpu, "workload": g.workload,

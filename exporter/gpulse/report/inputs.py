@@ -80,6 +80,63 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
     return rec
 
 
+def from_logs(inputs_: list[str], fmt: str = "auto", names: list[str] | None = None,
+              analysis: dict[str, Any] | None = None, progress: Progress | None = None) -> Recording:
+    """Logs and glob patterns: one log is from_log's; several are one job, a log per
+    node (sources/recorded/job.py), its nodes' clocks aligned, judged as one workload."""
+    from ..sources.recorded import job
+    try:
+        paths = job.expand(inputs_)
+    except SourceError as e:
+        raise ReportError(str(e)) from None
+    names = names or []
+    if len(paths) == 1 and len(names) <= 1:
+        return from_log(paths[0], fmt, names[0] if names else "", analysis, progress)
+    cfg = _config({"source": "replay", "replay.file": paths[0], "replay.format": fmt, "replay.speed": 0,
+                   "history": 10, **(analysis or {})})
+    shown = [clean(os.path.basename(p)) for p in paths]
+    try:
+        logs = job.node_logs(paths, names, fmt)
+        if progress is not None:
+            progress(f"aligning the clocks of {len(logs)} nodes")
+        aligned = job.align(logs, fmt, cfg.idle_threshold, cfg.power_gate)
+        workload = job.job_name([lg.node for lg in logs])
+        source = job.JobReplay(cfg, aligned.logs, workload)
+        rec = Recording(source=f"{len(paths)} logs", interval=cfg.analysis_interval,
+                        idle_threshold=cfg.idle_threshold, activity=cfg.activity, window=cfg.analysis_window)
+
+        def tick(t: float) -> None:
+            if progress is not None and source.run is not None:
+                progress(f"analysed {100.0 * source.run.fraction:.0f} % of {len(paths)} logs")
+
+        collect(run_offline(source, cfg), rec, _node_and_gpu, tick)
+    except SourceError as e:
+        raise ReportError(str(e)) from None
+    _require_time(rec, f"{', '.join(shown)}: {_gpus(rec)} but no time between two readings of any GPU")
+    run = source.run
+    rec.source = f"{len(paths)} logs of workload {workload} ({run.format}): {', '.join(shown)}"
+    rec.epoch = run.timed and (run.start or 0) > 1e8
+    rec.clocks = {"reference": aligned.reference or None,
+                  "nodes": [{"node": lg.node, "log": clean(p), "offset_seconds": round(lg.offset, 3),
+                             "aligned": lg.aligned,
+                             "edges": aligned.edges.get(lg.node, 0)}
+                            for lg, p in zip(aligned.logs, shown)]}
+    if aligned.applied():
+        rec.notes.append(clean(aligned.applied()))
+    rec.notes.extend(clean(n) for n in aligned.notes)
+    if run.error_count:
+        first = f" (first: {run.errors[0]})" if run.errors else ""
+        rec.notes.append(clean(f"{run.error_count} unusable line(s) or value(s) in the logs were skipped{first}"))
+    rec.notes.extend(clean(w) for w in run.warnings())
+    rec.activity = _engine_activity(cfg, getattr(source, "has_sm_active", False))
+    return rec
+
+
+def _node_and_gpu(key: str) -> tuple[str, str]:
+    node, _, gpu = key.rpartition(":")
+    return node, gpu
+
+
 def _engine_activity(cfg: Any, has_sm: bool) -> str:
     if cfg.activity != "auto":
         return cfg.activity

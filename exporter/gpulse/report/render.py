@@ -526,6 +526,7 @@ def render_html(a: Analysis, doc: dict[str, Any], max_cols: int = MAX_COLUMNS, o
         "rows": [p.label(g) for g in p.gpus], "cols": p.cols, "t0": p.t0, "dt": p.dt,
         "clock": _clock_json(p), "row_height": rh, "drill_row_height": drh, "palette": palette.for_browser(),
         "cells": {m: b64(rows) for m, rows in p.cells.items()}, "stall": b64([p.stall]),
+        "node_breaks": [a_ for _, a_, _ in p.nodes[1:]],     # rows where another node's GPUs begin
     }
     if p.grouped:
         data["nodes"] = [{"name": n or "node", "first": a_, "end": b} for n, a_, b in p.nodes]
@@ -554,7 +555,18 @@ def summary_lines(doc: dict[str, Any]) -> list[str]:
     return ([head] if head else []) + [f"[{f['severity']}] {f['text']}"
             + (" " + describe(f["cause"], f["evidence"], f["missing"]) if "cause" in f else "")
             + (f" Remedy: {f['remedy']}." if f["remedy"] else "")
-            for f in doc["findings"]]
+            for f in doc["findings"]] + ([clocks_line(doc["clocks"])] if doc.get("clocks") else [])
+
+
+def clocks_line(clocks: dict[str, Any]) -> str:
+    """What a report of several nodes' logs did to their clocks (findings.json `clocks`)."""
+    moved = [f"{n['node']} {n['offset_seconds']:+.2f} s" for n in clocks["nodes"]
+             if n["aligned"] and n["node"] != clocks["reference"]]
+    kept = [n["node"] for n in clocks["nodes"] if not n["aligned"]]
+    if not moved:
+        return "Node clocks taken as recorded: the logs share no all-GPU stall edges to align them on."
+    return (f"Node clocks aligned on node {clocks['reference']}'s by their shared all-GPU stall edges: "
+            f"{', '.join(moved)}" + (f"; taken as recorded (no shared edges): {', '.join(kept)}" if kept else "") + ".")
 
 
 __all__ = ["render_html", "summary_lines", "Recording", "web_asset", "Picture"]

@@ -68,7 +68,7 @@ class ReplaySource(Source):
         self._steps: list[float] = []
 
     def open(self) -> list[DeviceInfo]:
-        run = self._stream = self.run = LogStream(self.path, self.fmt, self.untimed_interval)  # LogFormatError: one line
+        run = self._stream = self.run = self._open_stream()  # LogFormatError: one line
         self._recs = run.records()
         while len(self._ahead) < LOOKAHEAD and self._read_one():
             pass
@@ -80,6 +80,10 @@ class ReplaySource(Source):
         self.has_sm_active = run.has_sm_active
         self.power_averaged = run.power_averaged
         return list(self._devices.values())
+
+    def _open_stream(self) -> LogStream:
+        """The first pass over the log (a job's many logs: recorded.job.JobReplay)."""
+        return LogStream(self.path, self.fmt, self.untimed_interval)
 
     @property
     def finished(self) -> bool:

@@ -24,8 +24,10 @@ gpulse.rgbTable = function (lut) {
 
 /* Draw `cells` (rows*cols bytes, row-major) on `canvas`: one band of rowHeight CSS
    pixels per row, columns stretched to the canvas' CSS width, no smoothing; rowGap
-   (a CSS colour) draws thin separators that keep rows countable. */
-gpulse.drawHeatmap = function (canvas, cells, rows, cols, lut, rowHeight, rowGap) {
+   (a CSS colour) draws thin separators that keep rows countable; a line of
+   nodeGap (a CSS colour) above each row in `breaks` marks where another node's
+   GPUs begin. */
+gpulse.drawHeatmap = function (canvas, cells, rows, cols, lut, rowHeight, rowGap, breaks, nodeGap) {
   var table = gpulse.rgbTable(lut);
   var off = document.createElement("canvas");
   off.width = Math.max(cols, 1);
@@ -53,6 +55,12 @@ gpulse.drawHeatmap = function (canvas, cells, rows, cols, lut, rowHeight, rowGap
   if (rowGap && rowHeight >= 6 && rows > 1) {
     ctx.fillStyle = rowGap;
     for (var r = 1; r < rows; r++) ctx.fillRect(0, Math.round(r * rowHeight * dpr), canvas.width, Math.max(1, Math.round(dpr / 2)));
+  }
+  if (breaks && nodeGap) {
+    ctx.fillStyle = nodeGap;
+    breaks.forEach(function (r) {
+      ctx.fillRect(0, Math.round(r * rowHeight * dpr) - Math.round(dpr), canvas.width, Math.max(2, Math.round(2 * dpr)));
+    });
   }
   canvas.setAttribute("data-rows", String(rows));
   canvas.setAttribute("data-cols", String(cols));

@@ -39,7 +39,8 @@
       gpulse.drawHeatmap(canvas, nodeCells[mode.value], hm.nodes.length, hm.cols, pal.lut, hm.row_height, pal.row_gap);
       drawDrill();
     } else {
-      gpulse.drawHeatmap(canvas, cells[mode.value], hm.rows.length, hm.cols, pal.lut, hm.row_height, pal.row_gap);
+      gpulse.drawHeatmap(canvas, cells[mode.value], hm.rows.length, hm.cols, pal.lut, hm.row_height, pal.row_gap,
+                         hm.node_breaks, pal.node_gap);
     }
     gpulse.drawHeatmap(strip, stall, stall.length / hm.cols, hm.cols, pal.stall_lut, 14, null);
   }

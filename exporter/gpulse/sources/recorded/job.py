@@ -1,0 +1,445 @@
+"""One multi-node job from its per-node logs: one log per node, read as one run.
+
+    logs = node_logs(["n1.csv", "n2.csv"], names=[])     # node names: given, the log's, the stem
+    alignment = align(logs, idle_threshold=0.05, power_gate=0.3)
+    stream = JobStream(alignment.logs, workload="job")    # a LogStream to ReplaySource
+
+Each node's log is read by its own LogStream (any format it reads) and the records
+are merged in time order as they are consumed (`heapq.merge`: one record held per
+log), so memory is that of one LogStream per log, whatever the files' size. Every
+GPU is keyed `node:gpu` and carries one workload label, so the engine judges the
+job's GPUs as one peer group across nodes, as it does for the Prometheus report's
+workloads.
+
+Clocks of different hosts differ by up to seconds. A sync stall starts (and ends) on
+every node at once, so each node's clock offset is estimated from the edges of its
+all-GPUs-not-working stretches against the reference node's (the first in natural
+order that has any): the differences between each of its edges and the reference's
+edges within ALIGN_LAG_S are the cross-correlation of the two edge trains; the
+densest MATCH_S-wide bunch of them is the lag, and the median of that bunch the
+offset, finer than the poll interval because the polls of different hosts fall at
+different phases. The estimate is used only when enough edges agree and no other lag
+is nearly as good (a stall rhythm shorter than the lag range makes it ambiguous);
+otherwise the node's clock is taken as recorded, and the notes say so. The edges are
+read from the first ALIGN_SCAN_S of each log (all of it when that aligns not every
+node), before the analysis reads the logs again.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import glob
+import heapq
+import os
+import re
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from ...analysis.activity import activity_of, spin_gate_watts
+from ...analysis.thresholds import value
+from ...model import DeviceInfo, gpu_sort_key
+from ..replay import ReplaySource
+from .records import LogError, LogFormatError, Record
+from .stream import LogStream
+
+# Clock offsets are looked for within this many seconds either way.
+ALIGN_LAG_S = 10.0
+# A node's edge matches a reference edge within this much of the lag.
+MATCH_S = 0.25
+# A node's all-idle or all-working state counts once it held this long (a poll's
+# rows flicker; a sync stall worth aligning on lasts longer).
+EDGE_HOLD_S = 0.5
+# Enough agreeing edges for an offset: at least this many, and this share of the
+# fewer edges of the two nodes; the next-best lag at most half as well supported.
+MIN_EDGES = 3
+MIN_SHARE = 0.5
+# Edges of each kind read per log for the alignment; the scan stops there, so it
+# costs a bounded part of a long log.
+ALIGN_EDGES = 400
+# A clock's offset holds for the whole run (clocks differ, they do not drift apart
+# within it), so the alignment reads this much of each log first, and reads the logs
+# whole only when some node cannot be aligned on that.
+ALIGN_SCAN_S = 1800.0
+
+
+def expand(inputs: list[str]) -> list[str]:
+    """Paths and glob patterns, in the order given (a pattern's matches sorted).
+    Raises LogFormatError naming a pattern that matches nothing, a missing file or
+    a file given twice."""
+    out: list[str] = []
+    seen: dict[tuple[int, int], str] = {}
+    for item in inputs:
+        if glob.has_magic(item) and not os.path.lexists(item):     # a file named run[1].csv is that file
+            paths = sorted(glob.glob(item))
+            if not paths:
+                raise LogFormatError(f"{item}: no file matches")
+        else:
+            paths = [item]
+        for p in paths:
+            try:
+                st = os.stat(p)
+            except OSError as e:
+                raise LogFormatError(f"{p}: {'no such file' if not os.path.lexists(p) else e.strerror}") from None
+            ident = (st.st_dev, st.st_ino)
+            if ident in seen:
+                raise LogFormatError(f"{p}: given twice (also as {seen[ident]}); give each node's log once")
+            seen[ident] = p
+            out.append(p)
+    return out
+
+
+@dataclass(frozen=True)
+class NodeLog:
+    path: str
+    node: str
+    offset: float = 0.0     # seconds this node's clock reads ahead of the reference's
+    aligned: bool = False   # the offset was measured (the reference: aligned to itself)
+
+
+def node_logs(paths: list[str], names: list[str], fmt: str = "auto") -> list[NodeLog]:
+    """Each log with its node: the name given for it (in order), else the hostname the
+    log records, else the file's stem. Raises LogFormatError on two logs of one name."""
+    if names and len(names) != len(paths):
+        raise LogFormatError(f"{len(names)} node name(s) for {len(paths)} logs: give one --node-name per log, "
+                             "in the order of the logs, or none")
+    logs: list[NodeLog] = []
+    by_name: dict[str, str] = {}
+    for i, path in enumerate(paths):
+        node = names[i] if names else (_hostname(path, fmt) or os.path.splitext(os.path.basename(path))[0])
+        if node in by_name:
+            raise LogFormatError(f"node {node!r} named twice ({by_name[node]} and {path}): give each log its "
+                                 "node with --node-name, one per log")
+        by_name[node] = path
+        logs.append(NodeLog(path, node))
+    return logs
+
+
+def _hostname(path: str, fmt: str) -> str:
+    """The one host a log names (dcgm-exporter's Hostname label), read from its first
+    record; '' when it names none or several."""
+    stream = LogStream(path, fmt)
+    try:
+        next(stream.records(), None)
+    finally:
+        stream.close()
+    return stream.nodes[0] if len(stream.nodes) == 1 else ""
+
+
+@dataclass
+class Alignment:
+    logs: list[NodeLog]                    # with their offsets
+    reference: str = ""                    # the node the others are aligned to ('' when none)
+    edges: dict[str, int] = field(default_factory=dict)     # node -> edges it matched (reference: its own)
+    notes: list[str] = field(default_factory=list)
+
+    def applied(self) -> str:
+        """The offsets taken off the nodes' clocks, in one line ('' when none was measured)."""
+        parts = [f"{lg.node} {lg.offset:+.2f} s ({self.edges.get(lg.node, 0)} edges)"
+                 for lg in self.logs if lg.node != self.reference and lg.aligned]
+        if not parts:
+            return ""
+        return (f"clock offsets applied, against node {self.reference} from the all-GPU stall edges the nodes "
+                f"share: {', '.join(parts)}")
+
+
+def align(logs: list[NodeLog], fmt: str = "auto", idle_threshold: float = value("idle_ratio"),
+          power_gate: float = value("power_gate_ratio"), interval: float = 1.0) -> Alignment:
+    """The logs with each node's clock offset against the reference node (see module doc)."""
+    scanned = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S) for lg in logs}
+    out = _align(logs, {n: e for n, (e, _) in scanned.items()})
+    if any(not lg.aligned for lg in out.logs) and any(cut for _, cut in scanned.values()):
+        whole = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, None)[0] for lg in logs}
+        out = _align(logs, whole)
+    return out
+
+
+def _align(logs: list[NodeLog], edges: dict[str, tuple[list[float], list[float]]]) -> Alignment:
+    order = sorted(edges, key=_natural)
+    ref = next((n for n in order if edges[n][0] or edges[n][1]), "")
+    out = Alignment(list(logs), ref)
+    if not ref:
+        out.notes.append("the logs hold no all-GPU stall edges to align the nodes' clocks on: clocks taken as "
+                         "recorded (a node's timeline may be off by its clock's error)")
+        return out
+    out.edges[ref] = len(edges[ref][0]) + len(edges[ref][1])
+    for i, lg in enumerate(logs):
+        if lg.node == ref:
+            out.logs[i] = dataclasses.replace(lg, aligned=True)
+            continue
+        offset, matched, why = _offset(edges[lg.node], edges[ref])
+        out.edges[lg.node] = matched
+        if offset is None:
+            out.notes.append(f"node {lg.node}: {why} with node {ref}: its clock taken as recorded")
+        else:
+            out.logs[i] = dataclasses.replace(lg, offset=offset, aligned=True)
+    return out
+
+
+def job_name(nodes: list[str]) -> str:
+    """The workload label of a job's GPUs: what its node names share, up to a
+    separator ('train-n0', 'train-n1' -> 'train'; 'node1', 'node2' -> 'node'), else 'job'."""
+    common = os.path.commonprefix(nodes)
+    cut = max(common.rfind(c) for c in "-_.")
+    return (common[:cut] if cut > 0 else common).rstrip("-_.0123456789") or "job"
+
+
+def _natural(s: str) -> tuple:
+    """Natural order of node names ('n2' before 'n10'), as the report's rows."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
+
+
+def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan: float | None
+           ) -> tuple[tuple[list[float], list[float]], bool]:
+    """((starts, ends), cut short) of the stretches in which none of the log's GPUs
+    works, each held EDGE_HOLD_S on both sides; at most ALIGN_EDGES of each, within
+    `scan` recorded seconds of the log's start (None: all of it). Work is the engine's
+    activity (power-gated utilisation, or SM activity): a rank spin-waiting in a
+    collective is busy but not working, as in a checkpoint stall."""
+    stream = LogStream(path, fmt, interval)
+    working: dict[str, bool] = {}
+    top: dict[str, float] = {}      # highest power seen per GPU
+    floor: dict[str, float] = {}    # lowest power at idle utilisation
+    limit: dict[str, float] = {}
+    starts: list[float] = []
+    ends: list[float] = []
+    state: bool | None = None       # True: all idle
+    cand: float | None = None
+    first: float | None = None
+    cut = False
+    try:
+        for rec in stream.records():
+            if first is None:
+                first = rec.t
+            elif scan is not None and rec.t - first > scan:
+                cut = True
+                break
+            r = rec.reading
+            if r.error is not None:
+                continue
+            s = rec.sample
+            g = r.gpu
+            if s.power_w is not None:
+                top[g] = max(top.get(g, 0.0), s.power_w)
+                if s.util is not None and s.util < idle:
+                    floor[g] = min(floor.get(g, s.power_w), s.power_w)
+            if r.gauges and r.gauges.get("power_limit_watts"):
+                limit[g] = r.gauges["power_limit_watts"]
+            a = activity_of(s, "auto", spin_gate_watts(gate, limit.get(g), top.get(g), floor.get(g)))
+            if a is None:
+                continue
+            working[g] = a >= idle
+            now = not any(working.values())
+            if state is None:
+                state = now
+            elif now == state:
+                cand = None
+            elif cand is None:
+                cand = rec.t
+            elif rec.t - cand >= EDGE_HOLD_S:
+                (starts if now else ends).append(cand)
+                state, cand = now, None
+                if len(starts) >= ALIGN_EDGES and len(ends) >= ALIGN_EDGES:
+                    break
+    finally:
+        stream.close()
+    return (starts, ends), cut
+
+
+def _offset(mine: tuple[list[float], list[float]], ref: tuple[list[float], list[float]]
+            ) -> tuple[float | None, int, str]:
+    """(offset, edges matched, why none): the lag of `mine` behind `ref` (see module doc)."""
+    diffs: list[float] = []
+    for own, theirs in zip(mine, ref):
+        for e in own:
+            lo, hi = bisect.bisect_left(theirs, e - ALIGN_LAG_S), bisect.bisect_right(theirs, e + ALIGN_LAG_S)
+            diffs.extend(e - r for r in theirs[lo:hi])
+    if not diffs:
+        return None, 0, "no all-GPU stall edges in common"
+    diffs.sort()
+    best, second = _densest(diffs)
+    centre = statistics.median(diffs[best[1]:best[2]])
+    # once more around the median: the bunch centred on the estimate
+    lo, hi = bisect.bisect_left(diffs, centre - MATCH_S), bisect.bisect_right(diffs, centre + MATCH_S)
+    offset = statistics.median(diffs[lo:hi])
+    matched = sum(1 for own, theirs in zip(mine, ref) for e in own if _near(theirs, e - offset))
+    fewer = min(len(mine[0]) + len(mine[1]), len(ref[0]) + len(ref[1]))
+    if matched < MIN_EDGES or matched < MIN_SHARE * fewer:
+        return None, matched, f"too few all-GPU stall edges in common ({matched} of {fewer})"
+    if second * 2 > best[0]:
+        return None, matched, (f"the all-GPU stall edges fit lags {offset:+.2f} s and {_second_lag(diffs, best):+.2f} s "
+                               "about as well (a stall rhythm shorter than the lag range)")
+    return offset, matched, ""
+
+
+def _densest(diffs: list[float]) -> tuple[tuple[int, int, int], int]:
+    """((count, first, end) of the densest 2*MATCH_S window of sorted diffs, the count
+    of the densest window centred at least 4*MATCH_S away from it)."""
+    wins = _windows(diffs)
+    best = max(wins)
+    mid = (diffs[best[1]] + diffs[best[2] - 1]) / 2
+    second = max((c for c, a, b in wins if abs((diffs[a] + diffs[b - 1]) / 2 - mid) >= 4 * MATCH_S), default=0)
+    return best, second
+
+
+def _windows(diffs: list[float]) -> list[tuple[int, int, int]]:
+    out, j = [], 0
+    for i in range(len(diffs)):
+        if j < i:
+            j = i
+        while j < len(diffs) and diffs[j] - diffs[i] <= 2 * MATCH_S:
+            j += 1
+        out.append((j - i, i, j))
+    return out
+
+
+def _second_lag(diffs: list[float], best: tuple[int, int, int]) -> float:
+    """The centre of the best window away from `best` (for the message)."""
+    mid = (diffs[best[1]] + diffs[best[2] - 1]) / 2
+    far = [w for w in _windows(diffs) if abs((diffs[w[1]] + diffs[w[2] - 1]) / 2 - mid) >= 4 * MATCH_S]
+    c, a, b = max(far)
+    return (diffs[a] + diffs[b - 1]) / 2
+
+
+def _near(sorted_times: list[float], t: float) -> bool:
+    k = bisect.bisect_left(sorted_times, t - MATCH_S)
+    return k < len(sorted_times) and sorted_times[k] <= t + MATCH_S
+
+
+class _Problems:
+    """The problems of every log, as one Problems (ReplaySource counts and logs them)."""
+
+    def __init__(self, streams: list[LogStream]):
+        self._streams = streams
+
+    @property
+    def items(self) -> list[LogError]:
+        return [e for s in self._streams for e in s.err.items]
+
+    @property
+    def count(self) -> int:
+        return sum(s.err.count for s in self._streams)
+
+
+class JobStream:
+    """The logs of one job as one LogStream (what ReplaySource reads): records of every
+    node in time order, each node's moved by its offset, keyed `node:gpu`, with the
+    job's workload."""
+
+    def __init__(self, logs: list[NodeLog], fmt: str = "auto", interval: float = 1.0, workload: str = "",
+                 keyed: bool = True):
+        self.logs = logs
+        self.workload = workload
+        self.keyed = keyed          # False: GPUs keep the log's own keys (one node's log, as its exporter)
+        self.streams: list[LogStream] = []
+        try:
+            for lg in logs:
+                self.streams.append(LogStream(lg.path, fmt, interval))
+        except LogFormatError:
+            self.close()
+            raise
+        self.path = ", ".join(lg.path for lg in logs)
+        self.format = "/".join(sorted({s.format for s in self.streams}))
+        self.err = _Problems(self.streams)
+        self.start: float | None = None
+        self.end: float | None = None
+        self.done = False
+
+    # -- what has been learnt so far (LogStream's interface)
+
+    @property
+    def found(self) -> dict[str, DeviceInfo]:
+        return {d.gpu: d for d in self.devices}
+
+    @property
+    def devices(self) -> list[DeviceInfo]:
+        out = [dataclasses.replace(d, gpu=f"{lg.node}:{d.gpu}") if self.keyed else d
+               for lg, s in zip(self.logs, self.streams) for d in s.found.values()]
+        return sorted(out, key=lambda d: gpu_sort_key(d.gpu))
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(lg.node for lg in self.logs)
+
+    @property
+    def timed(self) -> bool:
+        return all(s.timed for s in self.streams)
+
+    @property
+    def has_sm_active(self) -> bool:
+        return any(s.has_sm_active for s in self.streams)
+
+    @property
+    def power_averaged(self) -> bool | None:
+        kinds = {s.power_averaged for s in self.streams}
+        return kinds.pop() if len(kinds) == 1 else None
+
+    @property
+    def errors(self) -> list[LogError]:
+        return [e for s in self.streams for e in s.errors]
+
+    @property
+    def error_count(self) -> int:
+        return self.err.count
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.streams)
+
+    @property
+    def chars_read(self) -> int:
+        return sum(s.chars_read for s in self.streams)
+
+    @property
+    def fraction(self) -> float:
+        if self.done:
+            return 1.0
+        size = self.size
+        return sum(s.fraction * s.size for s in self.streams) / size if size else 0.0
+
+    def warnings(self) -> list[str]:
+        return [w for s in self.streams for w in s.warnings()]
+
+    def close(self) -> None:
+        for s in self.streams:
+            s.close()
+
+    # -- reading
+
+    def records(self) -> Iterator[Record]:
+        merged = heapq.merge(*(self._node(lg, s) for lg, s in zip(self.logs, self.streams)), key=lambda r: r.t)
+        try:
+            for rec in merged:
+                if self.start is None:
+                    self.start = rec.t
+                self.end = rec.t
+                yield rec
+            self.done = True
+        finally:
+            self.close()
+
+    def _node(self, lg: NodeLog, stream: LogStream) -> Iterator[Record]:
+        prefix = lg.node + ":" if self.keyed else ""
+        attribution = {"workload": self.workload} if self.workload else None
+        for rec in stream.records():
+            if lg.offset:
+                rec = rec.moved(-lg.offset)
+            r = rec.reading
+            rec.reading = dataclasses.replace(
+                r, gpu=prefix + r.gpu,
+                attribution={**(r.attribution or {}), **attribution} if attribution else r.attribution)
+            yield rec
+
+
+class JobReplay(ReplaySource):
+    """A ReplaySource over the job's logs as one run (cfg.replay.file is not read)."""
+
+    def __init__(self, cfg: Any, logs: list[NodeLog], workload: str, keyed: bool = True):
+        super().__init__(cfg)
+        self.logs, self.workload, self.keyed = logs, workload, keyed
+
+    def _open_stream(self) -> Any:
+        return JobStream(self.logs, self.fmt, self.untimed_interval, self.workload, self.keyed)
+
+
+__all__ = ["ALIGN_LAG_S", "Alignment", "JobStream", "NodeLog", "align", "expand", "job_name", "JobReplay", "node_logs"]
