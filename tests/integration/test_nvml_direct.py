@@ -1,4 +1,4 @@
-"""nvml_calls.Direct against pynvml's own wrappers, on the fake libnvidia-ml: the
+"""nvml/calls.Direct against pynvml's own wrappers, on the fake libnvidia-ml: the
 same answers and the same errors from the calls the source makes every second."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 import fakenvml
 from conftest import require_binary
-from gpulse.sources.nvml_calls import Direct
+from gpulse.sources.nvml.calls import Direct
 
 UTIL, POWER = pynvml.NVML_GPU_UTILIZATION_SAMPLES, pynvml.NVML_TOTAL_POWER_SAMPLES
 
@@ -105,7 +105,7 @@ def test_memory_and_reasons_match_pynvml(gpu):
 
 
 def test_field_values_match_pynvml(gpu):
-    from gpulse.sources.nvml import FIELD_SCOPES, F_ENERGY, F_PCIE_REPLAY
+    from gpulse.sources.nvml.source import FIELD_SCOPES, F_ENERGY, F_PCIE_REPLAY
     h = gpu("""
         gpus 1
         pcie_replay 0 const 17
@@ -135,7 +135,7 @@ def test_field_values_match_pynvml(gpu):
     (getattr(pynvml, "NVML_VALUE_TYPE_SIGNED_INT", 5), "siVal", -3),
 ])
 def test_value_types_read_from_the_union_bytes(vtype, member, value):
-    from gpulse.sources.nvml_calls import value_of
+    from gpulse.sources.nvml.calls import value_of
     u = pynvml.c_nvmlValue_t()
     u.ullVal = 0xDEADBEEF_00000000 if member in ("uiVal", "siVal") else 0   # unwritten high word
     setattr(u, member, value)

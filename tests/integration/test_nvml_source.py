@@ -17,7 +17,7 @@ import fakenvml
 from conftest import require_binary
 from testing.config import test_config
 from gpulse.sources.base import SourceError
-from gpulse.sources.nvml import READ_INTERVAL, NvmlSource, init_message
+from gpulse.sources.nvml.source import READ_INTERVAL, NvmlSource, init_message
 
 PERIOD = 1 / 6      # the fake's default driver sample period
 

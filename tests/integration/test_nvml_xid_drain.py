@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from gpulse.sources import nvml_events
+from gpulse.sources.nvml import events as nvml_events
 from test_nvml_source import fake, nvml, readings  # noqa: F401  (fixtures)
 
 

@@ -15,8 +15,8 @@ import time
 
 import pynvml
 
-from .nvml_calls import DRIVER, UNSUPPORTED
-from .nvml_discovery import Entity, handle_address
+from .calls import DRIVER, UNSUPPORTED
+from .discovery import Entity, handle_address
 
 log = logging.getLogger("gpulse.sources.nvml")
 

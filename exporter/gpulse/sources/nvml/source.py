@@ -24,17 +24,17 @@ whether a GPU holds a job. The 5 s tier holds counters (rate() is exact at any r
 interval) and gauges that a 15 s scrape would alias anyway.
 
 The calls of the 1 s tier and the field batch go straight to the library's function
-pointers with buffers kept between calls (nvml_calls.Direct): pynvml's wrappers
+pointers with buffers kept between calls (calls.Direct): pynvml's wrappers
 allocate per call and ask nvmlDeviceGetSamples twice. pynvml still loads the library,
 resolves the symbols and makes every other call.
 
 Sample.t is the driver's timestamp (µs since the epoch) / 1e6, one timeline for all
 GPUs, which the engine needs to align GPUs and find moments when all are idle.
 
-Failures are per GPU and per call (see nvml_calls): a lost GPU is reported down and
+Failures are per GPU and per call (see calls.py): a lost GPU is reported down and
 retried with backoff while the others keep reporting; when NVML itself goes away the
 library is re-initialised with backoff. XIDs are drained from NVML's event queue at
-each read (nvml_events). Per-process queries are not made at all: whether a GPU holds a job is
+each read (events.py). Per-process queries are not made at all: whether a GPU holds a job is
 judged from its memory.
 """
 from __future__ import annotations
@@ -46,13 +46,13 @@ from typing import Any
 
 import pynvml
 
-from ..catalog import THROTTLE_REASONS
-from ..model import DeviceInfo, PollResult, Reading, Sample
-from .base import Source, SourceError
-from .nvml_calls import Caller, Direct, DriverGone, GpuLost
-from .nvml_discovery import Entity, discover, discover_index
-from .nvml_events import XidWatcher
-from .nvml_gpm import GpmReader
+from ...catalog import THROTTLE_REASONS
+from ...model import DeviceInfo, PollResult, Reading, Sample
+from ..base import Source, SourceError
+from .calls import Caller, Direct, DriverGone, GpuLost
+from .discovery import Entity, discover, discover_index
+from .events import XidWatcher
+from .gpm import GpmReader
 
 log = logging.getLogger("gpulse.sources.nvml")
 
@@ -63,7 +63,7 @@ RETRY_MIN, RETRY_MAX = 1.0, 30.0   # backoff for a lost GPU and for NVML re-init
 # this often (a single lost GPU on a one-GPU host must not cause a re-init loop).
 ALL_DOWN_REINIT = 10.0
 ALL_DOWN_REINIT_EVERY = 60.0
-from ..model import UTIL_PERIOD as DEFAULT_PERIOD  # driver utilisation sample period until measured
+from ...model import UTIL_PERIOD as DEFAULT_PERIOD  # driver utilisation sample period until measured
 # Driver timestamps are wall-clock µs. The last one seen this far ahead of the wall
 # clock means the clock was stepped back: samples since then would never qualify.
 CLOCK_STEP_BACK = 2.0

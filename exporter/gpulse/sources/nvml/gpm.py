@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pynvml
 
-from .nvml_calls import Caller
-from .nvml_discovery import Entity
+from .calls import Caller
+from .discovery import Entity
 
 _METRICS = (pynvml.NVML_GPM_METRIC_SM_UTIL, pynvml.NVML_GPM_METRIC_GRAPHICS_UTIL)
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import pynvml
 
-from ..model import DeviceInfo
-from .nvml_calls import Caller, GpuLost, describe
+from ...model import DeviceInfo
+from .calls import Caller, GpuLost, describe
 
 _MIG_NAME = re.compile(r"\bMIG\s+(\S+)\s*$")
 
