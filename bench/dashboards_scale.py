@@ -47,8 +47,8 @@ sys.path.insert(0, str(HERE))
 
 from _proc import cpu_seconds, free_port  # noqa: E402
 from dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
-from gpulse_dashboards.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
-                                               panel_queries, substitute, variable_defaults)
+from testing.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
+                                     panel_queries, substitute, variable_defaults)
 
 BLOCK_S = 7200
 WINDOW_S = 3600

@@ -48,8 +48,8 @@ from gpulse.analysis.thresholds import value as threshold  # noqa: E402
 from gpulse.engine import run_offline  # noqa: E402
 from gpulse.export import replay_config  # noqa: E402
 from gpulse.palette import SPIN_WEIGHT  # noqa: E402
-from gpulse_dashboards.grafana_queries import (choices, fixed_values, format_value, panel_queries,  # noqa: E402
-                                               parse_duration_ms, substitute, variable_defaults)
+from testing.grafana_queries import (choices, fixed_values, format_value, panel_queries,  # noqa: E402
+                                     parse_duration_ms, substitute, variable_defaults)
 
 DATA = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu"
 DASHBOARD = ROOT / "grafana" / "dashboards" / "gpulse-cluster-heatmap.json"

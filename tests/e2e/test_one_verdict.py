@@ -28,7 +28,7 @@ import requests
 import yaml
 
 from conftest import ROOT, require_binary
-from promutil import promtool_firing, scrape_sim
+from testing.promutil import promtool_firing, scrape_sim
 
 from gpulse.collector import encode, live_families, snapshot_families
 from gpulse.config import parse_duration

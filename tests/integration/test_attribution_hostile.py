@@ -10,13 +10,12 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("grpc")
 
 from testing.fakekube import FakePod  # noqa: E402
-from test_kube_detect import NODE, kubelet  # noqa: E402,F401 - kubelet is a fixture
+from kubefixtures import NODE, cluster, kubelet, sim_uuid  # noqa: E402,F401 (cluster, kubelet: fixtures)
 
 
 def test_megabyte_pod_name_keeps_metrics_small(kubelet, gpulse_proc):
     """A 1 MiB name on 2 GPUs made /metrics 53 MB; now it costs 262 characters a
     series and is counted in gpulse_attribution_rewritten_label_values."""
-    from test_kube_e2e import sim_uuid
     huge = "w" * (1 << 20)
     kubelet.cluster.set_pods([FakePod(name=huge, namespace="ml", node=NODE,
                                       devices={"worker": {"nvidia.com/gpu": [sim_uuid(0), sim_uuid(1)]}})])

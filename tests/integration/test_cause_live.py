@@ -30,7 +30,7 @@ import jsonschema
 import pytest
 
 from conftest import ROOT, Gpulse, require_binary
-from promutil import add_scrape
+from testing.promutil import add_scrape
 
 from gpulse.analysis.cause import REMEDIES
 from gpulse.analysis.thresholds import value

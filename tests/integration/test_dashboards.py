@@ -17,8 +17,9 @@ from conftest import IN_CI, ROOT
 
 sys.path.insert(0, str(ROOT / "grafana"))
 from gpulse_dashboards.common import PROVISIONED_DATASOURCE_UID, SdkMissing, require_sdk  # noqa: E402
-from gpulse_dashboards.grafana_queries import (go_duration, grafana_timing, panel_queries,  # noqa: E402
-                                               parse_duration_ms)
+from testing.grafana_queries import (go_duration, grafana_timing, panel_queries,  # noqa: E402
+                                     parse_duration_ms)
+from testing.dashstack import all_panels, dashboards
 
 GENERATE = ROOT / "grafana" / "generate.py"
 DASHBOARDS = ROOT / "grafana" / "dashboards"
@@ -38,16 +39,6 @@ def sdk_or_skip() -> None:
         if IN_CI:
             pytest.fail(f"{e} (CI=true: .ci/run must install it)")
         pytest.skip(str(e))
-
-
-def dashboards() -> dict[str, dict]:
-    return {p.name: json.loads(p.read_text()) for p in sorted(DASHBOARDS.glob("*.json"))}
-
-
-def all_panels(d: dict):
-    for p in d.get("panels", []):
-        yield p
-        yield from p.get("panels", []) or []
 
 
 def walk(node, path=""):

@@ -16,15 +16,15 @@ import pytest
 import requests
 
 from conftest import ROOT, Gpulse, require_binary
-from test_dashboards import all_panels as panels, dashboards as all_dashboards
-from test_dashboards_prometheus import Request, load, start_prometheus
+from testing.dashstack import all_panels as panels, dashboards as all_dashboards
+from testing.dashstack import Request, load, start_prometheus
 
 sys.path.insert(0, str(ROOT / "grafana"))
 sys.path.insert(0, str(ROOT / "exporter"))
 from gpulse import palette  # noqa: E402
 from gpulse_dashboards.common import RUNBOOK_BASE  # noqa: E402
-from gpulse_dashboards.grafana_queries import (fixed_values, format_value, panel_queries,  # noqa: E402
-                                               parse_duration_ms, substitute, variable_defaults)
+from testing.grafana_queries import (fixed_values, format_value, panel_queries,  # noqa: E402
+                                     parse_duration_ms, substitute, variable_defaults)
 
 DASHBOARDS = ROOT / "grafana" / "dashboards"
 UIDS = {p.stem for p in DASHBOARDS.glob("*.json")}

@@ -13,8 +13,8 @@ import time
 import requests
 
 from conftest import ROOT
-from promutil import Prometheus
-from test_dashboards_prometheus import grafana_requests, load, run
+from testing.promutil import Prometheus
+from testing.dashstack import grafana_requests, load, run
 
 sys.path.insert(0, str(ROOT / "grafana"))
 from gpulse_dashboards.common import CELLS_CHOICES, CELLS_NO_DATA, DEFAULT_CELLS  # noqa: E402

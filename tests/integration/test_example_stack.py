@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from promutil import promtool_firing, scrape_sim
+from testing.promutil import promtool_firing, scrape_sim
 
 EXAMPLES = ROOT / "prometheus" / "examples"
 spec = importlib.util.spec_from_file_location("stack", EXAMPLES / "stack.py")

@@ -18,7 +18,7 @@ import requests
 
 import fakenvml
 from conftest import Gpulse, require_binary, wait_http
-from promutil import Prometheus
+from testing.promutil import Prometheus
 
 
 def env(tmp_path, text: str) -> dict[str, str]:

@@ -14,7 +14,7 @@ from faultsource import FaultySource, Window
 from testing.config import test_config
 from gpulse.engine import Engine
 from liveserver import Live
-from promutil import Prometheus
+from testing.promutil import Prometheus
 
 FAST = dict(analysis_interval="0.2s", analysis_window="2s", sim__gpus=4, sim__scenario="balanced")
 

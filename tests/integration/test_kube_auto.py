@@ -11,11 +11,10 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
     pytest.importorskip("grpc")
 
 from testing.fakekube import FakePod  # noqa: E402
-from test_kube_detect import NODE, kubelet  # noqa: E402,F401 - kubelet is a fixture
+from kubefixtures import NODE, cluster, kubelet, sim_uuid  # noqa: E402,F401 (cluster, kubelet: fixtures)
 
 
 def test_serve_detects_the_socket(kubelet, gpulse_proc):
-    from test_kube_e2e import sim_uuid
     kubelet.cluster.set_pods([FakePod(name="trainer-0", namespace="ml", node=NODE,
                                       devices={"worker": {"nvidia.com/gpu": [sim_uuid(0)]}})])
     g = gpulse_proc("--source", "sim", "--sim.gpus", "8", "--sim.seed", "1", "--node-name", NODE,

@@ -1,18 +1,25 @@
-"""A real Prometheus (the Debian binary) scraping test targets every second with
-the shipped exporter alert rules, for checks on alert conditions; and a simulated
+"""Prometheus for tests and benchmarks: a real Prometheus (the Debian binary) scraping
+test targets every second with the shipped exporter alert rules, for checks on alert
+conditions; the example configuration (prometheus/examples/) pointed at test ports and
+an Alertmanager, and a webhook `Receiver` for what Alertmanager sends; and a simulated
 run scraped in virtual time (`scrape_sim`), with the alerts the shipped rules fire on
 it in the real promtool (`promtool_firing`)."""
 from __future__ import annotations
 
+import json
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
 import yaml
 
-from conftest import ROOT, free_port, require_binary, wait_http
+from testing import ROOT
+from testing.daemons import free_port, require_binary, wait_http
 
 EXPORTER_RULES = ROOT / "prometheus" / "rules" / "gpulse-exporter.rules.yml"
+EXAMPLES = ROOT / "prometheus" / "examples"
 
 
 class Prometheus:
@@ -135,3 +142,58 @@ def _seconds(go: str) -> float:
     import re
     units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
     return sum(float(n) * units[u] for n, u in re.findall(r"([\d.]+)(ms|h|m|s)", go))
+
+
+class Receiver:
+    """A webhook endpoint that records every Alertmanager notification by path."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[str, dict]] = []
+        lock = self.lock = threading.Lock()
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server naming)
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with lock:
+                    received.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def alerts(self) -> list[tuple[str, dict]]:
+        with self.lock:
+            return [(path, a) for path, body in self.received for a in body["alerts"]]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def alertmanager_config(receiver_url: str) -> dict:
+    doc = yaml.safe_load((EXAMPLES / "alertmanager.yml").read_text(encoding="utf-8"))
+    for rc in doc["receivers"]:
+        for hook in rc.get("webhook_configs", []):
+            hook["url"] = receiver_url + "/" + hook["url"].rstrip("/").rsplit("/", 1)[1]
+    for route in [doc["route"], *doc["route"].get("routes", [])]:
+        route.update(group_wait="1s", group_interval="1s")
+    return doc
+
+
+def prometheus_config(rules_dir: Path, am_port: int, targets: list[str]) -> dict:
+    doc = yaml.safe_load((EXAMPLES / "prometheus.yml").read_text(encoding="utf-8"))
+    doc["global"].update(scrape_interval="1s", evaluation_interval="1s")
+    doc["rule_files"] = [str(rules_dir / "*.yml")]
+    doc["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{am_port}"]}]
+    (job,) = [j for j in doc["scrape_configs"] if j["job_name"] == "gpulse"]
+    job["static_configs"] = [{"targets": targets}]
+    return doc
+
+
+RUNBOOK = "https://github.com/gpulse/gpulse/blob/main/docs/runbooks/GpulseWorkloadImbalance.md"
