@@ -34,9 +34,11 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from _proc import cpu_seconds, percentile, rss_bytes, start_gpulse, threads, tree_at
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root: bench.lib
+from bench.lib.proc import cpu_seconds, percentile, rss_bytes, start_gpulse, threads, tree_at  # noqa: E402
 
 CLIENT_PROCS = 4
 

@@ -136,3 +136,12 @@ class Gpulse:
     def output(self) -> str:
         self.stop()
         return self.proc.stdout.read() if self.proc.stdout else ""
+
+
+def gpulse_export(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env_path = str(ROOT / "exporter")
+    p = subprocess.run([sys.executable, "-m", "gpulse", "export", *args], capture_output=True, timeout=300,
+                       env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+    if check:
+        assert p.returncode == 0, p.stderr.decode()
+    return p

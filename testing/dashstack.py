@@ -7,12 +7,9 @@ second; and each panel target as Grafana sends it (step, $__interval, $__rate_in
 $__range and dashboard variables substituted, testing/grafana_queries.py)."""
 from __future__ import annotations
 
-import http.server
 import json
 import math
-import re
 import subprocess
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +21,7 @@ from testing import ROOT
 from testing.daemons import Gpulse, free_port, require_binary, require_data, wait_http
 from testing.grafana_queries import (choices, fixed_values, format_value, panel_queries, parse_duration_ms,
                                      substitute, variable_defaults)
+from testing.fakedcgm import FakeDcgmExporter
 
 
 DASHBOARDS = ROOT / "grafana" / "dashboards"
@@ -65,57 +63,6 @@ SWITCHES = ("metric", "cells", "order")
 
 
 HEATMAP = "GPU cluster heatmap / GPU heatmap"
-
-
-# Families the L4 capture lacks, added the way dcgm-exporter writes them on an
-# H100 so the node-detail panels (ECC, NVLink, XID, power limit) have data too.
-EXTRA_DCGM_FIELDS = (
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-    "DCGM_FI_PROF_NVLINK_TX_BYTES", "DCGM_FI_PROF_NVLINK_RX_BYTES", "DCGM_FI_DEV_XID_ERRORS",
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
-)
-
-
-class FakeDcgmExporter:
-    """Serves a real dcgm-exporter capture (plus EXTRA_DCGM_FIELDS) over HTTP.
-    Two early requests get 503, so the exporter's error counter exists; after
-    that it answers, so the node's series do not flap in and out."""
-
-    FAILING = (3, 4)
-
-    def __init__(self, capture: str):
-        labels = re.search(r"^DCGM_\w+(\{[^}]*\})", capture, re.M).group(1)
-        self.capture, self.labels, self.requests = capture, labels, 0
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.requests += 1
-                if outer.requests in outer.FAILING:
-                    self.send_error(503)
-                    return
-                body = outer.body(outer.requests).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def body(self, n: int) -> str:
-        values = (72, n // 3, 0, 2.0e9 + 1e7 * (n % 5), 1.9e9, 13 if n > 2 else 0, 1)
-        extra = "".join(f"{name}{self.labels} {v}\n" for name, v in zip(EXTRA_DCGM_FIELDS, values))
-        return self.capture.rstrip("\n") + "\n" + extra
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def job_map(tmp: Path, job: str, gpus: int = 8) -> str:

@@ -33,9 +33,7 @@ from testing.promutil import promtool_firing, scrape_sim
 from gpulse.collector import encode, live_families, snapshot_families
 from gpulse.config import parse_duration
 from gpulse.http.livepage import LivePage
-
-sys.path.insert(0, str(ROOT / "bench"))
-import dashboards_scale  # noqa: E402  (the recording rules backfilled level by level)
+from bench import dashboards_scale  # noqa: E402  (the recording rules backfilled level by level)
 
 NODE = "n1"
 SCRAPE = 15.0

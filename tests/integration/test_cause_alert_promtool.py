@@ -1,7 +1,7 @@
 """The shipped GpulseStragglerGPU alert, evaluated by the real promtool over a
 real-data cause case, names the same cause as the live gauge and the report.
 
-Each case (bench/corpus/causes.py: the Alibaba PAI job's slow worker with a power
+Each case (bench/lib/corpus/causes.py: the Alibaba PAI job's slow worker with a power
 cap holding its clocks down, and with its PCIe link at x8 of x16; 1 s-averaged
 power) is replayed through the
 exporter's engine and collector in virtual time, and what /metrics would have said
@@ -22,10 +22,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, require_binary, require_data
-
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-import bench.corpus.causes as causes  # noqa: E402
-from cause_matrix import live_cause  # noqa: E402
+import bench.lib.corpus.causes as causes  # noqa: E402
+from bench.cause_matrix import live_cause  # noqa: E402
 
 from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402

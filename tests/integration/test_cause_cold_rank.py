@@ -1,4 +1,4 @@
-"""The cold rank of Alibaba PAI job 1 (bench/corpus/causes.py: worker 6 off the GPU
+"""The cold rank of Alibaba PAI job 1 (bench/lib/corpus/causes.py: worker 6 off the GPU
 35-45 % of its slow steps while its peers read 100 % busy and spin-wait for it) in a
 log with nvidia-smi's power.draw.instant, through the real CLI (`python -m gpulse
 report`): the cause is off_gpu, the straggler sentence says so too (one verdict
@@ -13,10 +13,9 @@ import sys
 
 from conftest import ROOT, require_data
 
-sys.path.insert(0, str(ROOT))
-import bench.corpus.causes as causes  # noqa: E402
-from bench.corpus.cases import levels  # noqa: E402
-from bench.corpus.smi import write_log  # noqa: E402
+import bench.lib.corpus.causes as causes  # noqa: E402
+from bench.lib.corpus.cases import levels  # noqa: E402
+from bench.lib.corpus.smi import write_log  # noqa: E402
 
 
 def test_instant_power_cold_rank_is_off_gpu_in_text_and_cause(tmp_path):

@@ -1,5 +1,5 @@
 """The straggler's cause in `gpulse report`, on the labelled cause cases built from
-real recordings (bench/corpus/causes.py: the Alibaba PAI job's slow worker with the
+real recordings (bench/lib/corpus/causes.py: the Alibaba PAI job's slow worker with the
 health columns of each cause, its cold-rank variant, the real 8xH100 checkpoint
 logs, the seed case; one log format, the 1 s-averaged power the real logs carry).
 
@@ -20,8 +20,7 @@ import pytest
 
 from conftest import ROOT, require_data
 
-sys.path.insert(0, str(ROOT))
-import bench.corpus.causes as causes  # noqa: E402
+import bench.lib.corpus.causes as causes  # noqa: E402
 
 from gpulse.analysis.cause import REMEDIES  # noqa: E402
 from gpulse.sources.recorded import read_log  # noqa: E402
@@ -119,8 +118,7 @@ def test_live_gauge_says_what_the_report_says(built, reports, name):
     # the log replayed through the exporter's engine and collector (what
     # `gpulse serve --source replay` serves): gpulse_gpu_straggler_cause for the
     # straggler carries the report's cause, and no other GPU gets one
-    sys.path.insert(0, str(ROOT / "bench"))
-    from cause_matrix import live_cause
+    from bench.cause_matrix import live_cause
     c = built[name]
     cause, detail = live_cause(c)
     assert cause == _finding(reports[name], c.gpu)["cause"], (name, detail)

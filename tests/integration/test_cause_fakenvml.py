@@ -17,7 +17,7 @@ import pytest
 
 import fakenvml
 from conftest import Gpulse, require_binary
-from test_nvml_serve import per_gpu, series
+from scrape import per_gpu, series
 
 SCENARIOS = Path(fakenvml.__file__).resolve().parent / "scenarios"
 PEERS = [str(i) for i in range(8) if i != 3]

@@ -16,42 +16,15 @@ own evaluation instants:
 from __future__ import annotations
 
 import json
-import sys
-from contextlib import contextmanager
 
 import pytest
 import requests
 
-from conftest import ROOT, require_binary, require_data
+from backfill import NODE, backfilled
+from bench import stall_visibility as sv
 
-sys.path.insert(0, str(ROOT / "bench"))
-import stall_visibility as sv  # noqa: E402
-from dashboards_scale import Prometheus, backfill_rules  # noqa: E402
-
-TRACE = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1.csv"
-NODE = "h100-ckpt1"
 RECORD = 'node_gpu:gpulse_gpu_cell_seconds:increase15s{signal="sampled"}'
 RECORDS, RAW = "increase15s", "seconds_total"
-
-
-@contextmanager
-def backfilled(tmp_path_factory, tag: str, lead_s: int):
-    """The ckpt1 trace exported at a 15 s scrape into a running Prometheus with
-    the recording rules backfilled from `lead_s` before the run to 10 minutes
-    after it: (prometheus, run start, run end)."""
-    require_binary("prometheus")
-    require_binary("promtool")
-    log = require_data(TRACE)
-    work = tmp_path_factory.mktemp(tag)
-    sv.export_and_load(log, NODE, "15s", work / "data", work)
-    _, (start, end) = sv.episodes(log, NODE)
-    p = Prometheus(work / "data", work, retention="100y")
-    p.start()
-    try:
-        backfill_rules(p, int(start) - lead_s, int(end) + 600, work)
-        yield p, start, end
-    finally:
-        p.stop()
 
 
 @pytest.fixture(scope="module")

@@ -12,18 +12,13 @@ cell ending at the group's last evaluation (under a minute earlier).
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import requests
 
-from conftest import ROOT
-from test_dashboards_cells15s import backfilled
+from backfill import NODE, backfilled
+from bench import stall_visibility as sv
 
-sys.path.insert(0, str(ROOT / "bench"))
-import stall_visibility as sv  # noqa: E402
-
-NODE = "h100-ckpt1"
 FOUR_HOURS = 4 * 3600
 RECORD = 'node_gpu:gpulse_gpu_cell_seconds:cells1m{signal="sampled"}'
 

@@ -6,15 +6,12 @@ furthest from the median on top. If the records or the overview's query change s
 this fails instead of the benchmark timing empty answers."""
 from __future__ import annotations
 
-import sys
 import time
 
 import requests
 
-from conftest import ROOT, require_binary
-
-sys.path.insert(0, str(ROOT / "bench"))
-import dashboards_scale as ds  # noqa: E402
+from conftest import require_binary
+from bench import dashboards_scale as ds  # noqa: E402
 
 NODES = 5
 T0 = int(time.time()) // 7200 * 7200 - 7200

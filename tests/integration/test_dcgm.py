@@ -1,11 +1,7 @@
 """The DCGM source: a live dcgm-exporter endpoint serving its real expositions."""
 from __future__ import annotations
 
-import http.server
 import subprocess
-import socket
-import threading
-import time
 
 import pytest
 
@@ -13,88 +9,9 @@ from conftest import free_port
 from testing.config import test_config
 from gpulse.sources.base import SourceError
 from gpulse.sources.dcgm import DcgmSource
-from test_dcgm_fields import H100, L4, MIG_TEXT, _l4_with, _map, _text
+from testing.fakedcgm import H100, L4, MIG_TEXT, FaultyDcgmExporter, capture, l4_with, map_text
 
 # ---------------------------------------------------------------- the live endpoint
-
-class _Exporter:
-    """A stand-in dcgm-exporter on 127.0.0.1 serving whatever `body` holds, with
-    switches for the ways an endpoint goes wrong."""
-
-    def __init__(self, body: str):
-        self.body = body
-        self.delay = 0.0          # before answering
-        self.trickle = 0.0        # between chunks of the body
-        self.trickle_bytes = 512  # the size of those chunks
-        self.trickle_head = False # trickle the status line and headers too
-        self.close_delimited = False  # no Content-Length: the answer ends when the connection does
-        self.sent = 0             # bytes of the last trickled answer written so far
-        self.status = 200
-        self.requests = 0
-        self.connections = 0
-        self._open: list[socket.socket] = []
-        self.port = free_port()
-        self._server = None
-        self.start()
-
-    def start(self):
-        owner = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"     # keep-alive, as dcgm-exporter (Go net/http) speaks
-
-            def setup(self):
-                owner.connections += 1
-                owner._open.append(self.request)
-                super().setup()
-
-            def do_GET(self):
-                owner.requests += 1
-                time.sleep(owner.delay)
-                data = owner.body.encode()
-                framing = "Connection: close\r\n" if owner.close_delimited else f"Content-Length: {len(data)}\r\n"
-                head = (f"HTTP/1.1 {owner.status} OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                        f"{framing}\r\n").encode()
-                self.close_connection = owner.close_delimited
-                if owner.trickle_head:
-                    data = head + data
-                else:
-                    self.wfile.write(head)
-                if owner.trickle:
-                    step = owner.trickle_bytes
-                    owner.sent = 0
-                    try:
-                        for i in range(0, len(data), step):
-                            self.wfile.write(data[i:i + step])
-                            self.wfile.flush()
-                            owner.sent = i + step
-                            time.sleep(owner.trickle)
-                    except OSError:       # the client gave up: what a deadline is for
-                        self.close_connection = True
-                else:
-                    self.wfile.write(data)
-
-            def log_message(self, *a):
-                pass
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def stop(self):
-        """Gone for real: the listener and every kept-alive connection."""
-        self._server.shutdown()
-        self._server.server_close()
-        for sock in self._open:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        self._open.clear()
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}/metrics"
 
 
 @pytest.fixture
@@ -102,7 +19,7 @@ def exporter():
     started = []
 
     def make(body):
-        e = _Exporter(body)
+        e = FaultyDcgmExporter(body)
         started.append(e)
         return e
 
@@ -129,7 +46,7 @@ def _polled(exporter, body, **kw):
 
 
 def test_live_endpoint_serves_capture(exporter):
-    ex = exporter(_text(H100))
+    ex = exporter(capture(H100))
     src = _source(ex.url, interval=1.0)
     devices = src.open()
     assert [d.gpu for d in devices] == [str(i) for i in range(8)]
@@ -161,7 +78,7 @@ def test_live_sm_active_sets_flag(exporter):
 
 
 def test_live_garbage_counted(exporter):
-    ex = exporter(_l4_with(DEV_GPU_UTIL="218322032"))
+    ex = exporter(l4_with(DEV_GPU_UTIL="218322032"))
     src = _source(ex.url)
     src.open()
     res = src.poll(0.0)
@@ -172,7 +89,7 @@ def test_live_garbage_counted(exporter):
 
 
 def test_live_endpoint_down_then_back(exporter):
-    ex, src = _polled(exporter, _text(L4), timeout=0.5)
+    ex, src = _polled(exporter, capture(L4), timeout=0.5)
     ex.stop()
     res = src.poll(1.0)
     (r,) = res.readings
@@ -187,7 +104,7 @@ def test_live_endpoint_down_then_back(exporter):
 
 
 def test_live_slow_endpoint_marks_gpus_down(exporter):
-    ex = exporter(_text(L4))
+    ex = exporter(capture(L4))
     src = _source(ex.url, timeout=0.2)
     src.open()
     src.poll(0.0)
@@ -200,7 +117,7 @@ def test_live_slow_endpoint_marks_gpus_down(exporter):
 
 
 def test_live_trickling_endpoint_hits_deadline(exporter):
-    ex = exporter(_text(L4) * 4)
+    ex = exporter(capture(L4) * 4)
     src = _source(ex.url, timeout=0.3)
     src.open()
     src.poll(0.0)
@@ -213,7 +130,7 @@ def test_live_trickling_endpoint_hits_deadline(exporter):
 @pytest.mark.parametrize("head", [False, True], ids=["body", "head-and-body"])
 def test_live_byte_trickle_with_content_length_ends_at_the_deadline(exporter, caplog, head):
     # 1 byte every 50 ms of a ~4 KB answer would take minutes; every socket read is quick
-    ex = exporter(_text(L4))
+    ex = exporter(capture(L4))
     src = _source(ex.url, timeout=2.0, interval=1.0)
     src.open()
     assert src.poll(0.0).readings[0].up
@@ -236,7 +153,7 @@ def test_live_byte_trickle_with_content_length_ends_at_the_deadline(exporter, ca
 def test_live_byte_trickle_of_an_answer_ended_by_closing_ends_at_the_deadline(exporter):
     # without Content-Length http.client hands the socket to the response and forgets it;
     # the deadline must still reach it (sources/bounded.Deadline)
-    ex = exporter(_text(L4))
+    ex = exporter(capture(L4))
     src = _source(ex.url, timeout=2.0, interval=1.0)
     src.open()
     assert src.poll(0.0).readings[0].up
@@ -251,9 +168,9 @@ def test_live_byte_trickle_of_an_answer_ended_by_closing_ends_at_the_deadline(ex
 
 
 def test_live_answer_over_the_size_cap_is_dropped(exporter, monkeypatch):
-    ex, src = _polled(exporter, _text(L4))
+    ex, src = _polled(exporter, capture(L4))
     monkeypatch.setattr(DcgmSource, "MAX_BODY", 2 ** 20)
-    ex.body = _text(L4) * (2 ** 20 // len(_text(L4)) + 1)
+    ex.body = capture(L4) * (2 ** 20 // len(capture(L4)) + 1)
     res = src.poll(1.0)
     assert res.readings[0].error == f"dcgm-exporter {ex.url}: answer larger than 1 MiB"
     assert not res.readings[0].up and res.call_errors == {"dcgm_scrape": 1}
@@ -261,7 +178,7 @@ def test_live_answer_over_the_size_cap_is_dropped(exporter, monkeypatch):
 
 
 def test_live_http_error(exporter):
-    ex = exporter(_text(L4))
+    ex = exporter(capture(L4))
     ex.status = 503
     src = _source(ex.url)
     assert src.open() == []                   # not fatal: the GPUs appear once it answers
@@ -273,7 +190,7 @@ def test_live_http_error(exporter):
 
 
 def test_live_gpu_missing_from_output(exporter):
-    ex = exporter(_text(H100))
+    ex = exporter(capture(H100))
     src = _source(ex.url)
     src.open()
     src.poll(0.0)
@@ -285,7 +202,7 @@ def test_live_gpu_missing_from_output(exporter):
 
 
 def test_live_broken_line_counted(exporter):
-    ex = exporter(_text(L4).replace("DCGM_FI_DEV_GPU_TEMP{gpu", "DCGM_FI_DEV_GPU_TEMP{gpu=", 1))
+    ex = exporter(capture(L4).replace("DCGM_FI_DEV_GPU_TEMP{gpu", "DCGM_FI_DEV_GPU_TEMP{gpu=", 1))
     src = _source(ex.url)
     src.open()
     res = src.poll(0.0)
@@ -310,7 +227,7 @@ def test_unreachable_at_start_is_not_fatal():
 
 # ---------------------------------------------------------------- gpulse serve --source dcgm
 def test_serve_dcgm_endpoint(exporter, gpulse_proc):
-    ex = exporter(_text(H100))
+    ex = exporter(capture(H100))
     g = gpulse_proc("--source", "dcgm", "--dcgm.url", ex.url, "--dcgm.interval", "200ms", "--dcgm.timeout", "300ms")
     text = g.wait_metrics(lambda t: 'gpulse_gpu_power_watts{container="main",gpu="6"' in t)
     assert ('gpulse_gpu_power_watts{container="main",gpu="6",namespace="dynamo-workload",node=' in text
@@ -339,14 +256,14 @@ def _counters(src, now):
 
 
 def test_counters_never_decrease_across_dcgm_resets(exporter):
-    ex = exporter(_l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="7400000"))
+    ex = exporter(l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="7400000"))
     src = _source(ex.url, interval=1.0)
     src.open()
     seen = []
     events = {}
     # 7400 J, then dcgm-exporter restarts and reports 0.01 J, and counts on from there
     for k, mj in enumerate(("7400000", "7400500", "10", "2010", "2010")):
-        ex.body = _l4_with(DEV_TOTAL_ENERGY_CONSUMPTION=mj)
+        ex.body = l4_with(DEV_TOTAL_ENERGY_CONSUMPTION=mj)
         res, by = _counters(src, float(k))
         seen.append(by["0"].counters["energy_joules_total"])
         for key, n in res.events.items():
@@ -362,7 +279,7 @@ def test_counters_never_decrease_across_dcgm_resets(exporter):
     ("DEV_PCIE_REPLAY_COUNTER", "pcie_replays_total", None),
 ])
 def test_negative_zero_resets_nothing_gpulse_counts(exporter, field, family, label):
-    text = _text(L4)
+    text = capture(L4)
     if field not in text:                       # the L4 capture has no ECC field: add one
         text += _series_line(text, "DEV_PCIE_REPLAY_COUNTER").replace("DEV_PCIE_REPLAY_COUNTER", field) + "\n"
     ex = exporter(text.replace(_series_line(text, field), _series_line(text, field).rsplit(" ", 1)[0] + " 42"))
@@ -382,7 +299,7 @@ def test_negative_zero_resets_nothing_gpulse_counts(exporter, field, family, lab
 
 
 def test_duplicate_series_in_one_answer_dropped_the_same_way_every_scrape(exporter):
-    text = _l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="3350000")
+    text = l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="3350000")
     line = _series_line(text, "DEV_TOTAL_ENERGY_CONSUMPTION")
     small = line.rsplit(" ", 1)[0] + " 5"
     ex = exporter(text.replace(line, line + "\n" + small))
@@ -402,9 +319,9 @@ def test_duplicate_series_in_one_answer_dropped_the_same_way_every_scrape(export
 
 
 def test_renamed_host_keeps_its_gpus(exporter):
-    ex, src = _polled(exporter, _text(H100), interval=1.0)
+    ex, src = _polled(exporter, capture(H100), interval=1.0)
     assert len(src.devices()) == 8
-    ex.body = _text(H100).replace('Hostname="ip-100-64-171-120.ec2.internal"', 'Hostname="dcgm-exporter-x7k2p"')
+    ex.body = capture(H100).replace('Hostname="ip-100-64-171-120.ec2.internal"', 'Hostname="dcgm-exporter-x7k2p"')
     res = src.poll(1.0)
     assert res.devices is None                          # no new entities
     assert sorted(r.gpu for r in res.readings) == sorted(str(i) for i in range(8))
@@ -413,8 +330,8 @@ def test_renamed_host_keeps_its_gpus(exporter):
 
 
 def test_gone_entities_expire_after_the_documented_delay(exporter):
-    ex, src = _polled(exporter, _text(H100), interval=1.0)
-    ex.body = "\n".join(ln for ln in _text(H100).splitlines() if 'gpu="3"' not in ln) + "\n"
+    ex, src = _polled(exporter, capture(H100), interval=1.0)
+    ex.body = "\n".join(ln for ln in capture(H100).splitlines() if 'gpu="3"' not in ln) + "\n"
     res, by = _counters(src, 1.0)
     assert not by["3"].up and by["3"].error == "not in dcgm-exporter output"
     # last in an answer at 0: down, still there, until EXPIRE_S later
@@ -432,7 +349,7 @@ def test_gone_entities_expire_after_the_documented_delay(exporter):
 
 
 def test_entities_per_answer_are_capped_and_counted(exporter):
-    line = _series_line(_text(L4), "DEV_GPU_UTIL")
+    line = _series_line(capture(L4), "DEV_GPU_UTIL")
     body = "".join(line.replace('gpu="0"', f'gpu="{i}"') + "\n" for i in range(2000))
     ex = exporter(body)
     src = _source(ex.url, interval=1.0)
@@ -446,20 +363,20 @@ def test_entities_per_answer_are_capped_and_counted(exporter):
 
 @pytest.mark.parametrize("index", ["٣", "１", "3\u200b", "²"])
 def test_only_ascii_digits_are_gpu_indices(index):
-    line = _series_line(_text(L4), "DEV_GPU_UTIL")
-    m = _map(line + "\n" + line.replace('gpu="0"', f'gpu="{index}"') + "\n")
+    line = _series_line(capture(L4), "DEV_GPU_UTIL")
+    m = map_text(line + "\n" + line.replace('gpu="0"', f'gpu="{index}"') + "\n")
     assert list(m.devices) == ["0"]
 
 
 def test_serve_exposes_the_source_counters_documented_and_promtool_clean(exporter, gpulse_proc, tmp_path):
     from conftest import ROOT, require_binary
     promtool = require_binary("promtool")
-    text = _l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="7400000")
+    text = l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="7400000")
     line = _series_line(text, "DEV_TOTAL_ENERGY_CONSUMPTION")
     ex = exporter(text.replace(line, line + "\n" + line))           # a duplicate in every answer
     g = gpulse_proc("--source", "dcgm", "--dcgm.url", ex.url, "--dcgm.interval", "200ms", "--dcgm.timeout", "1s")
     g.wait_metrics(lambda t: "gpulse_source_dropped_series_total" in t)
-    ex.body = _l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="10")           # DCGM restarted
+    ex.body = l4_with(DEV_TOTAL_ENERGY_CONSUMPTION="10")           # DCGM restarted
     out = g.wait_metrics(lambda t: "gpulse_source_resets_total" in t)
     energy = [float(ln.rsplit(" ", 1)[1]) for ln in out.splitlines() if ln.startswith("gpulse_gpu_energy_joules_total{")]
     assert energy and energy[0] >= 7400.0

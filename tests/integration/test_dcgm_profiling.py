@@ -15,7 +15,7 @@ import pytest
 from conftest import require_binary, require_data
 from testing.config import test_config
 from gpulse.sources.dcgm import DcgmSource
-from test_dcgm import _Exporter
+from testing.fakedcgm import FaultyDcgmExporter
 
 L4 = "captures/dcgm-exporter/l4-gpu-operator.prom"
 
@@ -53,8 +53,8 @@ def working_l4(**override: str) -> str:
 def endpoint():
     started = []
 
-    def make(body: str) -> _Exporter:
-        e = _Exporter(body)
+    def make(body: str) -> FaultyDcgmExporter:
+        e = FaultyDcgmExporter(body)
         started.append(e)
         return e
 

@@ -4,7 +4,7 @@ nvidia-smi's `utilization.gpu` is the busy share of the driver's last sample per
 (at least 1/6 s), so a 0.3 s stall polled every 100 ms shows one or two idle rows and
 its co-idle stretch reads ~0.18 s: without allowing for the window the report and the
 exporter lose about half of every stall and half of the episodes. The traces are
-bench/corpus cases (power and memory levels of the real 8xH100 logs, row skew, query
+bench/lib/corpus cases (power and memory levels of the real 8xH100 logs, row skew, query
 stalls, stalls off the grid with jitter, 1 s-averaged or instantaneous power, start-up
 and exit), the truth is the timeline they are sampled from.
 """
@@ -14,13 +14,12 @@ import sys
 
 import pytest
 
-from conftest import ROOT, require_data
+from conftest import require_data
 
-sys.path.insert(0, str(ROOT))
-import bench.corpus  # noqa: E402,F401
+import bench.lib.corpus  # noqa: E402,F401
 
-cases = sys.modules["bench.corpus.cases"]
-smi = sys.modules["bench.corpus.smi"]
+cases = sys.modules["bench.lib.corpus.cases"]
+smi = sys.modules["bench.lib.corpus.smi"]
 
 from gpulse.analysis.coidle import UTIL_WINDOW, StallTracker, Run  # noqa: E402
 from gpulse.analysis.thresholds import value  # noqa: E402

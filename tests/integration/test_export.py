@@ -7,22 +7,19 @@ stalls, so the stall counters move too.
 """
 from __future__ import annotations
 
-import calendar
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from conftest import ROOT, Gpulse, free_port, require_binary, require_data, wait_http
+from conftest import Gpulse, free_port, require_binary, wait_http
+from realtrace import cut_trace, poll_time
+from testing.daemons import gpulse_export
 
-TRACE = "traces/h100-8gpu/ckpt50.csv"
 NODE = "h100-a"
-ROWS_PER_POLL = 8
 # Values that depend on the wall clock of the process that serves them (the live
 # exporter runs now, the export at the recorded time) or on its own CPU: compared
 # by presence only. process_* and python_* describe the exporting process and are
@@ -31,34 +28,6 @@ CLOCK_SERIES = {"gpulse_gpu_last_sample_timestamp_seconds", "gpulse_exporter_las
                 "gpulse_exporter_snapshot_timestamp_seconds", "gpulse_exporter_seconds_since_last_sample",
                 "gpulse_exporter_stale"}
 PROCESS_PREFIXES = ("process_", "python_", "gpulse_exporter_sample_duration_seconds")
-
-
-def _poll_time(row: str) -> float:
-    stamp = row.split(",", 1)[0].strip()
-    head, _, frac = stamp.partition(".")
-    return calendar.timegm(time.strptime(head, "%Y/%m/%d %H:%M:%S")) + float("0." + (frac or "0"))
-
-
-def cut_trace(dest: Path, start_s: float, length_s: float) -> Path:
-    """The polls of the real trace from start_s to start_s + length_s after its first row."""
-    lines = require_data(TRACE).read_text().splitlines()
-    header, rows = lines[0], lines[1:]
-    t0 = _poll_time(rows[0])
-    keep = []
-    for i in range(0, len(rows) - ROWS_PER_POLL + 1, ROWS_PER_POLL):
-        if start_s <= _poll_time(rows[i]) - t0 < start_s + length_s:
-            keep.extend(rows[i:i + ROWS_PER_POLL])
-    dest.write_text("\n".join([header, *keep]) + "\n")
-    return dest
-
-
-def gpulse_export(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    env_path = str(ROOT / "exporter")
-    p = subprocess.run([sys.executable, "-m", "gpulse", "export", *args], capture_output=True, timeout=300,
-                       env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
-    if check:
-        assert p.returncode == 0, p.stderr.decode()
-    return p
 
 
 def series_of(families) -> dict[tuple, list[tuple[float | None, float]]]:
@@ -99,7 +68,7 @@ def test_promtool_backfills_the_export_and_prometheus_returns_its_values(tmp_pat
     assert all(t % 15 == 0 for t in stamps) and stamps == sorted(stamps) and len(stamps) >= 4
     # the recorded time of the trace, not the time of the export
     # (the first scrape on the grid after the first analysis tick, 1 s in)
-    assert 0 < stamps[0] - _poll_time(log.read_text().splitlines()[1]) <= 15 + 1
+    assert 0 < stamps[0] - poll_time(log.read_text().splitlines()[1]) <= 15 + 1
 
     (tmp_path / "run.om").write_text(body)
     blocks = tmp_path / "data"

@@ -4,17 +4,14 @@ valid file promtool loads; their blocks overlap in time, and Prometheus merges t
 one block per hour (here: per window) holding every series with every sample."""
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import requests
 
-from conftest import ROOT, require_binary
-
-sys.path.insert(0, str(ROOT / "bench"))
-import fleet  # noqa: E402
-from dashboards_data import Cluster  # noqa: E402
+from conftest import require_binary
+from bench import fleet  # noqa: E402
+from bench.lib.dashboards_data import Cluster  # noqa: E402
 
 NODES = 12          # jobs of 4, 4, 2, 2 nodes: with 2 patterns the 4-node jobs repeat one
 PATTERNS = 2

@@ -22,6 +22,7 @@ from gpulse.http.server import MAX_HEAD_BYTES, MAX_REQUEST_LINE
 from gpulse.http.webconfig import load_web_config
 from liveserver import Live
 from tlsutil import CA, write_web_config
+from fuzzing import exchange
 
 TIMEOUT = 1.0          # --web.timeout of the server under test
 OK_CODES = {200, 400, 404, 405, 414, 431, 501, 505}
@@ -32,28 +33,6 @@ def live():
     with Live(web__timeout=f"{TIMEOUT}s", web__max_requests=4) as lv:
         yield lv
         assert lv.log.messages() == []      # no handler crashed, nothing unexpected
-
-
-def exchange(port: int, data: bytes, wait: float = 5.0, half_close: bool = True) -> bytes:
-    """Send raw bytes, read until the server closes (or `wait` passes)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
-        try:
-            s.sendall(data)
-            if half_close:
-                s.shutdown(socket.SHUT_WR)
-        except OSError:          # the server may close first on hostile input: fine
-            pass
-        out = b""
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            try:
-                chunk = s.recv(65536)
-            except (socket.timeout, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            out += chunk
-        return out
 
 
 def status(resp: bytes) -> int:

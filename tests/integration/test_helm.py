@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import json
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -22,234 +20,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import IN_CI, ROOT, wait_http
-from helmchart import packaged
-
-
-def _need(module: str):
-    """A Python package the tests need: skip on a laptop, fail in CI (like require_binary)."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        if IN_CI:
-            pytest.fail(f"{module} is not installed ({e}): .ci/run must install the test extra", pytrace=False)
-        pytest.skip(f"{module} is not installed", allow_module_level=True)
-
-
-helm = _need("helm_python")
-kubernetes_validate = _need("kubernetes_validate")
-kv_utils = _need("kubernetes_validate.utils")  # all_versions lives here
-
-CHART = ROOT / "helm" / "gpulse"
-RULES = ROOT / "prometheus" / "rules"
-DASHBOARDS = ROOT / "grafana" / "dashboards"
-MIN_KUBE = "1.28"
-RELEASE, NAMESPACE = "gpulse", "monitoring"
-OPERATOR_API = ["monitoring.coreos.com/v1"]
-
-
-# ------------------------------------------------------------------ rendering
-
-@pytest.fixture(scope="module")
-def chart():
-    """The packaged chart (.tgz), as a registry would serve it."""
-    with helm.Chart.load(packaged()) as c:
-        yield c
-
-
-def render(chart, values: dict | None = None, *, api_versions: list[str] | None = None,
-           kube_version: str | None = None) -> dict[str, str]:
-    """Template path -> rendered text, like `helm template --api-versions ...`.
-
-    Chart.render() has no way to pass the cluster's API versions, which the
-    chart reads to decide on the Prometheus Operator kinds, so this goes one
-    level down to the same native call with the options the library accepts.
-    """
-    from helm_python import _native
-    opts: dict = {"name": RELEASE, "namespace": NAMESPACE, "is_install": True}
-    if api_versions:
-        opts["api_versions"] = api_versions
-    if kube_version:
-        opts["kube_version"] = kube_version
-    out = _native.call_string("helm_render", chart._raw(), json.dumps(values or {}), json.dumps(opts))
-    return json.loads(out)
-
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it: the rules are large
-
-
-def docs(rendered: dict[str, str]) -> list[dict]:
-    out = []
-    for path, text in sorted(rendered.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        out += [d for d in yaml.load_all(text, Loader=_LOADER) if d]
-    return out
-
-
-def by_kind(manifests: list[dict], kind: str) -> list[dict]:
-    return [d for d in manifests if d["kind"] == kind]
-
-
-def one(manifests: list[dict], kind: str) -> dict:
-    found = by_kind(manifests, kind)
-    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
-    return found[0]
-
-
-def container(manifests: list[dict]) -> dict:
-    (c,) = one(manifests, "DaemonSet")["spec"]["template"]["spec"]["containers"]
-    return c
-
-
-def rule_files() -> list[Path]:
-    files = sorted(p for p in RULES.iterdir() if p.suffix in (".yml", ".yaml")) if RULES.is_dir() else []
-    assert files, f"no rule files in {RULES}: the chart ships its PrometheusRules from there"
-    return files
-
-
-def dashboard_files() -> list[Path]:
-    files = sorted(DASHBOARDS.glob("*.json")) if DASHBOARDS.is_dir() else []
-    assert files, f"no dashboards in {DASHBOARDS}: the chart ships its ConfigMaps from there"
-    return files
-
-
-# ------------------------------------------------------------------ validation
-
-def kube_versions() -> list[str]:
-    from packaging.version import Version
-    versions = sorted({v for v in kv_utils.all_versions()}, key=Version)
-    wanted = [v for v in versions if Version(v) >= Version(MIN_KUBE)]
-    assert wanted, f"kubernetes-validate {kubernetes_validate.__version__} knows no release >= {MIN_KUBE}"
-    return wanted
-
-
-def _strict(schema):
-    """Forbid unknown fields wherever an object lists its fields, as
-    kubernetes-validate's strict schemas do."""
-    if isinstance(schema, dict):
-        if "properties" in schema and "additionalProperties" not in schema:
-            schema["additionalProperties"] = False
-        for v in schema.values():
-            _strict(v)
-    elif isinstance(schema, list):
-        for v in schema:
-            _strict(v)
-    return schema
-
-
-@functools.lru_cache(maxsize=None)
-def operator_validator(kind: str):
-    """A strict JSON Schema validator for a monitoring.coreos.com/v1 kind."""
-    import jsonschema
-    models = _need("cloudcoil.models.prometheus_operator.v1")
-    from pydantic import TypeAdapter
-    schema = _strict(TypeAdapter(getattr(models, kind)).json_schema(by_alias=True))
-    return jsonschema.Draft202012Validator(schema)
-
-
-# kubernetes-validate re-reads its schema files from disk for every object; the
-# files never change during a run, so read each once.
-kv_utils.schema_contents = functools.lru_cache(maxsize=None)(kv_utils.schema_contents)
-
-
-def validate_manifest(doc: dict) -> None:
-    _validate_once(json.dumps(doc, sort_keys=True))
-
-
-@functools.lru_cache(maxsize=None)
-def _validate_once(text: str) -> None:
-    """Objects repeat across the values matrix (the dashboards, say): check each once."""
-    doc = json.loads(text)
-    kind, name = doc["kind"], doc["metadata"]["name"]
-    if doc["apiVersion"] == "monitoring.coreos.com/v1":
-        errors = sorted(operator_validator(kind).iter_errors(doc), key=lambda e: list(e.path))
-        assert not errors, f"{kind}/{name}: " + "; ".join(
-            f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors[:5])
-        return
-    for version in kube_versions():
-        try:
-            kubernetes_validate.validate(doc, version, strict=True)
-        except kubernetes_validate.ValidationError as e:
-            pytest.fail(f"{kind}/{name} invalid for Kubernetes {version}: "
-                        f"{'.'.join(map(str, e.path))}: {e.message}")
-
+from conftest import ROOT, wait_http
+from helmchart import (CHART, DASHBOARDS, NAMESPACE, OPERATOR_API, RULES, an_alert_to_tune, by_kind,  # noqa: F401
+                       chart, container, dashboard_files, docs, documented_installs, helm, matrix, merged, need,
+                       one, packaged, render, rule_files, rules_by_source)  # (chart: a fixture)
+from helmchart import MIN_KUBE, kube_versions, validate_manifest
 
 # ------------------------------------------------------------------ the values matrix
-
-def _an_alert_to_tune() -> tuple[str, str, str]:
-    """(alert, text in its expr, replacement) for the first alert with a numeric threshold."""
-    for f in rule_files():
-        for group in yaml.safe_load(f.read_text())["groups"]:
-            for rule in group["rules"]:
-                m = re.search(r"[<>]=?\s*(\d+(?:\.\d+)?)", rule.get("expr", "")) if "alert" in rule else None
-                if m:
-                    return rule["alert"], m.group(0), m.group(0).replace(m.group(1), m.group(1) + "1")
-    pytest.fail("no alert with a numeric threshold in prometheus/rules")
-
-
-def _last_group() -> str:
-    return yaml.safe_load(rule_files()[-1].read_text())["groups"][-1]["name"]
-
-
-def matrix() -> dict[str, tuple[dict, list[str]]]:
-    """name -> (values, api versions the cluster serves)."""
-    alert, old, new = _an_alert_to_tune()
-    return {
-        "defaults": ({}, []),
-        "with-operator": ({"serviceMonitor": {"additionalLabels": {"release": "kube-prometheus-stack"}},
-                           "prometheusRule": {"additionalLabels": {"release": "kube-prometheus-stack"}}},
-                          OPERATOR_API),
-        "attribution": ({"attribution": {"enabled": True},
-                         "config": {"kube": {"copy_labels": ["team", "queue"], "refresh_interval": "30s"}}},
-                        OPERATOR_API),
-        "attribution-off": ({"attribution": {"enabled": False}}, []),
-        "attribution-socket-only": ({"attribution": {"enabled": True, "kubeApi": False, "runAsRoot": False},
-                                     "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001,
-                                                            "supplementalGroups": [993],
-                                                            "seccompProfile": {"type": "RuntimeDefault"}}}, []),
-        "tls-basic-auth": ({"webConfig": {"config": {
-                                "tls_server_config": {"cert_file": "/etc/gpulse/tls/tls.crt",
-                                                      "key_file": "/etc/gpulse/tls/tls.key"},
-                                "basic_auth_users": {"prometheus": "$2y$10$abcdefghijklmnopqrstuv"}},
-                                "tlsSecret": "gpulse-tls"},
-                            "serviceMonitor": {"force": True, "tlsConfig": {"insecureSkipVerify": True},
-                                               "basicAuth": {"username": {"name": "gpulse-scrape", "key": "user"},
-                                                             "password": {"name": "gpulse-scrape", "key": "pass"}}}},
-                           []),
-        "existing-web-config": ({"webConfig": {"existingSecret": "my-web-config", "tls": True}}, OPERATOR_API),
-        "podmonitor": ({"podMonitor": {"enabled": True, "force": True, "interval": "30s", "scrapeTimeout": "20s",
-                                       "relabelings": [{"action": "labeldrop", "regex": "container"}]},
-                        "serviceMonitor": {"enabled": False}, "service": {"enabled": False}}, []),
-        "scheduling": ({"runtimeClassName": "nvidia", "priorityClassName": "", "fullnameOverride": "gpu-metrics",
-                        "nodeSelector": {"node-role.kubernetes.io/gpu": ""},
-                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [
-                                {"key": "pool", "operator": "In", "values": ["h100"]}]}]}}},
-                        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
-                        "podAnnotations": {"example.com/team": "ml-platform"}, "podLabels": {"tier": "monitoring"},
-                        "commonLabels": {"cost-center": "gpu"},
-                        "imagePullSecrets": [{"name": "regcred"}],
-                        "image": {"repository": "registry.example.com/gpulse", "digest": "sha256:" + "a" * 64},
-                        "extraArgs": ["--nvml.gpm"], "extraEnv": [{"name": "TZ", "value": "UTC"}],
-                        "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
-                        "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-                        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "20%"}}},
-                       OPERATOR_API),
-        "dcgm-source": ({"config": {"source": "dcgm", "dcgm": {"interval": "2s", "timeout": 1.5},
-                                    "activity": "sm_active", "nvml": {"xid_events": False}},
-                         "extraArgs": ["--dcgm.url=http://$(HOST_IP):9400/metrics"]}, OPERATOR_API),
-        "rules-tuned": ({"prometheusRule": {"disabledGroups": [_last_group()],
-                                            "alerts": {alert: {"for": "30m", "keep_firing_for": "15m",
-                                                               "labels": {"team": "ml-platform"},
-                                                               "thresholds": {old: new}}}}}, OPERATOR_API),
-        "network-policy": ({"networkPolicy": {"enabled": True, "metricsFrom": [
-                                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]}}, []),
-        "everything-off": ({"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
-                            "dashboards": {"enabled": False}, "gpuNodeAffinity": {"enabled": False},
-                            "tolerations": [], "resources": {}, "priorityClassName": ""}, OPERATOR_API),
-    }
 
 
 CASES = ["defaults", "with-operator", "attribution", "attribution-off", "attribution-socket-only", "tls-basic-auth",
@@ -502,14 +279,9 @@ def test_chart_links_to_the_rule_and_dashboard_folders():
     dashboard_files()
 
 
-def _rules_by_source(manifests: list[dict]) -> dict[str, list]:
-    return {d["metadata"]["annotations"]["gpulse/source-file"]: d["spec"]["groups"]
-            for d in by_kind(manifests, "PrometheusRule")}
-
-
 def test_prometheusrule_groups_equal_the_rule_files(chart):
     manifests = docs(render(chart, api_versions=OPERATOR_API))
-    rendered = _rules_by_source(manifests)
+    rendered = rules_by_source(manifests)
     expected = {f"prometheus/rules/{f.name}": yaml.safe_load(f.read_text())["groups"] for f in rule_files()}
     assert rendered == expected
     names = [d["metadata"]["name"] for d in by_kind(manifests, "PrometheusRule")]
@@ -518,9 +290,9 @@ def test_prometheusrule_groups_equal_the_rule_files(chart):
 
 def test_prometheusrule_groups_can_be_switched_off_and_alerts_tuned(chart):
     values, apis = matrix()["rules-tuned"]
-    alert, old, new = _an_alert_to_tune()
+    alert, old, new = an_alert_to_tune()
     disabled = values["prometheusRule"]["disabledGroups"][0]
-    groups = [g for gs in _rules_by_source(docs(render(chart, values, api_versions=apis))).values() for g in gs]
+    groups = [g for gs in rules_by_source(docs(render(chart, values, api_versions=apis))).values() for g in gs]
     assert disabled not in {g["name"] for g in groups}
     # An alert name may head several rules (one per severity): the change applies to each.
     tuned = [r for g in groups for r in g["rules"] if r.get("alert") == alert]
@@ -535,7 +307,7 @@ def test_prometheusrule_groups_can_be_switched_off_and_alerts_tuned(chart):
     assert any(r["expr"] != o["expr"] for r, o in zip(tuned, originals))
     # enabled: false drops the alert alone
     off = docs(render(chart, {"prometheusRule": {"alerts": {alert: {"enabled": False}}}}, api_versions=apis))
-    alerts = {r.get("alert") for gs in _rules_by_source(off).values() for g in gs for r in g["rules"]}
+    alerts = {r.get("alert") for gs in rules_by_source(off).values() for g in gs for r in g["rules"]}
     assert alert not in alerts and len(alerts) > 1
 
 
@@ -549,7 +321,7 @@ def test_rule_overrides_naming_nothing_fail(chart, values, message):
 
 
 def test_stale_threshold_override_fails(chart):
-    alert, _, _ = _an_alert_to_tune()
+    alert, _, _ = an_alert_to_tune()
     with pytest.raises(helm.HelmError, match=re.escape(f"prometheusRule.alerts.{alert}.thresholds")):
         render(chart, {"prometheusRule": {"alerts": {alert: {"thresholds": {"> 12345.678": "> 1"}}}}},
                api_versions=OPERATOR_API)
@@ -699,22 +471,11 @@ def test_network_policy_admits_the_metrics_port_from_the_named_peers(chart):
 
 # ------------------------------------------------------------------ the commands docs/kubernetes.md shows
 
-INSTALL_DOCS = ("docs/kubernetes.md", "README.md", "helm/gpulse/README.md", "docs/migrating-from-dcgm-exporter.md")
-
-
-def _documented_installs() -> list[list[str]]:
-    """`helm install|upgrade` of the chart folder or of the package `make chart` writes."""
-    doc = "".join((ROOT / p).read_text() for p in INSTALL_DOCS)
-    text = re.sub(r"\\\n\s*", " ", doc)  # join continued shell lines
-    commands = [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("helm ")]
-    return [c for c in commands if c[1] in ("install", "upgrade")
-            and any(a == "./helm/gpulse" or re.fullmatch(r"dist/gpulse-[\d.]+\.tgz", a) for a in c)]
-
 
 def test_documented_install_commands_render(chart):
     """Each `helm install` of the chart in INSTALL_DOCS, with its --set and -f
     values, passes the schema and renders valid manifests (from the package)."""
-    installs = _documented_installs()
+    installs = documented_installs()
     assert len(installs) >= 6, "the plain, kube-prometheus-stack, attribution, dcgm and packaged installs"
     assert any(any(a.startswith("dist/") for a in c) for c in installs)
     doc = (ROOT / "docs" / "kubernetes.md").read_text()
@@ -722,21 +483,14 @@ def test_documented_install_commands_render(chart):
         values: dict = {}
         for i, arg in enumerate(cmd):
             if arg == "--set":
-                values = _merge(values, helm.parse_set_string(cmd[i + 1]))
+                values = merged(values, helm.parse_set_string(cmd[i + 1]))
             elif arg == "--set-string":
-                values = _merge(values, helm.parse_set_string_values(cmd[i + 1]))
+                values = merged(values, helm.parse_set_string_values(cmd[i + 1]))
             elif arg in ("-f", "--values"):
-                values = _merge(values, _values_file_from_doc(doc, cmd[i + 1]))
+                values = merged(values, _values_file_from_doc(doc, cmd[i + 1]))
         chart.validate_schema(values)
         for d in docs(render(chart, values, api_versions=OPERATOR_API)):
             validate_manifest(d)
-
-
-def _merge(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _values_file_from_doc(doc: str, name: str) -> dict:

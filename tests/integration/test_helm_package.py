@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from helmchart import package_chart, packaged
-from test_helm import OPERATOR_API, dashboard_files, docs, helm, render, rule_files
+from helmchart import OPERATOR_API, dashboard_files, docs, helm, package_chart, packaged, render, rule_files
 
 
 def test_package_holds_regular_files_equal_to_the_repository():

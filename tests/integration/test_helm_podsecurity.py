@@ -11,7 +11,7 @@ import pytest
 
 import podsecurity as pss
 from conftest import ROOT
-from test_helm import chart, docs, matrix, render  # noqa: F401 - chart is a fixture
+from helmchart import chart, docs, matrix, render  # noqa: F401 (chart: a fixture)
 
 README = ROOT / "helm" / "gpulse" / "README.md"
 

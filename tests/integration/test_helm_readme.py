@@ -10,7 +10,7 @@ import sys
 import yaml
 
 from conftest import ROOT
-from test_helm import by_kind, chart, docs, helm, render  # noqa: F401
+from helmchart import by_kind, chart, docs, helm, render  # noqa: F401 (chart: a fixture)
 
 sys.path.insert(0, str(ROOT / "helm"))
 import values_readme  # noqa: E402

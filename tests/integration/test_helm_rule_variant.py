@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from test_helm import OPERATOR_API, _rules_by_source, chart, docs, helm, render  # noqa: F401 (chart: fixture)
+from helmchart import OPERATOR_API, chart, docs, helm, render, rules_by_source  # noqa: F401 (chart: a fixture)
 from conftest import ROOT
 
 VARIANT_RULES = ROOT / "prometheus" / "rules-vmalert"
@@ -15,7 +15,7 @@ VARIANT_RULES = ROOT / "prometheus" / "rules-vmalert"
 
 def test_vmalert_variant_renders_the_generated_files(chart):  # noqa: F811
     manifests = docs(render(chart, {"prometheusRule": {"variant": "vmalert"}}, api_versions=OPERATOR_API))
-    rendered = _rules_by_source(manifests)
+    rendered = rules_by_source(manifests)
     expected = {f"prometheus/rules-vmalert/{f.name}": yaml.safe_load(f.read_text())["groups"]
                 for f in sorted(VARIANT_RULES.glob("*.yml"))}
     assert rendered == expected
@@ -23,7 +23,7 @@ def test_vmalert_variant_renders_the_generated_files(chart):  # noqa: F811
 
 
 def test_default_variant_keeps_keep_firing_for(chart):  # noqa: F811
-    rendered = _rules_by_source(docs(render(chart, api_versions=OPERATOR_API)))
+    rendered = rules_by_source(docs(render(chart, api_versions=OPERATOR_API)))
     assert all(k.startswith("prometheus/rules/") for k in rendered)
     assert "keep_firing_for" in yaml.safe_dump(rendered)
 
@@ -31,7 +31,7 @@ def test_default_variant_keeps_keep_firing_for(chart):  # noqa: F811
 def test_vmalert_variant_tunes_thresholds_in_both_arms(chart):  # noqa: F811
     values = {"prometheusRule": {"variant": "vmalert",
                                  "alerts": {"GpulseWorkloadImbalance": {"thresholds": {"> 0.3": "> 0.4"}}}}}
-    groups = [g for gs in _rules_by_source(docs(render(chart, values, api_versions=OPERATOR_API))).values()
+    groups = [g for gs in rules_by_source(docs(render(chart, values, api_versions=OPERATOR_API))).values()
               for g in gs]
     (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == "GpulseWorkloadImbalance"]
     assert "> 0.3" not in rule["expr"] and rule["expr"].count("> 0.4") >= 2

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, free_port
-from test_helm import (NAMESPACE, OPERATOR_API, by_kind, chart, container, dashboard_files, docs,  # noqa: F401
-                       one, render, rule_files, validate_manifest)
+from helmchart import (NAMESPACE, OPERATOR_API, by_kind, chart, container, dashboard_files, docs, one,  # noqa: F401
+                       render, rule_files, validate_manifest)  # (chart: a fixture)
 
 VALUES = yaml.safe_load((ROOT / "helm" / "gpulse" / "values.yaml").read_text())
 HELPERS = (ROOT / "helm" / "gpulse" / "templates" / "_helpers.tpl").read_text()

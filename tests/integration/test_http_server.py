@@ -19,8 +19,9 @@ import pytest
 import requests
 
 from conftest import require_binary
-from test_fuzz_http import exchange
+from fuzzing import exchange
 from tlsutil import bcrypt_hash, write_web_config
+from tlsutil import start_tls
 
 SMUGGLED = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 PW = "correct horse"
@@ -60,14 +61,13 @@ def test_http09_line_is_answered_at_once(gpulse_proc):
 def test_http09_line_inside_tls_is_answered_at_once(gpulse_proc, tmp_path):
     import ssl
 
-    from test_security_serve import start
     from tlsutil import CA
 
     ca = CA(tmp_path)
     srv = ca.issue("server", server=True)
     web = write_web_config(tmp_path / "web.yml", {"tls_server_config": {"cert_file": srv.cert.name,
                                                                         "key_file": srv.key.name}})
-    g = start(gpulse_proc, web, ca.path, "--web.timeout", "60s")
+    g = start_tls(gpulse_proc, web, ca.path, "--web.timeout", "60s")
     ctx = ssl.create_default_context(cafile=str(ca.path))
     with socket.create_connection(("127.0.0.1", g.port), timeout=20) as s:
         with ctx.wrap_socket(s, server_hostname="localhost") as t:

@@ -1,6 +1,6 @@
 """A spread that a straggler explains is the straggler's, not imbalance, live as in
 the report (analysis.verdict.imbalance_explained), on evaluation-corpus cases built
-from real recordings (bench/corpus, reading ../shared/data):
+from real recordings (bench/lib/corpus, reading ../shared/data):
 
 - Alibaba PAI job 1 with instantaneous power: worker 6's recorded batch times rise
   for ~3 minutes mid-run, and workers 0, 1 and 2 run several percent over the median
@@ -15,14 +15,12 @@ from real recordings (bench/corpus, reading ../shared/data):
 """
 from __future__ import annotations
 
-import sys
 
 import pytest
 
-from conftest import ROOT, require_data
+from conftest import require_data
 
-sys.path.insert(0, str(ROOT))
-import bench.corpus as corpus  # noqa: E402
+import bench.lib.corpus as corpus  # noqa: E402
 
 from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402

@@ -9,14 +9,11 @@ Latency percentiles are printed, not asserted (see bench/README.md).
 from __future__ import annotations
 
 import os
-import sys
 
 import requests
 
-from conftest import ROOT, Gpulse
-
-sys.path.insert(0, str(ROOT / "bench"))
-from load import describe, run_load  # noqa: E402
+from conftest import Gpulse
+from bench.load import describe, run_load  # noqa: E402
 
 SECONDS = float(os.environ.get("GPULSE_LOAD_SECONDS", "10"))
 

@@ -7,7 +7,7 @@ Work is counted in analysis ticks and exported scrapes, never in seconds."""
 from __future__ import annotations
 
 from hostilelogs import smi_csv
-from test_export import gpulse_export
+from testing.daemons import gpulse_export
 
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log

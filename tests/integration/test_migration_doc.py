@@ -12,7 +12,7 @@ import yaml
 
 from conftest import ROOT, require_binary, require_data
 from gpulse.sources.dcgm import FIELDS as DCGM_FIELDS
-from test_dcgm import _Exporter
+from testing.fakedcgm import FaultyDcgmExporter
 
 DOC = (ROOT / "docs" / "migrating-from-dcgm-exporter.md").read_text()
 METRICS_DOC = (ROOT / "docs" / "metrics.md").read_text()
@@ -122,8 +122,8 @@ def test_what_to_enable_gives_real_work_and_the_cause_signals(gpulse_proc):
     values = {"DCGM_FI_PROF_SM_ACTIVE": "0.5", "DCGM_FI_DEV_POWER_MGMT_LIMIT": "72",
               "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "4"}
     extra = "".join(f"{f}{labels} {values.get(f, '0')}\n" for f in fields)
-    default = _Exporter(text)
-    enabled = _Exporter(text + extra)
+    default = FaultyDcgmExporter(text)
+    enabled = FaultyDcgmExporter(text + extra)
     try:
         plain = gpulse_proc("--source", "dcgm", "--dcgm.url", default.url, "--dcgm.interval", "200ms")
         g = gpulse_proc("--source", "dcgm", "--dcgm.url", enabled.url, "--dcgm.interval", "200ms")
@@ -151,7 +151,7 @@ def test_the_rows_metrics_are_served_from_the_real_default_output(gpulse_proc):
     """gpulse --source dcgm, fed the L4's default output: each row of a field in it
     names metrics that are really exposed."""
     text = require_data(CAPTURES[0]).read_text()
-    ex = _Exporter(text)
+    ex = FaultyDcgmExporter(text)
     try:
         g = gpulse_proc("--source", "dcgm", "--dcgm.url", ex.url, "--dcgm.interval", "200ms")
         rows = field_rows()
@@ -180,17 +180,16 @@ def test_every_recipe_parses(tmp_path):
 def test_the_side_by_side_install_points_gpulse_at_dcgm_exporter():
     """The doc's `helm install` (rendered with the others by test_helm) sets up
     gpulse reading the node's dcgm-exporter."""
-    from test_helm import INSTALL_DOCS, _documented_installs, _merge, container, docs, helm, render
-    from helmchart import packaged
+    from helmchart import INSTALL_DOCS, container, docs, documented_installs, helm, merged, packaged, render
     assert "docs/migrating-from-dcgm-exporter.md" in INSTALL_DOCS
     joined = re.sub(r"\\\n\s*", " ", DOC)
     (line,) = [ln.strip() for ln in joined.splitlines() if ln.strip().startswith("helm install gpulse ")]
-    assert shlex.split(line) in _documented_installs()
+    assert shlex.split(line) in documented_installs()
     args = shlex.split(line)
     values: dict = {}
     for i, a in enumerate(args):
         if a == "--set":
-            values = _merge(values, helm.parse_set_string(args[i + 1]))
+            values = merged(values, helm.parse_set_string(args[i + 1]))
     with helm.Chart.load(packaged()) as chart:
         c = container(docs(render(chart, values)))
     assert "--source=dcgm" in c["args"] and "--dcgm.url=http://$(HOST_IP):9400/metrics" in c["args"]

@@ -9,10 +9,10 @@ import time
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 import fakenvml
 from conftest import Gpulse, require_binary
+from scrape import one, per_gpu, series
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -26,24 +26,6 @@ def scenario(tmp_path, text: str, name: str = "scenario.txt") -> dict[str, str]:
     p.write_text(textwrap.dedent(text))
     return fakenvml.env(p)
 
-
-def series(text: str, name: str) -> dict[tuple, float]:
-    """{sorted label items: value} of one metric's samples."""
-    out = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == name:
-                out[tuple(sorted(s.labels.items()))] = s.value
-    return out
-
-
-def per_gpu(text: str, name: str) -> dict[str, float]:
-    return {dict(k)["gpu"]: v for k, v in series(text, name).items()}
-
-
-def one(text: str, name: str) -> float | None:
-    vals = list(series(text, name).values())
-    return vals[0] if vals else None
 
 def test_serve_reports_every_gpu(gpulse_proc, tmp_path):
     g = gpulse_proc("--source", "nvml", env=scenario(tmp_path, """

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 
 from gpulse.sources.nvml import events as nvml_events
-from test_nvml_source import fake, nvml, readings  # noqa: F401  (fixtures)
+from nvmlfixtures import fake, nvml, readings  # noqa: F401 (fake, nvml: fixtures)
 
 
 def total(reading) -> float:

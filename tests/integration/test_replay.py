@@ -10,12 +10,12 @@ import time
 import pytest
 
 from conftest import ROOT, free_port, require_data
-from test_replay_source import _log, _rows, _source
+from hostilelogs import replay_source, small_log, small_rows
 
 
 def test_real_trace_replays_whole(tmp_path):
     path = str(require_data("traces/h100-8gpu/ckpt1000.csv"))
-    src = _source(path, speed=0)
+    src = replay_source(path, speed=0)
     assert len(src.open()) == 8
     counts = {str(g): 0 for g in range(8)}
     last = {}
@@ -31,7 +31,7 @@ def test_real_trace_replays_whole(tmp_path):
 # ---------------------------------------------------------------- gpulse serve --source replay
 
 def test_serve_replay(tmp_path, gpulse_proc):
-    g = gpulse_proc("--source", "replay", "--replay.file", _log(tmp_path, _rows(20)), "--replay.speed", "0")
+    g = gpulse_proc("--source", "replay", "--replay.file", small_log(tmp_path, small_rows(20)), "--replay.speed", "0")
     deadline = time.monotonic() + 20
     sampled = None
     while time.monotonic() < deadline and sampled != pytest.approx(19.0):

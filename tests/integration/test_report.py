@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 
-import jsonschema
 import pytest
 
 from conftest import ROOT, require_data
@@ -13,18 +12,10 @@ from testing.config import test_config
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log, from_source
 from gpulse.report.png import decode_png_rgb, encode_png
-from gpulse.report.render import web_asset
 from gpulse.sources.sim import SimSource
+from reportutil import validate
 
-SCHEMA = json.loads(web_asset("findings.schema.json"))
 TRACES = "traces/h100-8gpu/"
-
-
-def validate(doc):
-    jsonschema.Draft202012Validator.check_schema(SCHEMA)
-    v = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
-    errors = [f"{list(e.path)}: {e.message}" for e in v.iter_errors(doc)]
-    assert errors == []
 
 
 _cache = {}

@@ -19,11 +19,9 @@ from hostilelogs import HOSTILE, HOSTILE_FILE, dcgm_api_json, dcgm_text
 
 from testing.config import test_config
 from gpulse.http.livepage import LivePage
-from gpulse.report.findings import analyse
-from gpulse.report.inputs import from_source
 from gpulse.report.render import render_html
 from gpulse.safetext import csp_hash
-from gpulse.sources.sim import SimSource
+from reportutil import hostile_analysis
 
 
 class Page(HTMLParser):
@@ -80,18 +78,8 @@ def assert_only_own_code(page: str) -> Page:
     return p
 
 
-def _sim_analysis():
-    cfg = test_config(source="sim", sim__scenario="imbalance", sim__gpus=4, node_name=HOSTILE)
-    rec = from_source(SimSource(cfg), cfg, HOSTILE_FILE, until=90)
-    for g in list(rec.gpus.values())[2:]:        # a second node, so rows are named by node
-        g.node = HOSTILE + "2"
-    for gr in rec.groups.values():               # a tenant's workload name (an ownerReference)
-        gr.workload = HOSTILE
-    return analyse(rec)
-
-
 def test_report_page_keeps_hostile_node_workload_and_source_names_as_text():
-    a = _sim_analysis()
+    a = hostile_analysis()
     doc = a.as_json()
     p = assert_only_own_code(render_html(a, doc))
     assert p.data("gpulse-findings") == json.loads(json.dumps(doc))

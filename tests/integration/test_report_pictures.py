@@ -1,7 +1,6 @@
 """The report's pictures and cards: one colour language (palette.py) in every view,
 a heatmap.png that stands on its own, cards that agree with the findings, finding
 spans, the time zone, large reports grouped by node, worst-first order."""
-import copy
 import json
 import re
 import subprocess
@@ -13,16 +12,14 @@ import pytest
 from conftest import ROOT, require_data
 
 from gpulse import palette
-from testing.config import test_config
 from gpulse.report.clock import parse_zone, settle
-from gpulse.report.collect import Recording
 from gpulse.report.errors import UsageError
 from gpulse.report.figure import LANE, LINE, M, MIN_ROW_PX, STRIP, TEXT_H, render_png, wrap
 from gpulse.report.findings import analyse
-from gpulse.report.inputs import from_log, from_source
+from gpulse.report.inputs import from_log
 from gpulse.report.png import decode_png_rgb
 from gpulse.report.render import Picture, ordered, render_html
-from gpulse.sources.sim import SimSource
+from reportutil import NODES, fleet, sim_rec
 
 TRACES = "traces/h100-8gpu/"
 PKG = ROOT / "exporter" / "gpulse"
@@ -37,30 +34,6 @@ def trace(name, zone=None):
         a = analyse(rec)
         _cache[name, zone] = (a, a.as_json())
     return _cache[name, zone]
-
-
-def sim_rec(scenario, node, gpus=8, seconds=90):
-    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=gpus, node_name=node)
-    return from_source(SimSource(cfg), cfg, f"sim {scenario}", until=seconds)
-
-
-def fleet(nodes, bad_node, gpus=8):
-    """A multi-node Recording: every node a copy of a balanced simulated node, one
-    node (bad_node) a copy of one with a hot straggler on its GPU 1."""
-    good, bad = sim_rec("balanced", "x", gpus), sim_rec("straggler", "x", gpus)
-    rec = Recording(source="fleet", interval=good.interval, idle_threshold=good.idle_threshold,
-                    activity=good.activity, window=good.window, times=copy.copy(good.times), epoch=False)
-    for name in nodes:
-        src = bad if name == bad_node else good
-        grp = copy.deepcopy(src.groups[""])
-        grp.workload, grp.gpus = name, []
-        for k, g in src.gpus.items():
-            t = copy.deepcopy(g)
-            t.key, t.node = f"{name}:{k}", name
-            rec.gpus[t.key] = t
-            grp.gpus.append(t.key)
-        rec.groups[name] = grp
-    return rec
 
 
 def rgb_at(rows, x, y):
@@ -343,8 +316,6 @@ def test_bad_timezone_is_one_line(tmp_path, bad, message):
 
 
 # ------------------------------------------------------------------ many GPUs, order
-
-NODES = [f"node-{i}" for i in (10, 2, 1, *range(3, 10), *range(11, 34))]     # 33 nodes, 264 GPUs
 
 
 def test_natural_order_is_node_then_gpu_index_numerically():

@@ -11,7 +11,7 @@ import requests
 import yaml
 
 from conftest import ROOT, Gpulse, free_port, require_binary, wait_http
-from test_report import validate
+from reportutil import validate
 from tlsutil import bcrypt_hash
 
 SCRAPE_SECONDS = 25

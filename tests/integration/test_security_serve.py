@@ -16,9 +16,10 @@ import time
 import pytest
 import requests
 
-from conftest import require_binary, wait_http
+from conftest import require_binary
 from liveserver import Live
 from tlsutil import CA, bcrypt_hash, write_web_config
+from tlsutil import start_tls
 
 PW = "correct horse"
 METRIC = "gpulse_gpu_busy_seconds_total"
@@ -38,16 +39,6 @@ def promtool_check(path) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
 
 
-def start(gpulse_proc, web, ca, *args, client=None, auth=None):
-    g = gpulse_proc("--source", "sim", "--sim.gpus", "2", "--web.config.file", str(web), *args, ready=False)
-    g.url = f"https://127.0.0.1:{g.port}"
-    try:
-        wait_http(g.url + "/readyz", verify=str(ca), cert=client, auth=auth)
-    except AssertionError:
-        raise AssertionError(f"gpulse did not become ready: {g.output()}") from None
-    return g
-
-
 def curl(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([require_binary("curl"), "-sS", "--max-time", "10", *args],
                           capture_output=True, text=True, timeout=20)
@@ -62,7 +53,7 @@ def test_tls_basic_auth_and_headers(gpulse_proc, pki):
     })
     promtool_check(web)
     ca = str(pki["ca"].path)
-    g = start(gpulse_proc, web, ca)
+    g = start_tls(gpulse_proc, web, ca)
     url = g.url
 
     # the exporter and the live page need credentials; every failure is 401 + a challenge
@@ -117,7 +108,7 @@ def test_mutual_tls_tls13_and_private_health(gpulse_proc, pki):
     ca = str(pki["ca"].path)
     client = (str(pki["client"].cert), str(pki["client"].key))
     intruder = (str(pki["stranger"].cert), str(pki["stranger"].key))
-    g = start(gpulse_proc, web, ca, "--no-web.healthz-public", client=client, auth=("prometheus", PW))
+    g = start_tls(gpulse_proc, web, ca, "--no-web.healthz-public", client=client, auth=("prometheus", PW))
     url = g.url
 
     r = requests.get(url + "/metrics", verify=ca, cert=client, auth=("prometheus", PW), timeout=10)
@@ -171,7 +162,7 @@ def test_sighup_reload_rotates_cert_and_users_without_dropping_scrapes(gpulse_pr
 
     alice = bcrypt_hash(PW)
     config(first, {"alice": alice})
-    g = start(gpulse_proc, path, ca_path)
+    g = start_tls(gpulse_proc, path, ca_path)
     assert _server_cert_der(g.port, ca_path) == _der(first.cert)
 
     # scrapers that must never notice a reload: one keeps its connection, one reconnects each time
@@ -293,7 +284,7 @@ def test_probe_port_answers_the_kubelet_under_mutual_tls(gpulse_proc, pki):
     ca = str(pki["ca"].path)
     client = (str(pki["client"].cert), str(pki["client"].key))
     probe = free_port()
-    g = start(gpulse_proc, web, ca, "--web.probe-listen-address", f"127.0.0.1:{probe}",
+    g = start_tls(gpulse_proc, web, ca, "--web.probe-listen-address", f"127.0.0.1:{probe}",
               client=client, auth=("prometheus", PW))
     # what the kubelet's httpGet probe does on the main port: no certificate, refused
     with pytest.raises(requests.exceptions.RequestException):

@@ -8,15 +8,12 @@ and at a 60 s scrape the stalls shorter than a scrape must show in the strip.
 """
 from __future__ import annotations
 
-import sys
 
 import pytest
 
-from conftest import ROOT, require_binary
-from test_export import cut_trace
-
-sys.path.insert(0, str(ROOT / "bench"))
-import stall_visibility as sv  # noqa: E402
+from conftest import require_binary
+from realtrace import cut_trace
+from bench import stall_visibility as sv  # noqa: E402
 
 WORK = "active|busy"
 

@@ -26,15 +26,12 @@ import bisect
 import json
 import random
 import subprocess
-import sys
 
 import pytest
 
 from conftest import ROOT, require_binary, require_data
 from realtrace import training, write_smi_log
-
-sys.path.insert(0, str(ROOT / "bench"))
-from detection_corpus import observe  # noqa: E402
+from bench.detection_corpus import observe  # noqa: E402
 
 from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402

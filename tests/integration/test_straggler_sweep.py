@@ -62,8 +62,7 @@ def test_bad_options_are_one_line(tmp_path, args, says):
 # -- how the sweep reads the detectors and scores them (in this process) ----------------
 
 def _sweep_module():
-    sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-    import straggler_sweep
+    from bench import straggler_sweep
     return straggler_sweep
 
 

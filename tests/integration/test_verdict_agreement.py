@@ -19,16 +19,13 @@ the whole run: no recurring stalls, no straggler, no imbalance.
 """
 from __future__ import annotations
 
-import sys
 
 import pytest
 import yaml
 
-from conftest import ROOT, require_binary, require_data
-
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-import detection  # noqa: E402
-import detection_corpus  # noqa: E402
+from conftest import require_binary, require_data
+from bench import detection  # noqa: E402
+from bench import detection_corpus  # noqa: E402
 
 EXPECTED = {  # recording -> (recurring stalls, stragglers, imbalance)
     "ckpt50": (True, {"0"}, False),

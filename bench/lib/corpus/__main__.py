@@ -1,4 +1,4 @@
-"""python -m bench.corpus --out DIR [--quick] [--causes]: write the corpus and its labels
+"""python -m bench.lib.corpus --out DIR [--quick] [--causes]: write the corpus and its labels
 (--causes: the straggler-cause cases of causes.py and causes.json)."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Straggler-cause cases: why the straggler is slow, labelled, built from real data.
 
-    .venv/bin/python -m bench.corpus --causes --out bench/out/causes [--quick]
+    .venv/bin/python -m bench.lib.corpus --causes --out bench/out/causes [--quick]
 
 writes one nvidia-smi --query-gpu CSV log per case and `causes.json` (each case's
 labelled cause). Every case starts from real per-GPU activity read at run time from

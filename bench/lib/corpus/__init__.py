@@ -1,12 +1,12 @@
 """An evaluation corpus for gpulse's detection, built from real recordings.
 
-    .venv/bin/python -m bench.corpus --out bench/out/corpus [--quick]
+    .venv/bin/python -m bench.lib.corpus --out bench/out/corpus [--quick]
 
 writes one nvidia-smi CSV log per case and `labels.json` (the ground truth of every
 case, see cases.py). The generators read ../shared/data at run time; nothing of it
 is copied into the repository. The same command writes the same files.
 
-    .venv/bin/python -m bench.corpus --causes --out bench/out/causes [--quick]
+    .venv/bin/python -m bench.lib.corpus --causes --out bench/out/causes [--quick]
 
 writes the straggler-cause cases instead (causes.py: logs with clock, throttle,
 temperature and health columns, and `causes.json` with each case's cause).
@@ -19,7 +19,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "exporter"))
 
 from .cases import DATA, Case, cases, levels  # noqa: E402

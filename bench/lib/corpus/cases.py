@@ -49,7 +49,7 @@ from gpulse.analysis.thresholds import value
 
 from .smi import COMPUTE, IDLE, LOAD, OFF, PART, SPIN, Levels, Timeline
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data"
 H100 = DATA / "traces" / "h100-8gpu"
 PAI = DATA / "traces" / "alibaba-minibatch"
 GRID = 0.05
