@@ -1,5 +1,5 @@
 """Shared pieces of the property-based fuzzing of every parser that reads outside
-input (tests/unit/*/test_fuzz_*.py, tests/integration/test_fuzz_parsers.py).
+input (tests/unit/*/test_fuzz_*.py, tests/integration/faults/test_fuzz_parsers.py).
 
 Each parser gets two kinds of input from hypothesis: text built from its own
 grammar with hostile values, and real recorded files (../shared/data) mutated at

@@ -2,7 +2,7 @@
 (kube.enabled unset = auto), off with one log line where it does not, in the test
 process: the detected path against the real gRPC fake kubelet on a unix socket, the
 fallback paths against a missing path, a plain file and a missing gRPC client
-(tests/integration/test_kube_auto.py: the same as `gpulse serve` sees it)."""
+(tests/integration/attribution/test_kube_auto.py: the same as `gpulse serve` sees it)."""
 from __future__ import annotations
 
 import logging

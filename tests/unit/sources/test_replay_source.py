@@ -1,5 +1,5 @@
 """ReplaySource: a recorded log replayed on the live timeline, in the test process
-(tests/integration/test_replay.py: a whole real trace, and `gpulse serve --source replay`)."""
+(tests/integration/replay/test_replay.py: a whole real trace, and `gpulse serve --source replay`)."""
 from __future__ import annotations
 
 import logging
