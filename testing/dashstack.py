@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +17,11 @@ import requests
 import yaml
 
 from testing import ROOT
-from testing.daemons import Gpulse, free_port, require_binary, require_data, wait_http
+from testing.daemons import Gpulse, require_binary, require_data
+from testing.fakedcgm import FakeDcgmExporter
 from testing.grafana_queries import (choices, fixed_values, format_value, panel_queries, parse_duration_ms,
                                      substitute, variable_defaults)
-from testing.fakedcgm import FakeDcgmExporter
+from testing.promutil import Prometheus
 
 
 DASHBOARDS = ROOT / "grafana" / "dashboards"
@@ -92,40 +92,22 @@ def fast_rules(dest: Path) -> list[str]:
     return out
 
 
-def start_prometheus(prometheus: str, tmp: Path, procs: list[Gpulse], scrape: str) -> tuple[str, subprocess.Popen]:
+def start_prometheus(tmp: Path, procs: list[Gpulse], scrape: str) -> Prometheus:
     """A real Prometheus scraping `procs` every `scrape` and evaluating the shipped
-    rules every second; returns its URL once ready, and its process."""
+    rules every second, ready."""
     rules_dir = tmp / "rules"
     rules_dir.mkdir()
-    config = {
-        "global": {"scrape_interval": scrape, "scrape_timeout": "900ms", "evaluation_interval": "1s"},
-        "rule_files": fast_rules(rules_dir),
-        "scrape_configs": [{"job_name": "gpulse", "static_configs": [
-            {"targets": [g.url.removeprefix("http://") for g in procs]}]}],
-    }
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [prometheus, f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        wait_http(url + "/-/ready", timeout=30)
-    except BaseException:
-        proc.terminate()
-        proc.wait(timeout=10)
-        raise
-    return url, proc
+    return Prometheus(tmp, [g.url.removeprefix("http://") for g in procs], fast_rules(rules_dir), scrape=scrape,
+                      scrape_timeout="900ms")
 
 
 class Stack:
     def __init__(self, tmp: Path):
-        prometheus = require_binary("prometheus")
+        require_binary("prometheus")
         capture = require_data("captures/dcgm-exporter/l4-gpu-operator.prom").read_text()
         self.procs: list[Gpulse] = []
         self.dcgm = FakeDcgmExporter(capture)
-        self.prom: subprocess.Popen | None = None
+        self.prom: Prometheus | None = None
         try:
             self.procs = [
                 Gpulse("--source", "sim", "--sim.scenario", "sync-stall", "--node-name", STALL_NODE,
@@ -134,7 +116,8 @@ class Stack:
                        "--slurm.job-map-dir", job_map(tmp, STRAGGLER_JOB)),
                 Gpulse("--source", "dcgm", "--dcgm.url", self.dcgm.url, "--node-name", DCGM_NODE),
             ]
-            self.url, self.prom = start_prometheus(prometheus, tmp, self.procs, SCRAPE)
+            self.prom = start_prometheus(tmp, self.procs, SCRAPE)
+            self.url = self.prom.url
         except BaseException:
             self.close()
             raise
@@ -147,9 +130,8 @@ class Stack:
         return body["data"]["result"] if isinstance(body["data"], dict) else body["data"]
 
     def close(self):
-        if self.prom is not None and self.prom.poll() is None:
-            self.prom.terminate()
-            self.prom.wait(timeout=10)
+        if self.prom is not None:
+            self.prom.stop()
         for g in self.procs:
             g.stop()
         self.dcgm.close()

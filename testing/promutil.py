@@ -23,20 +23,35 @@ EXAMPLES = ROOT / "prometheus" / "examples"
 
 
 class Prometheus:
-    def __init__(self, workdir: Path, targets: list[str], rules: Path = EXPORTER_RULES):
+    """The Debian `prometheus` on a free loopback port, evaluating `rules` every second
+    and scraping `targets` every `scrape` (none: it serves only what `storage` holds, such
+    as blocks promtool backfilled, kept whatever their age); behind `web_config` (basic
+    auth) when given, `auth` being what the checks here send. The one way the tests and
+    stacks start a Prometheus of their own configuration."""
+
+    def __init__(self, workdir: Path, targets: list[str], rules: list[Path] = (EXPORTER_RULES,), *,
+                 scrape: str = "1s", scrape_timeout: str | None = None, storage: Path | None = None,
+                 web_config: Path | None = None, auth: tuple[str, str] | None = None):
         prom = require_binary("prometheus")
         port = free_port()
-        cfg = {"global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-               "rule_files": [str(rules)],
-               "scrape_configs": [{"job_name": "gpulse", "static_configs": [{"targets": targets}]}]}
+        glob = {"scrape_interval": scrape, "evaluation_interval": "1s"}
+        if scrape_timeout:
+            glob["scrape_timeout"] = scrape_timeout
+        cfg: dict = {"global": glob, "rule_files": [str(r) for r in rules]}
+        if targets:
+            cfg["scrape_configs"] = [{"job_name": "gpulse", "static_configs": [{"targets": targets}]}]
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-        self.proc = subprocess.Popen(
-            [prom, f"--config.file={workdir / 'prometheus.yml'}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        args = [prom, f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={storage or workdir / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+        if storage:
+            args.append("--storage.tsdb.retention.time=100y")
+        if web_config:
+            args.append(f"--web.config.file={web_config}")
+        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.url = f"http://127.0.0.1:{port}"
         try:
-            wait_http(self.url + "/-/ready", timeout=30)
+            wait_http(self.url + "/-/ready", timeout=30, auth=auth)
         except AssertionError:
             self.stop()
             raise
@@ -47,6 +62,8 @@ class Prometheus:
         return [x["metric"] for x in r.json()["data"]["result"]]
 
     def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
         self.proc.terminate()
         try:
             self.proc.wait(10)

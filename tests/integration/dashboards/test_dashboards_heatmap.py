@@ -164,7 +164,7 @@ def test_no_label_join_writes_one_of_its_sources():
 
 class Stack:
     def __init__(self, tmp: Path):
-        prometheus = require_binary("prometheus")
+        require_binary("prometheus")
         self.procs = []
         self.prom = None
         try:
@@ -174,7 +174,8 @@ class Stack:
                 Gpulse("--source", "sim", "--sim.scenario", "sync-stall", "--sim.gpus", str(GPUS),
                        "--node-name", STALL_NODE),
             ]
-            self.url, self.prom = start_prometheus(prometheus, tmp, self.procs, "1s")
+            self.prom = start_prometheus(tmp, self.procs, "1s")
+            self.url = self.prom.url
         except BaseException:
             self.close()
             raise
@@ -187,9 +188,8 @@ class Stack:
         return r["data"]["result"]
 
     def close(self):
-        if self.prom is not None and self.prom.poll() is None:
-            self.prom.terminate()
-            self.prom.wait(timeout=10)
+        if self.prom is not None:
+            self.prom.stop()
         for g in self.procs:
             g.stop()
 

@@ -50,8 +50,7 @@ class _Api:
 
 def test_without_the_rules_the_default_is_empty_and_raw_counters_draw(tmp_path, gpulse_proc):
     g = gpulse_proc("--source", "sim", "--sim.scenario", "sync-stall", "--sim.gpus", "4", "--node-name", "n1")
-    (tmp_path / "none.yml").write_text("groups: []\n")
-    prom = Prometheus(tmp_path, [g.url.removeprefix("http://")], rules=tmp_path / "none.yml")
+    prom = Prometheus(tmp_path, [g.url.removeprefix("http://")], rules=[])
     try:
         stack = _Api(prom.url)
         deadline = time.monotonic() + 60

@@ -15,9 +15,10 @@ import requests
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from conftest import Gpulse, free_port, require_binary, wait_http
+from conftest import Gpulse, require_binary
 from realtrace import cut_trace, poll_time
 from testing.daemons import gpulse_export
+from testing.promutil import Prometheus
 
 NODE = "h100-a"
 # Values that depend on the wall clock of the process that serves them (the live
@@ -58,7 +59,8 @@ def is_counter(key: tuple) -> bool:
 # ------------------------------------------------------------------ promtool
 
 def test_promtool_backfills_the_export_and_prometheus_returns_its_values(tmp_path):
-    promtool, prometheus = require_binary("promtool"), require_binary("prometheus")
+    promtool = require_binary("promtool")
+    require_binary("prometheus")          # before the export, not after it
     log = cut_trace(tmp_path / "ckpt50-part.csv", 225, 60)
     body = gpulse_export("--input", str(log), "--scrape-interval", "15s", "--node", NODE).stdout.decode()
     assert body.endswith("# EOF\n")
@@ -75,15 +77,9 @@ def test_promtool_backfills_the_export_and_prometheus_returns_its_values(tmp_pat
     made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "run.om"),
                            str(blocks)], capture_output=True, text=True, timeout=120)
     assert made.returncode == 0, made.stderr
-    port = free_port()
-    (tmp_path / "p.yml").write_text("global: {scrape_interval: 15s}\n")
-    prom = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'p.yml'}", f"--storage.tsdb.path={blocks}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn",
-                             "--storage.tsdb.retention.time=100y"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    prom = Prometheus(tmp_path, [], rules=[], storage=blocks)
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/-/ready", timeout=30)
+        url = prom.url
         for (name, labels), pts in exported.items():
             if name not in ("gpulse_gpu_active_seconds_total", "gpulse_group_sync_stall_seconds_total",
                             "gpulse_gpu_utilization_ratio"):
@@ -96,8 +92,7 @@ def test_promtool_backfills_the_export_and_prometheus_returns_its_values(tmp_pat
             assert [(float(t), float(v)) for t, v in got["values"]] == \
                 [(float(t), pytest.approx(v, rel=1e-12)) for t, v in pts], sel
     finally:
-        prom.terminate()
-        prom.wait(timeout=10)
+        prom.stop()
 
 
 # ------------------------------------------------------------------ against a live replay

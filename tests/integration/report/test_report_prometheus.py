@@ -10,9 +10,10 @@ import pytest
 import requests
 import yaml
 
-from conftest import ROOT, Gpulse, free_port, require_binary, wait_http
+from conftest import ROOT, Gpulse, free_port
 from reportutil import validate
 from tlsutil import bcrypt_hash
+from testing.promutil import Prometheus
 
 SCRAPE_SECONDS = 25
 AUTH = ("reporter", "pw-123")
@@ -20,36 +21,28 @@ AUTH = ("reporter", "pw-123")
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
-    prometheus = require_binary("prometheus")
     tmp = tmp_path_factory.mktemp("report-prometheus")
     g = Gpulse("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "4", "--node-name", "n1",
                "--analysis-window", "5s")
-    port = free_port()
-    (tmp / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "gpulse", "static_configs": [{"targets": [f"127.0.0.1:{g.port}"]}]}],
-    }))
     (tmp / "web.yml").write_text(yaml.safe_dump({"basic_auth_users": {AUTH[0]: bcrypt_hash(AUTH[1])}}))
     (tmp / "password").write_text(AUTH[1] + "\n")
     (tmp / "wrong").write_text("nope\n")
-    proc = subprocess.Popen([prometheus, f"--config.file={tmp / 'prometheus.yml'}",
-                             f"--storage.tsdb.path={tmp / 'data'}", f"--web.config.file={tmp / 'web.yml'}",
-                             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
     try:
-        wait_http(url + "/-/ready", timeout=30, auth=AUTH)
+        p = Prometheus(tmp, [f"127.0.0.1:{g.port}"], rules=[], web_config=tmp / "web.yml", auth=AUTH)
+    except BaseException:
+        g.stop()
+        raise
+    try:
         deadline = time.monotonic() + SCRAPE_SECONDS + 30
         while time.monotonic() < deadline:      # until enough scrapes are stored
-            r = requests.get(url + "/api/v1/query", auth=AUTH, timeout=5,
+            r = requests.get(p.url + "/api/v1/query", auth=AUTH, timeout=5,
                              params={"query": "count_over_time(gpulse_gpu_sampled_seconds_total[5m])"}).json()
             if r["data"]["result"] and min(float(s["value"][1]) for s in r["data"]["result"]) >= SCRAPE_SECONDS:
                 break
             time.sleep(1)
-        yield {"url": url, "dir": tmp}
+        yield {"url": p.url, "dir": tmp}
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        p.stop()
         g.stop()
 
 
