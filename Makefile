@@ -60,7 +60,8 @@ $(CHARTS): pyproject.toml
 chart: $(CHARTS)
 	$(PY) helm/package_chart.py
 
-# Regenerate prometheus/rules/ from prometheus/templates/ and the threshold table.
+# Regenerate prometheus/rules/ and the Helm chart's prometheus/chart/ from prometheus/templates/,
+# the threshold table and the recording rules' names.
 rules: $(BASE)
 	$(PY) prometheus/generate.py
 

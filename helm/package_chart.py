@@ -1,6 +1,7 @@
 """Package helm/gpulse into a self-contained .tgz with Helm's own engine.
 
-The chart folder links `files/rules` and `files/dashboards` to prometheus/rules and
+The chart folder links `files/rules` and `files/dashboards` to prometheus/chart (the
+rule files with the thresholds the chart sets left to it, prometheus/generate.py) and
 grafana/dashboards, so the repository keeps one copy of each. A copy of the folder
 would carry dangling links; the package carries the files themselves (Helm's
 package action reads through the links), and this script refuses to write one
@@ -23,9 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "helm" / "gpulse"
 # package path inside the chart -> the repository folder it must equal
-SOURCES = {"files/rules": ROOT / "prometheus" / "rules", "files/rules-vmalert": ROOT / "prometheus" / "rules-vmalert",
-           "files/dashboards": ROOT / "grafana" / "dashboards"}
-SHIPPED = {"files/rules": (".yml", ".yaml"), "files/rules-vmalert": (".yml", ".yaml"), "files/dashboards": (".json",)}
+SOURCES = {"files/rules": ROOT / "prometheus" / "chart", "files/dashboards": ROOT / "grafana" / "dashboards"}
+SHIPPED = {"files/rules": (".yml", ".yaml"), "files/dashboards": (".json",)}
 
 
 class PackageError(Exception):
@@ -36,10 +36,10 @@ def expected_files() -> dict[str, bytes]:
     """chart-relative path -> bytes, for every rule and dashboard file the templates read."""
     out = {}
     for inside, folder in SOURCES.items():
-        files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in SHIPPED[inside])
+        files = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix in SHIPPED[inside])
         if not files:
             raise PackageError(f"{folder.relative_to(ROOT)}: no files to ship")
-        out.update({f"{inside}/{p.name}": p.read_bytes() for p in files})
+        out.update({f"{inside}/{p.relative_to(folder).as_posix()}": p.read_bytes() for p in files})
     return out
 
 

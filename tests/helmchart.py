@@ -122,111 +122,15 @@ def dashboard_files() -> list[Path]:
     return files
 
 
-def an_alert_to_tune() -> tuple[str, str, str]:
-    """(alert, text in its expr, replacement) for the first alert with a numeric threshold."""
-    for f in rule_files():
-        for group in yaml.safe_load(f.read_text())["groups"]:
-            for rule in group["rules"]:
-                m = re.search(r"[<>]=?\s*(\d+(?:\.\d+)?)", rule.get("expr", "")) if "alert" in rule else None
-                if m:
-                    return rule["alert"], m.group(0), m.group(0).replace(m.group(1), m.group(1) + "1")
-    pytest.fail("no alert with a numeric threshold in prometheus/rules")
-
-
-def _last_group() -> str:
-    return yaml.safe_load(rule_files()[-1].read_text())["groups"][-1]["name"]
-
-
-def matrix() -> dict[str, tuple[dict, list[str]]]:
-    """name -> (values, api versions the cluster serves)."""
-    alert, old, new = an_alert_to_tune()
-    return {
-        "defaults": ({}, []),
-        "with-operator": ({"serviceMonitor": {"additionalLabels": {"release": "kube-prometheus-stack"}},
-                           "prometheusRule": {"additionalLabels": {"release": "kube-prometheus-stack"}}},
-                          OPERATOR_API),
-        "attribution": ({"attribution": {"enabled": True},
-                         "config": {"kube": {"copy_labels": ["team", "queue"], "refresh_interval": "30s"}}},
-                        OPERATOR_API),
-        "attribution-off": ({"attribution": {"enabled": False}}, []),
-        "attribution-socket-only": ({"attribution": {"enabled": True, "kubeApi": False, "runAsRoot": False},
-                                     "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001,
-                                                            "supplementalGroups": [993],
-                                                            "seccompProfile": {"type": "RuntimeDefault"}}}, []),
-        "tls-basic-auth": ({"webConfig": {"config": {
-                                "tls_server_config": {"cert_file": "/etc/gpulse/tls/tls.crt",
-                                                      "key_file": "/etc/gpulse/tls/tls.key"},
-                                "basic_auth_users": {"prometheus": "$2y$10$abcdefghijklmnopqrstuv"}},
-                                "tlsSecret": "gpulse-tls"},
-                            "serviceMonitor": {"force": True, "tlsConfig": {"insecureSkipVerify": True},
-                                               "basicAuth": {"username": {"name": "gpulse-scrape", "key": "user"},
-                                                             "password": {"name": "gpulse-scrape", "key": "pass"}}}},
-                           []),
-        "existing-web-config": ({"webConfig": {"existingSecret": "my-web-config", "tls": True}}, OPERATOR_API),
-        "podmonitor": ({"podMonitor": {"enabled": True, "force": True, "interval": "30s", "scrapeTimeout": "20s",
-                                       "relabelings": [{"action": "labeldrop", "regex": "container"}]},
-                        "serviceMonitor": {"enabled": False}, "service": {"enabled": False}}, []),
-        "scheduling": ({"runtimeClassName": "nvidia", "priorityClassName": "", "fullnameOverride": "gpu-metrics",
-                        "nodeSelector": {"node-role.kubernetes.io/gpu": ""},
-                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [
-                                {"key": "pool", "operator": "In", "values": ["h100"]}]}]}}},
-                        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
-                        "podAnnotations": {"example.com/team": "ml-platform"}, "podLabels": {"tier": "monitoring"},
-                        "commonLabels": {"cost-center": "gpu"},
-                        "imagePullSecrets": [{"name": "regcred"}],
-                        "image": {"repository": "registry.example.com/gpulse", "digest": "sha256:" + "a" * 64},
-                        "extraArgs": ["--nvml.gpm"], "extraEnv": [{"name": "TZ", "value": "UTC"}],
-                        "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
-                        "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-                        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "20%"}}},
-                       OPERATOR_API),
-        "dcgm-source": ({"config": {"source": "dcgm", "dcgm": {"interval": "2s", "timeout": 1.5},
-                                    "activity": "sm_active", "nvml": {"xid_events": False}},
-                         "extraArgs": ["--dcgm.url=http://$(HOST_IP):9400/metrics"]}, OPERATOR_API),
-        "rules-tuned": ({"prometheusRule": {"disabledGroups": [_last_group()],
-                                            "alerts": {alert: {"for": "30m", "keep_firing_for": "15m",
-                                                               "labels": {"team": "ml-platform"},
-                                                               "thresholds": {old: new}}}}}, OPERATOR_API),
-        "network-policy": ({"networkPolicy": {"enabled": True, "metricsFrom": [
-                                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
-                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]}}, []),
-        "everything-off": ({"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
-                            "dashboards": {"enabled": False}, "gpuNodeAffinity": {"enabled": False},
-                            "tolerations": [], "resources": {}, "priorityClassName": ""}, OPERATOR_API),
-    }
-
-
-def rules_by_source(manifests: list[dict]) -> dict[str, list]:
-    return {d["metadata"]["annotations"]["gpulse/source-file"]: d["spec"]["groups"]
-            for d in by_kind(manifests, "PrometheusRule")}
-
-
-INSTALL_DOCS = ("docs/kubernetes.md", "README.md", "helm/gpulse/README.md", "docs/migrating-from-dcgm-exporter.md")
-
-
-def documented_installs() -> list[list[str]]:
-    """`helm install|upgrade` of the chart folder or of the package `make chart` writes."""
-    doc = "".join((ROOT / p).read_text() for p in INSTALL_DOCS)
-    text = re.sub(r"\\\n\s*", " ", doc)  # join continued shell lines
-    commands = [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("helm ")]
-    return [c for c in commands if c[1] in ("install", "upgrade")
-            and any(a == "./helm/gpulse" or re.fullmatch(r"dist/gpulse-[\d.]+\.tgz", a) for a in c)]
-
-
-def merged(a: dict, b: dict) -> dict:
-    out = dict(a)
-    for k, v in b.items():
-        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
 # ------------------------------------------------------------------ validation
 
 kubernetes_validate = need("kubernetes_validate")
 kv_utils = need("kubernetes_validate.utils")  # all_versions lives here
 
 MIN_KUBE = "1.28"
+
+
+# ------------------------------------------------------------------ rendering
 
 
 def kube_versions() -> list[str]:
@@ -286,3 +190,129 @@ def _validate_once(text: str) -> None:
         except kubernetes_validate.ValidationError as e:
             pytest.fail(f"{kind}/{name} invalid for Kubernetes {version}: "
                         f"{'.'.join(map(str, e.path))}: {e.message}")
+
+
+# ------------------------------------------------------------------ the values matrix
+
+# the chart's rule files: prometheus/rules and its vmalert variant with the thresholds
+# the chart sets left as @{name} (prometheus/generate.py)
+CHART_RULES = ROOT / "prometheus" / "chart"
+_spec = importlib.util.spec_from_file_location("prometheus_generate", ROOT / "prometheus" / "generate.py")
+generate = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(generate)
+
+
+def an_alert_to_tune() -> tuple[str, str, float]:
+    """(alert, a threshold its expression reads, a new value) for the first alert
+    whose expression reads a threshold the chart sets."""
+    for f in sorted((CHART_RULES / "prometheus").glob("*.yml")):
+        for group in yaml.safe_load(f.read_text())["groups"]:
+            for rule in group["rules"]:
+                m = re.search(r"@\{(\w+)\}", rule.get("expr", "")) if "alert" in rule else None
+                if m:
+                    return rule["alert"], m.group(1), 0.4321
+    pytest.fail("no alert reads a threshold the chart sets in prometheus/chart")
+
+
+def rules_with(variant: str, **changed: float) -> list[dict]:
+    """Every rule `make rules` (and `make rules-variants` for vmalert) writes with the
+    threshold table changed so: what the chart must render for those values."""
+    import dataclasses
+    sys.path.insert(0, str(ROOT / "prometheus" / "tools"))
+    import variants
+    from gpulse.analysis.thresholds import THRESHOLDS
+    table = {n: dataclasses.replace(t, value=changed.pop(n)) if n in changed else t for n, t in THRESHOLDS.items()}
+    assert not changed, f"not in the threshold table: {sorted(changed)}"
+    out = []
+    for text in generate.generate(table).values():
+        doc = yaml.safe_load(text)
+        doc = variants.transform(doc, "vmalert") if variant == "vmalert" else doc
+        out += [r for g in doc["groups"] for r in g["rules"]]
+    return out
+
+
+def _last_group() -> str:
+    return yaml.safe_load(rule_files()[-1].read_text())["groups"][-1]["name"]
+
+
+def matrix() -> dict[str, tuple[dict, list[str]]]:
+    """name -> (values, api versions the cluster serves)."""
+    alert, threshold, new = an_alert_to_tune()
+    return {
+        "defaults": ({}, []),
+        "with-operator": ({"serviceMonitor": {"additionalLabels": {"release": "kube-prometheus-stack"}},
+                           "prometheusRule": {"additionalLabels": {"release": "kube-prometheus-stack"}}},
+                          OPERATOR_API),
+        "attribution": ({"attribution": {"enabled": True},
+                         "config": {"kube": {"copy_labels": ["team", "queue"], "refresh_interval": "30s"}}},
+                        OPERATOR_API),
+        "attribution-off": ({"attribution": {"enabled": False}}, []),
+        "attribution-socket-only": ({"attribution": {"enabled": True, "kubeApi": False, "runAsRoot": False},
+                                     "podSecurityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                                            "supplementalGroups": [993],
+                                                            "seccompProfile": {"type": "RuntimeDefault"}}}, []),
+        "tls-basic-auth": ({"webConfig": {"config": {
+                                "tls_server_config": {"cert_file": "/etc/gpulse/tls/tls.crt",
+                                                      "key_file": "/etc/gpulse/tls/tls.key"},
+                                "basic_auth_users": {"prometheus": "$2y$10$abcdefghijklmnopqrstuv"}},
+                                "tlsSecret": "gpulse-tls"},
+                            "serviceMonitor": {"force": True, "tlsConfig": {"insecureSkipVerify": True},
+                                               "basicAuth": {"username": {"name": "gpulse-scrape", "key": "user"},
+                                                             "password": {"name": "gpulse-scrape", "key": "pass"}}}},
+                           []),
+        "existing-web-config": ({"webConfig": {"existingSecret": "my-web-config", "tls": True}}, OPERATOR_API),
+        "podmonitor": ({"podMonitor": {"enabled": True, "force": True, "interval": "30s", "scrapeTimeout": "20s",
+                                       "relabelings": [{"action": "labeldrop", "regex": "container"}]},
+                        "serviceMonitor": {"enabled": False}, "service": {"enabled": False}}, []),
+        "scheduling": ({"runtimeClassName": "nvidia", "priorityClassName": "", "fullnameOverride": "gpu-metrics",
+                        "nodeSelector": {"node-role.kubernetes.io/gpu": ""},
+                        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [
+                                {"key": "pool", "operator": "In", "values": ["h100"]}]}]}}},
+                        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+                        "podAnnotations": {"example.com/team": "ml-platform"}, "podLabels": {"tier": "monitoring"},
+                        "commonLabels": {"cost-center": "gpu"},
+                        "imagePullSecrets": [{"name": "regcred"}],
+                        "image": {"repository": "registry.example.com/gpulse", "digest": "sha256:" + "a" * 64},
+                        "extraArgs": ["--nvml.gpm"], "extraEnv": [{"name": "TZ", "value": "UTC"}],
+                        "extraVolumes": [{"name": "scratch", "emptyDir": {}}],
+                        "extraVolumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "20%"}}},
+                       OPERATOR_API),
+        "dcgm-source": ({"config": {"source": "dcgm", "dcgm": {"interval": "2s", "timeout": 1.5},
+                                    "activity": "sm_active", "nvml": {"xid_events": False}},
+                         "extraArgs": ["--dcgm.url=http://$(HOST_IP):9400/metrics"]}, OPERATOR_API),
+        "rules-tuned": ({"prometheusRule": {"disabledGroups": [_last_group()], "thresholds": {threshold: new},
+                                            "alerts": {alert: {"for": "30m", "keep_firing_for": "15m",
+                                                               "labels": {"team": "ml-platform"}}}}}, OPERATOR_API),
+        "network-policy": ({"networkPolicy": {"enabled": True, "metricsFrom": [
+                                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+                                 "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}]}}, []),
+        "everything-off": ({"serviceMonitor": {"enabled": False}, "prometheusRule": {"enabled": False},
+                            "dashboards": {"enabled": False}, "gpuNodeAffinity": {"enabled": False},
+                            "tolerations": [], "resources": {}, "priorityClassName": ""}, OPERATOR_API),
+    }
+
+
+def rules_by_source(manifests: list[dict]) -> dict[str, list]:
+    return {d["metadata"]["annotations"]["gpulse/source-file"]: d["spec"]["groups"]
+            for d in by_kind(manifests, "PrometheusRule")}
+
+
+INSTALL_DOCS = ("docs/kubernetes.md", "README.md", "helm/gpulse/README.md", "docs/migrating-from-dcgm-exporter.md")
+
+
+def documented_installs() -> list[list[str]]:
+    """`helm install|upgrade` of the chart folder or of the package `make chart` writes."""
+    doc = "".join((ROOT / p).read_text() for p in INSTALL_DOCS)
+    text = re.sub(r"\\\n\s*", " ", doc)  # join continued shell lines
+    commands = [shlex.split(line.strip()) for line in text.splitlines() if line.strip().startswith("helm ")]
+    return [c for c in commands if c[1] in ("install", "upgrade")
+            and any(a == "./helm/gpulse" or re.fullmatch(r"dist/gpulse-[\d.]+\.tgz", a) for a in c)]
+
+
+def merged(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out

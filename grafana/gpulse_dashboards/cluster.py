@@ -4,6 +4,7 @@ from __future__ import annotations
 from grafana_foundation_sdk.builders import dashboard as db
 
 from gpulse.palette import LEGEND
+from gpulse import rulenames as R
 
 from . import node as node_dashboard
 from . import queries as Q
@@ -60,12 +61,12 @@ def build() -> db.Dashboard:
          .with_panel(stat_panel(
              "Mean SM activity", "Real work averaged over the selected GPUs over the last 5 minutes. "
              "Low while busy is high means GPUs are spin-waiting in collectives.", RATIO,
-             query(f"avg({Q.ACTIVE_5M}{{{SEL}}})", "active", instant=True),
+             query(f"avg({R.GPU_ACTIVE_5M}{{{SEL}}})", "active", instant=True),
              thresholds=((None, "red"), (0.5, "yellow"), (0.8, "green"))))
          .with_panel(stat_panel(
              "Mean busy ratio", "NVML utilisation (a kernel was running) averaged over the selected GPUs "
              "over the last 5 minutes.", RATIO,
-             query(f"avg({Q.BUSY_5M}{{{SEL}}})", "busy", instant=True),
+             query(f"avg({R.GPU_BUSY_5M}{{{SEL}}})", "busy", instant=True),
              thresholds=((None, "red"), (0.5, "yellow"), (0.8, "green")))))
 
     def strip():
@@ -126,8 +127,8 @@ def build() -> db.Dashboard:
              "nodes (per node when GPUs carry no workload). 0 = every rank equally busy; a line "
              "that stays above ~20 % means some ranks wait for others at every step.", RATIO,
              query(Q.per_workload_or_node(
-                 f'max by (cluster, workload) (workload:gpulse_gpu_active:imbalance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
-                 f'max by (cluster, node) (node:gpulse_gpu_active:imbalance_ratio5m{{{NODE_SEL}}})'),
+                 f'max by (cluster, workload) ({R.WORKLOAD_IMBALANCE_5M}{{cluster=~"$cluster", workload=~"$workload"}})',
+                 f'max by (cluster, node) ({R.NODE_IMBALANCE_5M}{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(
@@ -136,8 +137,8 @@ def build() -> db.Dashboard:
              "carry no workload). 100 % = perfectly balanced; 60 % means the average rank does 60 % "
              "of the busiest rank's work.", RATIO,
              query(Q.per_workload_or_node(
-                 f'max by (cluster, workload) (workload:gpulse_gpu_active:load_balance_ratio5m{{cluster=~"$cluster", workload=~"$workload"}})',
-                 f'max by (cluster, node) (node:gpulse_gpu_active:load_balance_ratio5m{{{NODE_SEL}}})'),
+                 f'max by (cluster, workload) ({R.WORKLOAD_LOAD_BALANCE_5M}{{cluster=~"$cluster", workload=~"$workload"}})',
+                 f'max by (cluster, node) ({R.NODE_LOAD_BALANCE_5M}{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL)))
 
@@ -149,8 +150,8 @@ def build() -> db.Dashboard:
              "the job's nodes; per node when GPUs carry no workload. A few percent is normal; tens of "
              "percent is time the whole job loses.", RATIO,
              query(Q.per_workload_or_node(
-                 f'avg by (cluster, workload) ({Q.STALL_RATIO}{{{SEL}, workload!=""}})',
-                 f'max by (cluster, node) ({Q.STALL_RATIO}{{{NODE_SEL}}})'),
+                 f'avg by (cluster, workload) ({R.GROUP_STALL_5M}{{{SEL}, workload!=""}})',
+                 f'max by (cluster, node) ({R.GROUP_STALL_5M}{{{NODE_SEL}}})'),
                  "{{workload}}{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from importlib import metadata
 
+from gpulse.rulenames import CELLS_1M, INCREASE_15S, RATE_5M
+
 # The exact SDK release the committed JSON was generated with. Releases of the
 # SDK change defaults and field order, so a different one would produce different
 # JSON and the up-to-date test would (rightly) fail. 11.6.0 targets Grafana 11.6+
@@ -152,18 +154,18 @@ METRIC_CHOICES = (("work score", "active|busy"), ("busy ratio", "busy"), ("SM ac
 DEFAULT_METRIC = "active|busy"
 
 # Where the cells come from (the value is the metric-name suffix of that data,
-# see queries.INCREMENTS and queries.cell_ratio): the 15 s cell records
+# see gpulse.rulenames and queries.cell_ratio): the 15 s cell records
 # (default: per-GPU counter increments recorded every 15 s, exact per cell and
 # one division per GPU at query time, so a 1,024-GPU heatmap stays under a
 # second), the raw counters (the same cells with no recording rules, computed
 # at query time), the 1m cell rules (exact for whole-minute cells, for stores
 # that keep only downsampled data) or the 5m recording rules (a 5-minute mean,
 # for ranges whose raw data is gone). See docs/dashboards.md.
-CELLS_CHOICES = (("15 s cell records, exact per cell", "increase15s"),
+CELLS_CHOICES = (("15 s cell records, exact per cell", INCREASE_15S),
                  ("raw counters, exact per cell (no recording rules)", "seconds_total"),
-                 ("1m rules, exact for whole-minute cells", "cells1m"),
-                 ("5m recording rules (long ranges)", "ratio_rate5m"))
-DEFAULT_CELLS = "increase15s"
+                 ("1m rules, exact for whole-minute cells", CELLS_1M),
+                 ("5m recording rules (long ranges)", RATE_5M))
+DEFAULT_CELLS = INCREASE_15S
 # What a panel reading "Cells from" shows instead of a bare "No data" (Grafana's
 # no-data text is the panel's noValue): the default reads recording rules, and a
 # Prometheus scraping gpulse without them has none of those series.

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.builders import dashboard as db
 
+from gpulse import rulenames as R
+
 from . import queries as Q
 from .common import (CLUSTER, BYTES, BYTES_PER_SECOND, CELSIUS, COUNT, HERTZ, JOULES, RATIO, WATTS, alerts_annotation,
                      label_variable, new_dashboard, query)
@@ -40,8 +42,8 @@ def build() -> db.Dashboard:
              "Busy ratio and SM activity",
              "Busy = a kernel was running (NVML utilisation); active = real work. A GPU busy but not "
              "active is spinning in a collective, waiting for another rank.", RATIO,
-             query(f"{Q.BUSY_1M}{{{SEL}}}", "{{gpu}} busy", "A"),
-             query(f"{Q.ACTIVE_1M}{{{SEL}}}", "{{gpu}} active", "B"),
+             query(f"{R.GPU_BUSY_1M}{{{SEL}}}", "{{gpu}} busy", "A"),
+             query(f"{R.GPU_ACTIVE_1M}{{{SEL}}}", "{{gpu}} active", "B"),
              min_val=0, max_val=1))
          .with_panel(state_timeline(
              "GPU up", "Whether each GPU could be read (green) or not (red: lost, hung, erroring).", COUNT,

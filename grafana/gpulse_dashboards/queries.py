@@ -23,16 +23,11 @@ from __future__ import annotations
 
 from gpulse.analysis.thresholds import value
 from gpulse.palette import SPIN_WEIGHT
-
-BUSY_5M = "node_gpu:gpulse_gpu_busy:ratio_rate5m"
-ACTIVE_5M = "node_gpu:gpulse_gpu_active:ratio_rate5m"
-BUSY_1M = "node_gpu:gpulse_gpu_busy:ratio_rate1m"
-ACTIVE_1M = "node_gpu:gpulse_gpu_active:ratio_rate1m"
-PEER_DEV = "node_gpu:gpulse_gpu_active:peer_deviation5m"
-PEER_GAP = "node_gpu:gpulse_gpu_active:peer_gap_ratio5m"
-BUSY_PEER_DEV = "node_gpu:gpulse_gpu_busy:peer_deviation5m"
-BUSY_PEER_GAP = "node_gpu:gpulse_gpu_busy:peer_gap_ratio5m"
-STALL_RATIO = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
+# the recording rules' names, written once for the rule templates and the dashboards
+from gpulse.rulenames import (CELL_SECONDS, CELLS_1M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
+                              GPU_BUSY_DEV_5M as BUSY_PEER_DEV, GPU_BUSY_GAP_5M as BUSY_PEER_GAP,
+                              GPU_PEER_WAIT_5M as PEER_WAIT, INCREASE_15S as INCREMENTS,
+                              WNODE_DEV_5M as NODE_PEER_DEV, WNODE_PEER_WAIT_5M as NODE_PEER_WAIT, cells)
 
 # What makes a GPU a straggler, as the GpulseStragglerGPU alert judges it: it
 # costs its peers at least straggler_cost_ratio of their time (PEER_WAIT: hot, it
@@ -41,9 +36,6 @@ STALL_RATIO = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
 # straggler_z. The panels list exactly what would page.
 OUTLIER_Z = value("straggler_z")
 OUTLIER_COST = value("straggler_cost_ratio")
-PEER_WAIT = "node_gpu:gpulse_gpu_peer_wait:ratio5m"
-NODE_PEER_WAIT = "workload_node:gpulse_node_peer_wait:ratio5m"
-NODE_PEER_DEV = "workload_node:gpulse_node:peer_deviation5m"
 
 # The work score (palette.work_score) is active + SPIN_WEIGHT x spin-wait. Since
 # spin-wait = busy - active wherever activity does not exceed utilisation (always
@@ -60,12 +52,11 @@ assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); se
 # names its own data with it, so only the chosen branch matches any series and
 # Prometheus reads (and computes on) only that one. The branches are joined with
 # `or`; see last_is_default for the order.
-INCREMENTS = "increase15s"   # the gpulse.gpu.cells15s records (the default)
-# The cell records' name (node_gpu:, node:, workload: levels; increase15s and cells1m):
-# `signal` is the "Colour by" value of a work series, or "sampled" for the time the
-# samples covered, both written by one rule so that a cell's two sums read the same
-# scrapes (prometheus/templates/gpulse-recording.rules.yml).
-CELL_SECONDS = "gpulse_gpu_cell_seconds"
+# INCREMENTS names the gpulse.gpu.cells15s records (the default). The cell records
+# (gpulse.rulenames.cells: node_gpu, node and workload levels; INCREMENTS and
+# CELLS_1M): `signal` is the "Colour by" value of a work series, or "sampled" for the
+# time the samples covered, both written by one rule so that a cell's two sums read
+# the same scrapes (prometheus/templates/gpulse-recording.rules.yml).
 
 
 def last_is_default(branches: tuple[str, ...]) -> str:
@@ -161,7 +152,7 @@ def cell_ratio(sel: str, by: str = "node, gpu") -> str:
     # whole minutes; the readings are the group's evaluations, up to a minute
     # before the cell's edges, so the cells lag the raw ones by under a minute.
     def fast(signal: str) -> str:
-        return (f'{{__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}", __name__=~".+:cells1m", '
+        return (f'{{__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}", __name__=~".+:{CELLS_1M}", '
                 f'signal="{signal}", {sel}}}')
 
     def fast_delta(selector: str) -> str:
@@ -248,7 +239,7 @@ def _share(sel: str, by: str) -> str:
         return f"sum by ({by}) (increase({{{', '.join((*matchers, sel))}}}[$__range] @ end()))"
     def share(work: tuple[str, ...], sampled: tuple[str, ...]) -> str:
         return f"({total(*work)}\n / {total(*sampled)})"
-    m1 = '__name__=~".+:cells1m"'
+    m1 = f'__name__=~".+:{CELLS_1M}"'
     raw = share(('__name__=~"gpulse_gpu_active_${cells}"',), ('__name__=~"gpulse_gpu_sampled_${cells}"',))
     one_minute = share((f'__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}"', m1, 'signal="active"'),
                        (f'__name__=~"node_gpu:{CELL_SECONDS}:${{cells}}"', m1, 'signal="sampled"'))

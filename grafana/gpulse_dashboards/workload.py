@@ -5,6 +5,7 @@ from grafana_foundation_sdk.builders import dashboard as db
 
 from . import queries as Q
 from gpulse.palette import LEGEND
+from gpulse import rulenames as R
 
 from .cluster import CELLS_HELP, to_node_detail
 from .common import (CLUSTER, HEATMAP_POINTS, PER_SECOND, RATIO, RULE_5M_INTERVAL, SECONDS, alerts_annotation,
@@ -57,8 +58,8 @@ def build() -> db.Dashboard:
              "Imbalance = (max − min) / max and load balance = mean / max of the ranks' SM activity "
              "over 5 minutes, across all nodes of the job. Balanced: imbalance near 0, load balance "
              "near 100 %.", RATIO,
-             query(f'workload:gpulse_gpu_active:imbalance_ratio5m{{{SEL}}}', "imbalance", "A"),
-             query(f'workload:gpulse_gpu_active:load_balance_ratio5m{{{SEL}}}', "load balance", "B"),
+             query(f'{R.WORKLOAD_IMBALANCE_5M}{{{SEL}}}', "imbalance", "A"),
+             query(f'{R.WORKLOAD_LOAD_BALANCE_5M}{{{SEL}}}', "load balance", "B"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL))
          .with_panel(time_series(
              "Spin-wait share per node",
@@ -102,7 +103,7 @@ def build() -> db.Dashboard:
              "Share of the last 5 minutes during which all of the job's GPUs on a node were idle at "
              "once while the job held them. Lines that rise together on every node are job-wide "
              "stalls (checkpoint, data loading, all-reduce).", RATIO,
-             query(f'{Q.STALL_RATIO}{{{SEL}}}', "{{node}}"),
+             query(f'{R.GROUP_STALL_5M}{{{SEL}}}', "{{node}}"),
              min_val=0, max_val=1, interval=RULE_5M_INTERVAL, w=8))
          .with_panel(time_series(
              "Stall episodes",

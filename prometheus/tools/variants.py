@@ -17,7 +17,7 @@ Variants (which ruler needs which: prometheus/README.md, "Compatibility"):
   expression of a record written earlier in its group reads that record instead:
 
       sum by (cluster, node, signal) (<the per-GPU record's expression>)
-      ->  sum by (cluster, node, signal) (node_gpu:gpulse_gpu_cell_seconds:increase15s)
+      ->  sum by (cluster, node, signal) (<the per-GPU record>)
 
   The record is that expression's value at that same timestamp, so the result is
   the same, at the cost of summing the records rather than computing every GPU's
@@ -144,9 +144,13 @@ _Literal.add_representer(str, lambda d, s: d.represent_scalar(
     "tag:yaml.org,2002:str", s, style="|" if "\n" in s else None))
 
 
+def body(doc: dict) -> str:
+    """A rule file's text without its header."""
+    return yaml.dump(doc, Dumper=_Literal, sort_keys=False, allow_unicode=True, width=1000)
+
+
 def dump(doc: dict, src: Path, variant: str) -> str:
-    body = yaml.dump(doc, Dumper=_Literal, sort_keys=False, allow_unicode=True, width=1000)
-    return HEADER.format(variant=variant, name=src.name) + body
+    return HEADER.format(variant=variant, name=src.name) + body(doc)
 
 
 def render(src: Path, variant: str) -> str:

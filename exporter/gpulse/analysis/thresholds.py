@@ -8,7 +8,10 @@ when a copy differs, and tests/unit/analysis/test_thresholds.py fails when a Pyt
 carries its own copy). docs/activity.md explains how each value was chosen.
 
 A `Threshold` carries its value, its unit and one line saying what it means,
-so generated files and docs can cite it.
+so generated files and docs can cite it. The last section holds what only the GPU
+health and exporter alerts read: hardware limits, how long a condition must last,
+the critical XID codes and the exporter's job names, so those rules are generated
+from this table too and nothing in them is written twice.
 """
 from __future__ import annotations
 
@@ -20,8 +23,11 @@ from ..model import UTIL_PERIOD
 @dataclass(frozen=True)
 class Threshold:
     name: str
-    value: float
-    unit: str   # "ratio" (0..1), "seconds", "z" (robust z-score), "count", "watts_ratio", "bytes", "factor"
+    # a number; for unit "codes" the codes a rule matches, for "regex" a label pattern
+    value: float | tuple[int, ...] | str
+    # "ratio" (0..1), "seconds", "z" (robust z-score), "count", "watts_ratio", "bytes", "factor",
+    # "celsius", "codes", "regex"
+    unit: str
     doc: str
 
 
@@ -155,6 +161,52 @@ _TABLE = (
               "co-idle seconds within 5 minutes, in a pause that does not recur, before GpulseSyncPause tells"),
     Threshold("straggler_settle_seconds", 270, "seconds",
               "a group must have held its workload this long of the last 5 minutes before GpulseStragglerGPU pages"),
+    Threshold("stall_for_seconds", 60, "seconds",
+              "recurring stalls over the page share this long before GpulseSyncStalls pages (`for:`)"),
+    Threshold("pause_for_seconds", 60, "seconds",
+              "a long pause this long before GpulseSyncPause tells (`for:`)"),
+    Threshold("straggler_for_seconds", 90, "seconds",
+              "a GPU or node costing its peers this long, after 2 minutes of cost, before GpulseStragglerGPU "
+              "or GpulseStragglerNode pages (`for:`)"),
+    Threshold("imbalance_for_seconds", 900, "seconds",
+              "a group imbalanced this long before GpulseWorkloadImbalance pages (`for:`)"),
+    # -- GPU health and the exporter (read by the generated Prometheus rules only) --
+    Threshold("gpu_lost_seconds", 60, "seconds",
+              "a GPU the exporter cannot read this long is lost (GpulseGPULost; rides out one failed poll)"),
+    Threshold("gpu_missing_seconds", 600, "seconds",
+              "a GPU listed this long ago and no longer enumerated, its node still reporting, is lost"),
+    Threshold("error_window_seconds", 600, "seconds",
+              "XID and uncorrectable ECC errors page while they are this recent (events: no `for:`)"),
+    Threshold("xid_critical_codes", (48, 62, 64, 74, 79, 94, 95, 119, 120, 140), "codes",
+              "XID codes that need a GPU reset or a node drain (critical; any other XID warns)"),
+    Threshold("thermal_throttle_ratio", 0.1, "ratio",
+              "share of 5 minutes with clocks held down for a thermal reason before GpulseThermalThrottling"),
+    Threshold("thermal_throttle_seconds", 600, "seconds",
+              "for this long"),
+    Threshold("power_brake_ratio", 0.05, "ratio",
+              "share of 5 minutes under the hardware power brake before GpulsePowerThrottling warns"),
+    Threshold("power_brake_seconds", 300, "seconds",
+              "for this long"),
+    Threshold("power_cap_ratio", 0.5, "ratio",
+              "share of 5 minutes at the software power cap before GpulsePowerThrottling tells (info)"),
+    Threshold("power_cap_seconds", 1800, "seconds",
+              "for this long (running at the cap under full load is normal)"),
+    Threshold("gpu_temperature_celsius", 85, "celsius",
+              "a GPU die above this is hot (thermal slowdown starts a few degrees higher)"),
+    Threshold("memory_temperature_celsius", 90, "celsius",
+              "GPU memory (HBM) above this is hot (rated to about 95 °C)"),
+    Threshold("temperature_seconds", 600, "seconds",
+              "for this long before GpulseHighTemperature"),
+    Threshold("health_hold_seconds", 300, "seconds",
+              "a throttling or temperature alert keeps firing through dips this short (keep_firing_for)"),
+    Threshold("power_cap_hold_seconds", 600, "seconds",
+              "the power-cap alert keeps firing through dips this short"),
+    Threshold("exporter_job_regex", ".*gpulse.*", "regex",
+              "scrape jobs that are gpulse exporters (the examples' `gpulse`, the chart's `<release>-gpulse`)"),
+    Threshold("exporter_down_seconds", 300, "seconds",
+              "an exporter that cannot be scraped this long is down (rides out a rolling update)"),
+    Threshold("stale_seconds", 120, "seconds",
+              "an exporter serving stale GPU data this long pages GpulseMetricsStale"),
 )
 
 THRESHOLDS: dict[str, Threshold] = {t.name: t for t in _TABLE}

@@ -21,10 +21,11 @@ import pytest
 import yaml
 
 from conftest import ROOT, wait_http
-from helmchart import (CHART, DASHBOARDS, NAMESPACE, OPERATOR_API, RULES, an_alert_to_tune, by_kind,  # noqa: F401
-                       chart, container, dashboard_files, docs, documented_installs, helm, matrix, merged, need,
-                       one, packaged, render, rule_files, rules_by_source)  # (chart: a fixture)
-from helmchart import MIN_KUBE, kube_versions, validate_manifest
+from helmchart import (CHART, CHART_RULES, DASHBOARDS, MIN_KUBE, NAMESPACE, OPERATOR_API,  # noqa: F401
+                       an_alert_to_tune, by_kind, chart, container, dashboard_files, docs, documented_installs, helm,
+                       kube_versions, matrix, merged, one, packaged, render, rule_files, rules_by_source, rules_with,
+                       validate_manifest)  # (chart: a fixture)
+
 
 # ------------------------------------------------------------------ the values matrix
 
@@ -272,7 +273,7 @@ def test_servicemonitor_and_podmonitor_together_are_refused(chart):
 # ------------------------------------------------------------------ rules and dashboards come from their folders
 
 def test_chart_links_to_the_rule_and_dashboard_folders():
-    for link, target in ((CHART / "files" / "rules", RULES), (CHART / "files" / "dashboards", DASHBOARDS)):
+    for link, target in ((CHART / "files" / "rules", CHART_RULES), (CHART / "files" / "dashboards", DASHBOARDS)):
         assert link.is_symlink(), f"{link} must be a link, never a copy"
         assert link.resolve() == target.resolve()
     rule_files()
@@ -290,7 +291,7 @@ def test_prometheusrule_groups_equal_the_rule_files(chart):
 
 def test_prometheusrule_groups_can_be_switched_off_and_alerts_tuned(chart):
     values, apis = matrix()["rules-tuned"]
-    alert, old, new = an_alert_to_tune()
+    alert, threshold, new = an_alert_to_tune()
     disabled = values["prometheusRule"]["disabledGroups"][0]
     groups = [g for gs in rules_by_source(docs(render(chart, values, api_versions=apis))).values() for g in gs]
     assert disabled not in {g["name"] for g in groups}
@@ -299,12 +300,18 @@ def test_prometheusrule_groups_can_be_switched_off_and_alerts_tuned(chart):
     originals = [r for f in rule_files() for g in yaml.safe_load(f.read_text())["groups"]
                  if g["name"] != disabled for r in g["rules"] if r.get("alert") == alert]
     assert tuned and len(tuned) == len(originals)
-    for rule, original in zip(tuned, originals):
+    # the threshold is set by name: what `make rules` writes with the table so
+    generated = [r for r in rules_with("prometheus", **{threshold: new}) if r.get("alert") == alert]
+    for rule, original, want in zip(tuned, originals, generated):
         assert rule["for"] == "30m" and rule["keep_firing_for"] == "15m"
         assert rule["labels"] == {**original.get("labels", {}), "team": "ml-platform"}
-        assert rule["expr"] == original["expr"].replace(old, new)
-        assert rule["annotations"] == original["annotations"]
+        assert rule["expr"] == want["expr"] and rule["annotations"] == want["annotations"]
     assert any(r["expr"] != o["expr"] for r, o in zip(tuned, originals))
+    # and every other rule reading it changes with it: the whole render is the generator's
+    everything = [r for gs in rules_by_source(docs(render(
+        chart, {"prometheusRule": {"thresholds": {threshold: new}}}, api_versions=apis))).values()
+        for g in gs for r in g["rules"]]
+    assert everything == rules_with("prometheus", **{threshold: new})
     # enabled: false drops the alert alone
     off = docs(render(chart, {"prometheusRule": {"alerts": {alert: {"enabled": False}}}}, api_versions=apis))
     alerts = {r.get("alert") for gs in rules_by_source(off).values() for g in gs for r in g["rules"]}
@@ -320,10 +327,26 @@ def test_rule_overrides_naming_nothing_fail(chart, values, message):
         render(chart, {"prometheusRule": values}, api_versions=OPERATOR_API)
 
 
-def test_stale_threshold_override_fails(chart):
+def test_a_threshold_set_on_the_command_line_is_the_same_number(chart):
+    """`--set prometheusRule.thresholds.x=0.15` hands the chart the text "0.15"."""
+    def rules(v):
+        return rules_by_source(docs(render(chart, {"prometheusRule": {"thresholds": {"stall_page_ratio": v}}},
+                                            api_versions=OPERATOR_API)))
+    assert rules("0.15") == rules(0.15) != rules(0.1)
+    with pytest.raises(helm.HelmError, match="stall_page_ratio"):
+        rules("0.15 or vector(1)")
+
+
+def test_unknown_threshold_fails(chart):
+    with pytest.raises(helm.HelmError, match=re.escape("prometheusRule.thresholds.no_such_ratio: no such threshold")):
+        render(chart, {"prometheusRule": {"thresholds": {"no_such_ratio": 0.5}}}, api_versions=OPERATOR_API)
+    # a hold duration is set per alert (`for`), not as a threshold
+    with pytest.raises(helm.HelmError, match=re.escape("prometheusRule.thresholds.stale_seconds")):
+        render(chart, {"prometheusRule": {"thresholds": {"stale_seconds": 60}}}, api_versions=OPERATOR_API)
+    # and text to replace in an expression is no longer a way to set one
     alert, _, _ = an_alert_to_tune()
-    with pytest.raises(helm.HelmError, match=re.escape(f"prometheusRule.alerts.{alert}.thresholds")):
-        render(chart, {"prometheusRule": {"alerts": {alert: {"thresholds": {"> 12345.678": "> 1"}}}}},
+    with pytest.raises(helm.HelmError, match="thresholds"):
+        render(chart, {"prometheusRule": {"alerts": {alert: {"thresholds": {"> 0.1": "> 1"}}}}},
                api_versions=OPERATOR_API)
 
 

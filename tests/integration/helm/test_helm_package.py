@@ -1,5 +1,5 @@
 """The packaged chart is self-contained: real rule and dashboard files inside (no
-links), equal to prometheus/rules and grafana/dashboards, and it works after being
+links), equal to prometheus/chart and grafana/dashboards, and it works after being
 copied away from the repository, which the chart folder with its links does not."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT
-from helmchart import OPERATOR_API, dashboard_files, docs, helm, package_chart, packaged, render, rule_files
+from helmchart import CHART_RULES, OPERATOR_API, dashboard_files, docs, helm, package_chart, packaged, render
 
 
 def test_package_holds_regular_files_equal_to_the_repository():
@@ -24,10 +24,13 @@ def test_package_holds_regular_files_equal_to_the_repository():
         members = tar.getmembers()
         assert all(m.isfile() for m in members), [m.name for m in members if not m.isfile()]
         inside = {m.name: m for m in members}
-        for folder, files in (("rules", rule_files()), ("dashboards", dashboard_files())):
+        chart_rules = sorted(p for p in CHART_RULES.rglob("*.y*ml"))
+        assert chart_rules
+        for folder, files in (("rules", chart_rules), ("dashboards", dashboard_files())):
             for f in files:
-                member = inside[f"gpulse/files/{folder}/{f.name}"]
-                assert tar.extractfile(member).read() == f.read_bytes(), f.name
+                name = f.relative_to(CHART_RULES).as_posix() if folder == "rules" else f.name
+                member = inside[f"gpulse/files/{folder}/{name}"]
+                assert tar.extractfile(member).read() == f.read_bytes(), name
     package_chart.check(packaged())
 
 
@@ -56,7 +59,7 @@ def _archive_with(tmp_path, change) -> str:
 
 
 def test_check_refuses_a_link_and_a_stale_copy(tmp_path):
-    first_rule = f"gpulse/files/rules/{rule_files()[0].name}"
+    first_rule = f"gpulse/files/rules/prometheus/{sorted((CHART_RULES / 'prometheus').glob('*.yml'))[0].name}"
 
     def as_link(m, data):
         if m.name == first_rule:

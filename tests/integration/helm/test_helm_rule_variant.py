@@ -7,8 +7,8 @@ import re
 import pytest
 import yaml
 
-from helmchart import OPERATOR_API, chart, docs, helm, render, rules_by_source  # noqa: F401 (chart: a fixture)
 from conftest import ROOT
+from helmchart import OPERATOR_API, chart, docs, helm, render, rules_by_source, rules_with  # noqa: F401 (chart: a fixture)
 
 VARIANT_RULES = ROOT / "prometheus" / "rules-vmalert"
 
@@ -29,11 +29,11 @@ def test_default_variant_keeps_keep_firing_for(chart):  # noqa: F811
 
 
 def test_vmalert_variant_tunes_thresholds_in_both_arms(chart):  # noqa: F811
-    values = {"prometheusRule": {"variant": "vmalert",
-                                 "alerts": {"GpulseWorkloadImbalance": {"thresholds": {"> 0.3": "> 0.4"}}}}}
-    groups = [g for gs in rules_by_source(docs(render(chart, values, api_versions=OPERATOR_API))).values()
-              for g in gs]
-    (rule,) = [r for g in groups for r in g["rules"] if r.get("alert") == "GpulseWorkloadImbalance"]
+    values = {"prometheusRule": {"variant": "vmalert", "thresholds": {"imbalance_alert_ratio": 0.4}}}
+    rules = [r for gs in rules_by_source(docs(render(chart, values, api_versions=OPERATOR_API))).values()
+             for g in gs for r in g["rules"]]
+    assert rules == rules_with("vmalert", imbalance_alert_ratio=0.4)
+    (rule,) = [r for r in rules if r.get("alert") == "GpulseWorkloadImbalance"]
     assert "> 0.3" not in rule["expr"] and rule["expr"].count("> 0.4") >= 2
 
 
@@ -50,9 +50,10 @@ def test_unknown_variant_is_refused(chart):  # noqa: F811
 
 def test_chart_offers_exactly_the_variants_the_tool_makes():
     """The chart's prometheus variant ships prometheus/rules itself (any ruler with
-    keep_firing_for), its vmalert variant the tool's; the Prometheus-ordered variant
-    (prometheus/rules-prometheus, sums reading their group's records) is for a
-    Prometheus loading the files directly and is not in the chart."""
+    keep_firing_for), its vmalert variant the tool's, each with the thresholds the
+    chart sets left to it (prometheus/chart/<variant>, written by prometheus/generate.py);
+    the Prometheus-ordered variant (prometheus/rules-prometheus, sums reading their
+    group's records) is for a Prometheus loading the files directly and is not in the chart."""
     import json
     import sys
     sys.path.insert(0, str(ROOT / "prometheus" / "tools"))
@@ -61,6 +62,9 @@ def test_chart_offers_exactly_the_variants_the_tool_makes():
     enum = schema["properties"]["prometheusRule"]["properties"]["variant"]["enum"]
     shipped = {"prometheus": variants.SOURCE, "vmalert": variants.VARIANTS["vmalert"]}
     assert sorted(enum) == sorted(shipped)
+    chart_rules = ROOT / "prometheus" / "chart"
+    link = ROOT / "helm" / "gpulse" / "files" / "rules"
+    assert link.is_symlink() and link.resolve() == chart_rules.resolve()
     for name, folder in shipped.items():
-        link = ROOT / "helm" / "gpulse" / "files" / folder.name
-        assert link.is_symlink() and link.resolve() == folder.resolve(), name
+        assert sorted(p.name for p in (chart_rules / name).glob("*.yml")) == \
+            sorted(p.name for p in folder.glob("*.yml")), name

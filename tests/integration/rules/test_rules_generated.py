@@ -66,7 +66,7 @@ def _numbers_in_conditions(doc: dict) -> list[tuple[str, str]]:
 def test_a_threshold_changed_in_the_table_changes_every_rule_that_uses_it():
     """Render with every threshold moved to an unlikely value: no comparison in the
     generated training and balance rules may keep a number the table did not give."""
-    odd = {name: dataclasses.replace(t, value=round(t.value + 0.0123, 4))
+    odd = {name: dataclasses.replace(t, value=round(t.value + 0.0123, 4)) if isinstance(t.value, (int, float)) else t
            for name, t in thresholds.THRESHOLDS.items()}
     allowed = {generate.FORMATS[None](t.value) for t in odd.values()}
     allowed |= {"0", "1"}   # presence tests: `> 0`, `== 1` (group holds a workload)
@@ -91,6 +91,9 @@ def test_number_formats():
     fmt = generate.FORMATS
     assert fmt[None](0.1) == "0.1" and fmt[None](3.5) == "3.5" and fmt[None](60) == "60"
     assert fmt["percent"](0.1) == "10 %" and fmt["percent"](0.3) == "30 %" and fmt["percent"](0.025) == "2.5 %"
+    assert [fmt["duration"](s) for s in (90, 60, 600, 1800, 3600, 5400)] == ["90s", "1m", "10m", "30m", "1h", "90m"]
+    assert [fmt["words"](s) for s in (60, 90, 300, 3600)] == ["a minute", "90 seconds", "5 minutes", "an hour"]
+    assert fmt[None]((48, 79)) == "48|79" and fmt[None](".*gpulse.*") == ".*gpulse.*"
 
 
 def test_generated_rules_are_promtool_clean():

@@ -93,7 +93,10 @@ def test_every_threshold_is_documented():
     missing = [n for n in thresholds.THRESHOLDS if f"`{n}`" not in doc]
     assert missing == []
     for t in thresholds.THRESHOLDS.values():
-        assert t.doc and t.unit in ("ratio", "seconds", "z", "count", "watts_ratio", "bytes", "factor")
+        assert t.doc and t.unit in ("ratio", "seconds", "z", "count", "watts_ratio", "bytes", "factor",
+                                    "celsius", "codes", "regex")
+        # a number, or what a rule matches: codes as a tuple, a pattern as a string
+        assert isinstance(t.value, {"codes": tuple, "regex": str}.get(t.unit, (int, float))), t.name
 
 
 def test_a_straggler_is_judged_by_its_cost_beyond_the_measured_noise():
