@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from _proc import ROOT, percentile, start_gpulse
+from bench.lib.proc import ROOT, percentile, start_gpulse
 
 sys.path.insert(0, str(ROOT / "exporter"))
 sys.path.insert(0, str(ROOT))          # testing/

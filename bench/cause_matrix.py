@@ -3,7 +3,7 @@
     .venv/bin/python bench/cause_matrix.py [--quick] [--workers 2] [--out bench/out] [--only REGEX]
     .venv/bin/python bench/detection.py --causes ...      (the same, after the detection table)
 
-1. Writes the cause cases (bench/corpus/causes.py: the Alibaba PAI job's slow worker
+1. Writes the cause cases (bench/lib/corpus/causes.py: the Alibaba PAI job's slow worker
    with the health columns of each cause, its cold-rank variant, the 8xH100
    checkpoint logs, the seed case; each labelled with its cause and whether the log
    carries the evidence for it).
@@ -39,9 +39,9 @@ from multiprocessing import Pool
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "exporter"), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT), str(ROOT / "exporter")]     # bench.lib, testing/; gpulse
 
-from bench.corpus.causes import CAUSES, CauseCase, build, expected  # noqa: E402
+from bench.lib.corpus.causes import CAUSES, CauseCase, build, expected  # noqa: E402
 from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402

@@ -10,7 +10,7 @@
     .venv/bin/python bench/dashboards_scale.py --gpus 16384 --node-records --only "/ Nodes [A]"   # the overview at fleet size
 
 For each cluster size: synthesise 4 h of gpulse scrapes every 15 s
-(bench/dashboards_data.py), load them with `promtool tsdb create-blocks-from
+(bench/lib/dashboards_data.py), load them with `promtool tsdb create-blocks-from
 openmetrics`, start the Debian `prometheus` on the blocks, evaluate the shipped
 recording rules over the same 4 h with `promtool tsdb create-blocks-from rules`
 (one pass per level of rule-on-rule dependency, restarting Prometheus between
@@ -43,12 +43,12 @@ import yaml
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "grafana"))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
-from _proc import cpu_seconds, free_port  # noqa: E402
-from dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
-from gpulse_dashboards.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
-                                               panel_queries, substitute, variable_defaults)
+from bench.lib.proc import cpu_seconds, free_port  # noqa: E402
+from bench.lib.dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
+from testing.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
+                                     panel_queries, substitute, variable_defaults)
 
 BLOCK_S = 7200
 WINDOW_S = 3600

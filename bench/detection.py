@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/detection.py [--quick] [--cases REGEX] [--workers 2] [--out bench/out]
 
-1. Writes the corpus (bench/corpus: the real 8xH100 logs, the Alibaba PAI jobs, the
+1. Writes the corpus (bench/lib/corpus: the real 8xH100 logs, the Alibaba PAI jobs, the
    seed case, recurring-stall cases and negatives; labels from the recordings).
 2. For every case, with the real code:
    - report:  `gpulse report --input case.csv`, read from findings.json;
@@ -44,10 +44,10 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "exporter"), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT), str(ROOT / "exporter")]     # bench.lib, testing/; gpulse
 
-from bench.corpus import build  # noqa: E402
-from detection_corpus import (BASELINE_METRIC, RHYTHM_TOLERANCE, SCRAPE, Verdict, observe,  # noqa: E402
+from bench.lib.corpus import build  # noqa: E402
+from bench.detection_corpus import (BASELINE_METRIC, RHYTHM_TOLERANCE, SCRAPE, Verdict, observe,  # noqa: E402
                               report_verdict)
 from gpulse.analysis.thresholds import value  # noqa: E402
 
@@ -287,7 +287,7 @@ def main() -> int:
                for r in rows]), indent=1, default=str), encoding="utf-8")
     print(f"\nwrote {out_dir / 'detection.json'}; total {time.perf_counter() - t0:.0f} s")
     if args.causes:
-        from cause_matrix import run as cause_matrix
+        from bench.cause_matrix import run as cause_matrix
         print("\nstraggler causes:")
         cause_matrix(out_dir, args.quick, args.workers)
     return 0

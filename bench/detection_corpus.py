@@ -1,4 +1,4 @@
-"""One corpus case (bench/corpus) through every detector but promtool.
+"""One corpus case (bench/lib/corpus) through every detector but promtool.
 
 `observe(case_name, path, node)` replays the log through the real engine
 (`gpulse.engine.run_offline` over `ReplaySource`, what `gpulse serve --source replay`

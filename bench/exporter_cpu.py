@@ -18,13 +18,15 @@ it prints both and this checkout's CPU over REV's per round and pooled.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import requests
 
-from _proc import ROOT, cpu_seconds, rss_bytes, start_gpulse, tree_at
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root: bench.lib
+from bench.lib.proc import ROOT, cpu_seconds, rss_bytes, start_gpulse, tree_at  # noqa: E402
 
 
 def measure(seconds: float, *args: str, roots: tuple[Path, ...] = (ROOT,)) -> list[tuple[float, int]]:

@@ -14,7 +14,7 @@
 For N GPUs (8 a node) × --hours at a 15 s scrape:
 
 - gpulse: every series a gpulse exporter serves for the node (the cluster model of
-  bench/dashboards_data.py: every per-GPU family, peer groups, exporter health,
+  bench/lib/dashboards_data.py: every per-GPU family, peer groups, exporter health,
   job/instance labels), tiled: each job's nodes repeat a bounded set of node patterns
   (dashboards_data.tile) under their own labels, so every series is still its own
   series to the database while Python computes only the patterns;
@@ -74,12 +74,12 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
-from _proc import cpu_seconds, free_port, rss_bytes, wait_ready  # noqa: E402
-from dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
-from dashboards_data import _write as write_families  # noqa: E402
-from dashboards_scale import (BLOCK_S, VARIABLES, WINDOW_S, Prometheus, backfill_rules, du,  # noqa: E402
+from bench.lib.proc import cpu_seconds, free_port, rss_bytes, wait_ready  # noqa: E402
+from bench.lib.dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
+from bench.lib.dashboards_data import _write as write_families  # noqa: E402
+from bench.dashboards_scale import (BLOCK_S, VARIABLES, WINDOW_S, Prometheus, backfill_rules, du,  # noqa: E402
                               load_windows, need, requests_for, rule_levels, run, sizes_and_hours,
                               timed, wait_loaded)
 

@@ -34,9 +34,11 @@ import socket
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
-from _proc import cpu_seconds, percentile, rss_bytes, start_gpulse, threads, tree_at
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root: bench.lib
+from bench.lib.proc import cpu_seconds, percentile, rss_bytes, start_gpulse, threads, tree_at  # noqa: E402
 
 CLIENT_PROCS = 4
 
@@ -162,7 +164,7 @@ def _slowloris_proc(port: int, n: int, duration: float, start_at: float, out: An
 
 def run_load(port: int, scrapers: int, idle: int, duration: float, pid: int | None = None,
              interval: float = 0.0) -> dict[str, Any]:
-    """Run one phase; returns merged results (used by tests/integration/test_load.py too)."""
+    """Run one phase; returns merged results (used by tests/integration/http/test_load.py too)."""
     ctx = mp.get_context("fork")
     q = ctx.Queue()
     start_at = time.time() + 1.0

@@ -63,7 +63,7 @@ def per_call(fn, *args) -> float:
 def call_kinds(src) -> list[tuple[str, float, float | None, float]]:
     """(kind, pynvml µs, gpulse µs or None when it calls pynvml, bare C µs) on GPU 0."""
     import pynvml
-    from gpulse.sources import nvml as mod
+    from gpulse.sources.nvml import source as mod
     st = src.states[0]
     h = st.entity.handle
     since = int((time.time() - 1.0) * 1e6)      # ~6 samples per read, as every second

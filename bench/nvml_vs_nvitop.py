@@ -39,7 +39,8 @@ from pathlib import Path
 
 import requests
 
-from _proc import ROOT, cpu_seconds, free_port, percentile, rss_bytes, start_gpulse, wait_ready
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root: bench.lib
+from bench.lib.proc import ROOT, cpu_seconds, free_port, percentile, rss_bytes, start_gpulse, wait_ready  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
 import fakenvml  # noqa: E402  (the test double lives with the tests)

@@ -32,10 +32,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 sys.path.insert(0, str(ROOT / "exporter"))
 
-from dashboards_scale import BLOCK_S, Prometheus, load_windows, sizes_and_hours  # noqa: E402
+from bench.dashboards_scale import BLOCK_S, Prometheus, load_windows, sizes_and_hours  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu"
 TRACE_NAMES = ("ckpt1", "ckpt10", "ckpt50", "ckpt100", "ckpt500", "ckpt1000")

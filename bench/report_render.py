@@ -36,9 +36,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
-from _proc import tree_at  # noqa: E402
+from bench.lib.proc import tree_at  # noqa: E402
 
 
 def run(gpus: int, seconds: float, out: str) -> dict[str, float]:

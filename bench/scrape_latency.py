@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
+from pathlib import Path
 
 import requests
 
-from _proc import cpu_seconds, percentile, start_gpulse, tree_at
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root: bench.lib
+from bench.lib.proc import cpu_seconds, percentile, start_gpulse, tree_at  # noqa: E402
 
 
 def one(session: requests.Session, url: str, headers: dict) -> float:

@@ -22,10 +22,12 @@ import argparse
 import re
 import sys
 import time
+from pathlib import Path
 
 import requests
 
-from _proc import cpu_seconds, fds, percentile, rss_bytes, start_gpulse, threads
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root: bench.lib
+from bench.lib.proc import cpu_seconds, fds, percentile, rss_bytes, start_gpulse, threads  # noqa: E402
 
 OM = "application/openmetrics-text; version=1.0.0"
 COUNTER_SAMPLE = re.compile(r"^(gpulse_\w+?(?:_total|_count|_sum|_bucket))(\{[^}]*\})? (\S+)", re.M)

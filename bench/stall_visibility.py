@@ -41,15 +41,15 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "grafana"))
 sys.path.insert(0, str(ROOT / "exporter"))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
-from dashboards_scale import Prometheus, backfill_rules, need  # noqa: E402
+from bench.dashboards_scale import Prometheus, backfill_rules, need  # noqa: E402
 from gpulse.analysis.thresholds import value as threshold  # noqa: E402
 from gpulse.engine import run_offline  # noqa: E402
 from gpulse.export import replay_config  # noqa: E402
 from gpulse.palette import SPIN_WEIGHT  # noqa: E402
-from gpulse_dashboards.grafana_queries import (choices, fixed_values, format_value, panel_queries,  # noqa: E402
-                                               parse_duration_ms, substitute, variable_defaults)
+from testing.grafana_queries import (choices, fixed_values, format_value, panel_queries,  # noqa: E402
+                                     parse_duration_ms, substitute, variable_defaults)
 
 DATA = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu"
 DASHBOARD = ROOT / "grafana" / "dashboards" / "gpulse-cluster-heatmap.json"

@@ -4,7 +4,7 @@ alerts name, on synchronous training jobs with one slow GPU or node.
 
     .venv/bin/python bench/straggler_sweep.py [--quick] [--cases REGEX] [--workers 2] [--out bench/out]
 
-1. Builds the cases (bench/corpus/sweep.py): 8-GPU jobs with a straggler at +5, +10,
+1. Builds the cases (bench/lib/corpus/sweep.py): 8-GPU jobs with a straggler at +5, +10,
    +15, +20 and +30 % for each cause (more work, thermal, power cap, degraded link,
    off-GPU) on different GPU indices; controls that must name nothing (per-rank
    jitter of +-2 % and +-8 %, a drift of all ranks, a hotter GPU, uneven memory);
@@ -54,13 +54,13 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "exporter"), str(ROOT / "bench")]
+sys.path[:0] = [str(ROOT), str(ROOT / "exporter")]     # bench.lib, testing/; gpulse
 
-from bench.corpus import sweep  # noqa: E402
-from cause_matrix import _finding_cause  # noqa: E402
-from dashboards_scale import Prometheus, need  # noqa: E402
-from detection import RULES, SHIPPED, first_firing, write_test_file  # noqa: E402
-from detection_corpus import SCRAPE, _labels, report_doc  # noqa: E402
+from bench.lib.corpus import sweep  # noqa: E402
+from bench.cause_matrix import _finding_cause  # noqa: E402
+from bench.dashboards_scale import Prometheus, need  # noqa: E402
+from bench.detection import RULES, SHIPPED, first_firing, write_test_file  # noqa: E402
+from bench.detection_corpus import SCRAPE, _labels, report_doc  # noqa: E402
 
 DETECTORS = ("report", "live", "alerts")
 GPU_ALERT, NODE_ALERT = "GpulseStragglerGPU", "GpulseStragglerNode"

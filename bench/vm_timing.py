@@ -20,12 +20,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# the end-to-end stack and the helpers it imports live in these test folders
-sys.path[:0] = [str(ROOT / "tests" / d) for d in ("", "e2e", "integration")] + [str(ROOT / "exporter")]
+sys.path[:0] = [str(ROOT), str(ROOT / "exporter")]     # testing/ (the end-to-end stack), gpulse
 
 import requests  # noqa: E402
 
-from test_victoriametrics_e2e import Stack, both_paged  # noqa: E402
+from testing.vmstack import Stack, both_paged  # noqa: E402
 
 # The same query on both, at the same instant: where MetricsQL gives another answer.
 PROBES = (

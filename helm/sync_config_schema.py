@@ -4,7 +4,7 @@ The chart turns `.Values.config` into `--key=value` flags, so the schema for it
 must list exactly the settings gpulse accepts, with their types, choices and
 bounds: then a misspelt or mistyped setting fails `helm install` with the key's
 name instead of a crash-looping pod. Deriving it from FIELDS keeps the two from
-drifting; tests/integration/test_helm_schema.py runs `--check`.
+drifting; tests/integration/helm/test_helm_schema.py runs `--check`.
 
     python helm/sync_config_schema.py          # rewrite the schema
     python helm/sync_config_schema.py --check  # exit 1 when it is out of date

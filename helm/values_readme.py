@@ -3,7 +3,7 @@
 values.yaml documents each value in a `# -- ` comment right above it (continued
 on the following `#` lines); the table lists every such value with its type and
 default, so the README cannot drift from the values the chart really has.
-tests/integration/test_helm_readme.py runs `--check`.
+tests/integration/helm/test_helm_readme.py runs `--check`.
 
     python helm/values_readme.py          # rewrite the table
     python helm/values_readme.py --check  # exit 1 when it is out of date

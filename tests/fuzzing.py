@@ -1,5 +1,5 @@
 """Shared pieces of the property-based fuzzing of every parser that reads outside
-input (tests/unit/*/test_fuzz_*.py, tests/integration/test_fuzz_parsers.py).
+input (tests/unit/*/test_fuzz_*.py, tests/integration/faults/test_fuzz_parsers.py).
 
 Each parser gets two kinds of input from hypothesis: text built from its own
 grammar with hostile values, and real recorded files (../shared/data) mutated at
@@ -11,6 +11,8 @@ hypothesis deadline flags a slow example, a subprocess timeout a hang).
 from __future__ import annotations
 
 import math
+import socket
+import time
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -115,3 +117,25 @@ def seed(name: str) -> str:
 
 
 SEED_NAMES = ["smi", "query", "q", "dcgm", "dcgm8"]
+
+
+def exchange(port: int, data: bytes, wait: float = 5.0, half_close: bool = True) -> bytes:
+    """Send raw bytes, read until the server closes (or `wait` passes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as s:
+        try:
+            s.sendall(data)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
+        except OSError:          # the server may close first on hostile input: fine
+            pass
+        out = b""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(65536)
+            except (socket.timeout, ConnectionResetError):
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out

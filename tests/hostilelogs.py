@@ -1,12 +1,18 @@
 """Small recorded logs written by the tests that need a name or a clock a real log
 would not have: an nvidia-smi CSV (index column) and dcgm-exporter exposition text
 with Hostname and pod labels. Two halves of GPUs: the first at ~99 % and full power,
-the rest at ~10 %, so every report on them has an imbalance finding and a picture."""
+the rest at ~10 %, so every report on them has an imbalance finding and a picture.
+And the smallest nvidia-smi CSV a replay reads (`small_log`, `small_rows`), with the
+replay source made from it (`replay_source`)."""
 from __future__ import annotations
 
 import json
 import time
 from typing import Callable
+
+from gpulse.sources import make_source
+from gpulse.sources.replay import ReplaySource
+from testing.config import test_config
 
 T0 = 1_785_000_000.0          # 2026-07-25, a plausible recording
 # names a tenant or a node can set: template slots, markup that would run, a JSON line
@@ -65,3 +71,29 @@ def dcgm_api_json(host: str, pod: str, points: int = 120, gpus: int = 2, interva
                       "exported_namespace": "ml"}
             result.append({"metric": metric, "values": [[T0 + k * interval, f"{v}"] for k in range(points)]})
     return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}})
+
+
+SMALL_HEADER = "timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]\n"
+
+
+def small_log(tmp_path, rows: list[str], name: str = "run.csv") -> str:
+    p = tmp_path / name
+    p.write_text(SMALL_HEADER + "".join(rows))
+    return str(p)
+
+
+def small_rows(seconds: int, gpus: int = 2, step: float = 1.0) -> list[str]:
+    out = []
+    for k in range(seconds):
+        for g in range(gpus):
+            t = k * step
+            out.append(f"2025/01/01 00:00:{int(t):02d}.{int(round((t % 1) * 1000)) + g:03d}, {g}, {10 * g + k} %, "
+                       f"{100 + k} W, 1000 MiB\n")
+    return out
+
+
+def replay_source(path, **kw) -> ReplaySource:
+    cfg = test_config(source="replay", replay__file=path, **{"replay__" + k: v for k, v in kw.items()})
+    src = make_source(cfg)
+    assert isinstance(src, ReplaySource)
+    return src

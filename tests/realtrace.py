@@ -266,3 +266,28 @@ def add_columns(path: Path, out: Path, gpus: int, header: str, row: Row) -> Path
         out_lines.append(f"{c[0]}, {w:.2f} W, {c[2]}, {c[3]}{extra}")
     out.write_text("\n".join(out_lines) + "\n")
     return out
+
+
+CKPT50 = "traces/h100-8gpu/ckpt50.csv"
+
+
+ROWS_PER_POLL = 8
+
+
+def poll_time(row: str) -> float:
+    stamp = row.split(",", 1)[0].strip()
+    head, _, frac = stamp.partition(".")
+    return calendar.timegm(time.strptime(head, "%Y/%m/%d %H:%M:%S")) + float("0." + (frac or "0"))
+
+
+def cut_trace(dest: Path, start_s: float, length_s: float) -> Path:
+    """The polls of the real trace from start_s to start_s + length_s after its first row."""
+    lines = require_data(CKPT50).read_text().splitlines()
+    header, rows = lines[0], lines[1:]
+    t0 = poll_time(rows[0])
+    keep = []
+    for i in range(0, len(rows) - ROWS_PER_POLL + 1, ROWS_PER_POLL):
+        if start_s <= poll_time(rows[i]) - t0 < start_s + length_s:
+            keep.extend(rows[i:i + ROWS_PER_POLL])
+    dest.write_text("\n".join([header, *keep]) + "\n")
+    return dest

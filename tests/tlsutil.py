@@ -15,6 +15,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from testing.daemons import wait_http
+
 
 def _key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
@@ -80,3 +82,14 @@ def bcrypt_hash(password: str, cost: int = 4) -> str:
 def write_web_config(path: Path, doc: dict) -> Path:
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def start_tls(gpulse_proc, web, ca, *args, client=None, auth=None):
+    """A simulated `gpulse serve` with `web` as its web config file, ready over HTTPS."""
+    g = gpulse_proc("--source", "sim", "--sim.gpus", "2", "--web.config.file", str(web), *args, ready=False)
+    g.url = f"https://127.0.0.1:{g.port}"
+    try:
+        wait_http(g.url + "/readyz", verify=str(ca), cert=client, auth=auth)
+    except AssertionError:
+        raise AssertionError(f"gpulse did not become ready: {g.output()}") from None
+    return g

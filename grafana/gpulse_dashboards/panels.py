@@ -78,7 +78,7 @@ def time_series(title: str, description: str, unit: str, *queries, h: int = 8, w
 # maxDataPoints and rounds it (rangeutil.calculateInterval), never below the
 # panel's min interval or the data source's scrape interval; the backend
 # (pkg/promlib, calculatePrometheusInterval) sends the same as the step.
-# grafana_queries.grafana_timing reproduces both. Field data links are
+# testing/grafana_queries.grafana_timing reproduces both. Field data links are
 # attached per row field (`field.getLinks` in prepareHeatmapData), so
 # `${__field.labels.node}` is the clicked row's node.
 HEATMAP_AXIS_PX = 120   # y-axis width shared by the GPU rows and the strip, so time columns line up

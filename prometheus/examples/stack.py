@@ -14,7 +14,7 @@ written into copies in a temporary folder. Needs `prometheus` and
 everything.
 
 How long until the first alert, with the shipped rules at a 15 s scrape (measured
-in virtual time by tests/integration/test_example_stack.py, plus Alertmanager's 30 s
+in virtual time by tests/integration/rules/test_example_stack.py, plus Alertmanager's 30 s
 group wait): sync-stall about 2 minutes (GpulseSyncStalls), straggler about 7
 (GpulseStragglerGPU: 270 s of held workload, then for: 1m), imbalance about 16
 (GpulseWorkloadImbalance: for: 15m).

@@ -7,7 +7,7 @@ The shipped alerts wait 10-30 minutes before firing; an end-to-end test against 
 real Prometheus cannot. This is the only way the tests shorten them: expressions,
 labels, annotations, record names and group settings are copied unchanged, and only
 the two hold durations are multiplied (rounded to whole seconds, never below 1 s
-when the original was non-zero). tests/integration/test_rules_shorten.py checks exactly that.
+when the original was non-zero). tests/integration/rules/test_rules_shorten.py checks exactly that.
 
 Windows inside expressions (rate(...[5m])) are left alone on purpose: they are part
 of what the rule means. rate() over a window longer than the data so far uses the

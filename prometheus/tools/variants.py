@@ -7,7 +7,7 @@
 
 prometheus/rules/ stays the only hand-written copy; every variant is a mechanical
 transformation of it, so a change there reaches every ruler after `make
-rules-variants` (tests/integration/test_rule_variants.py fails until it is run).
+rules-variants` (tests/integration/rules/test_rule_variants.py fails until it is run).
 
 Variants (which ruler needs which: prometheus/README.md, "Compatibility"):
 

@@ -14,96 +14,21 @@ What the test changes, and only that:
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import requests
 import yaml
 
+from testing.daemons import Daemon
+from testing.promutil import Receiver, alertmanager_config, prometheus_config
 from conftest import ROOT, free_port, require_binary, wait_http
+from testing.promutil import RUNBOOK
 
-EXAMPLES = ROOT / "prometheus" / "examples"
 RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
 SHORTEN = ROOT / "prometheus" / "tools" / "shorten_for.py"
-RUNBOOK = "https://github.com/gpulse/gpulse/blob/main/docs/runbooks/GpulseWorkloadImbalance.md"
-
-
-class Receiver:
-    """A webhook endpoint that records every Alertmanager notification by path."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[str, dict]] = []
-        lock = self.lock = threading.Lock()
-        received = self.received
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 (http.server naming)
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with lock:
-                    received.append((self.path, json.loads(body)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):  # keep pytest output clean
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def alerts(self) -> list[tuple[str, dict]]:
-        with self.lock:
-            return [(path, a) for path, body in self.received for a in body["alerts"]]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-class Daemon:
-    def __init__(self, args: list[str], log: Path):
-        self.log = log
-        self.fh = open(log, "w")
-        self.proc = subprocess.Popen(args, stdout=self.fh, stderr=subprocess.STDOUT)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.fh.close()
-
-    def tail(self) -> str:
-        return self.log.read_text(errors="replace")[-3000:]
-
-
-def _alertmanager_config(receiver_url: str) -> dict:
-    doc = yaml.safe_load((EXAMPLES / "alertmanager.yml").read_text(encoding="utf-8"))
-    for rc in doc["receivers"]:
-        for hook in rc.get("webhook_configs", []):
-            hook["url"] = receiver_url + "/" + hook["url"].rstrip("/").rsplit("/", 1)[1]
-    for route in [doc["route"], *doc["route"].get("routes", [])]:
-        route.update(group_wait="1s", group_interval="1s")
-    return doc
-
-
-def _prometheus_config(rules_dir: Path, am_port: int, targets: list[str]) -> dict:
-    doc = yaml.safe_load((EXAMPLES / "prometheus.yml").read_text(encoding="utf-8"))
-    doc["global"].update(scrape_interval="1s", evaluation_interval="1s")
-    doc["rule_files"] = [str(rules_dir / "*.yml")]
-    doc["alerting"]["alertmanagers"][0]["static_configs"] = [{"targets": [f"127.0.0.1:{am_port}"]}]
-    (job,) = [j for j in doc["scrape_configs"] if j["job_name"] == "gpulse"]
-    job["static_configs"] = [{"targets": targets}]
-    return doc
 
 
 def _prom_alerts(prom: str) -> list[dict]:
@@ -135,13 +60,13 @@ def stack(tmp_path, gpulse_proc):
         bal = gpulse_proc(*common, "--sim.scenario", "balanced", "--node-name", "e2e-balanced")
 
         am_port, prom_port = free_port(), free_port()
-        (tmp_path / "am.yml").write_text(yaml.safe_dump(_alertmanager_config(receiver.url)))
+        (tmp_path / "am.yml").write_text(yaml.safe_dump(alertmanager_config(receiver.url)))
         daemons.append(Daemon([alertmanager, f"--config.file={tmp_path / 'am.yml'}",
                                f"--storage.path={tmp_path / 'am-data'}",
                                f"--web.listen-address=127.0.0.1:{am_port}",
                                "--cluster.listen-address="], tmp_path / "am.log"))
         targets = [imb.url.split("//")[1], bal.url.split("//")[1]]
-        (tmp_path / "prom.yml").write_text(yaml.safe_dump(_prometheus_config(rules_dir, am_port, targets)))
+        (tmp_path / "prom.yml").write_text(yaml.safe_dump(prometheus_config(rules_dir, am_port, targets)))
         daemons.append(Daemon([prometheus, f"--config.file={tmp_path / 'prom.yml'}",
                                f"--storage.tsdb.path={tmp_path / 'prom-data'}",
                                f"--web.listen-address=127.0.0.1:{prom_port}"], tmp_path / "prom.log"))

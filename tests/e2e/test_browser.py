@@ -9,57 +9,16 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from conftest import IN_CI, require_binary
 from tlsutil import bcrypt_hash, write_web_config
 
 from testing.config import test_config
 from gpulse.report.findings import analyse
-from gpulse.palette import lut
 from gpulse.report.inputs import from_source
 from gpulse.report.png import decode_png_rgb
 from gpulse.report.outputs import write_outputs
 from gpulse.sources.sim import SimSource
-
-try:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.support.ui import WebDriverWait
-except ImportError:  # a laptop without the test extra
-    webdriver = None
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    chromium = require_binary("chromium")
-    chromedriver = require_binary("chromedriver")
-    if webdriver is None:
-        if IN_CI:
-            pytest.fail("selenium is not installed (CI=true: .ci/run must install it)")
-        pytest.skip("selenium is not installed")
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = chromium
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1280,900",
-                 f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    # the driver path is given, so selenium never tries to download one
-    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=opts)
-    driver.set_page_load_timeout(30)
-    yield driver
-    driver.quit()
-
-
-def load(driver, url):
-    driver.get_log("browser")          # drop what earlier pages logged
-    driver.get_log("performance")
-    driver.get(url)
-    WebDriverWait(driver, 20).until(lambda d: d.execute_script("return document.body.dataset.ready === '1'"))
-
-
-def console_errors(driver):
-    return [e["message"] for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+from testing.browser import (WebDriverWait, browser, console_errors, load, nearest_fraction,  # noqa: F401
+                             row_colours, wait_rows)  # (browser: a fixture)
 
 
 def requested_urls(driver, page_url):
@@ -81,26 +40,6 @@ def foreign(urls, origin):
 def _origin(url):
     p = urlsplit(url)
     return f"{p.scheme}://{p.netloc}"
-
-
-def row_colours(driver, canvas_id="heatmap"):
-    """The colour at the middle of every row band, read from the canvas itself."""
-    return driver.execute_script("""
-        const c = document.getElementById(arguments[0]);
-        const rows = +c.dataset.rows, ctx = c.getContext('2d'), out = [];
-        for (let r = 0; r < rows; r++) {
-          const y = Math.floor((r + 0.5) * c.height / rows);
-          const px = ctx.getImageData(Math.floor(c.width * 0.75), y, 1, 1).data;
-          out.push([px[0], px[1], px[2]]);
-        }
-        return out;""", canvas_id)
-
-
-def nearest_fraction(rgb):
-    """Which utilisation a colour stands for, by the page's own colour table."""
-    table = lut()[:255]
-    best = min(range(255), key=lambda i: sum((a - b) ** 2 for a, b in zip(table[i], rgb)))
-    return best / 254
 
 
 def assert_picture(driver, element):
@@ -151,11 +90,6 @@ def test_report_page_marks_stragglers_and_stalls(browser, tmp_path):
     after = row_colours(browser)
     assert before[0] == after[0] or nearest_fraction(before[0]) == pytest.approx(nearest_fraction(after[0]), abs=0.05)
     assert sum(nearest_fraction(after[i]) for i in range(1, 8)) <= sum(nearest_fraction(before[i]) for i in range(1, 8))
-
-
-def wait_rows(driver, n, timeout=20):
-    WebDriverWait(driver, timeout).until(
-        lambda d: d.find_element("id", "heatmap").get_attribute("data-rows") == str(n))
 
 
 def test_live_page(browser, gpulse_proc):
@@ -250,7 +184,7 @@ def test_report_page_default_colouring_legend_and_finding_spans(browser, tmp_pat
 
 
 def test_report_page_of_many_gpus_has_node_rows_and_a_drill_down(browser, tmp_path):
-    from test_report_pictures import NODES, fleet
+    from reportutil import NODES, fleet
     a = analyse(fleet(NODES, "node-17"))
     write_outputs(a, str(tmp_path))
     load(browser, (tmp_path / "report.html").as_uri())

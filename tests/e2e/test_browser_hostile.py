@@ -11,8 +11,9 @@ import time
 
 from conftest import ROOT
 from hostilelogs import HOSTILE, HOSTILE_FILE, dcgm_text
-from test_browser import browser, console_errors, load, nearest_fraction, row_colours, wait_rows  # noqa: F401
-from test_report_hostile_names import _sim_analysis
+from testing.browser import (browser, console_errors, load, nearest_fraction, row_colours,  # noqa: F401
+                             wait_rows)  # (browser: a fixture)
+from reportutil import hostile_analysis
 
 from gpulse.report.outputs import write_outputs
 
@@ -39,7 +40,7 @@ def test_report_from_a_log_with_hostile_names(browser, tmp_path):  # noqa: F811
 
 
 def test_report_with_hostile_node_and_workload_names(browser, tmp_path):  # noqa: F811
-    write_outputs(_sim_analysis(), str(tmp_path))
+    write_outputs(hostile_analysis(), str(tmp_path))
     load(browser, (tmp_path / "report.html").as_uri())
     _untouched(browser, 4)
     labels = [e.get_attribute("textContent") for e in

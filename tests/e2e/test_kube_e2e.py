@@ -18,18 +18,10 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
 
 import fakenvml  # noqa: E402
 from conftest import require_binary  # noqa: E402
-from testing.config import test_config  # noqa: E402
 from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
-from gpulse.sources.sim import SimSource  # noqa: E402
+from kubefixtures import SEED, sim_uuid
 
 NODE = "gpu-node-1"
-SEED = 1
-# The UUIDs the simulated source of `gpulse serve --sim.seed SEED` will report.
-SIM_UUIDS = [d.uuid for d in SimSource(test_config(sim__gpus=8, sim__seed=SEED)).open()]
-
-
-def sim_uuid(i: int) -> str:
-    return SIM_UUIDS[i]
 
 
 def job_pod(name: str, gpus, label_key: str, job: str) -> FakePod:

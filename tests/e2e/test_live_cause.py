@@ -11,7 +11,7 @@ import re
 
 import requests
 
-from test_browser import WebDriverWait, browser, console_errors, load  # noqa: F401 (fixture)
+from testing.browser import WebDriverWait, browser, console_errors, load  # noqa: F401 (browser: a fixture)
 
 from gpulse.analysis.cause import REMEDIES
 from gpulse.analysis.thresholds import value

@@ -15,7 +15,7 @@ import time
 import requests
 
 from conftest import require_data
-from test_browser import WebDriverWait, browser, console_errors, load  # noqa: F401 (fixture)
+from testing.browser import WebDriverWait, browser, console_errors, load  # noqa: F401 (browser: a fixture)
 
 from gpulse.palette import STALL_HEX
 from gpulse.report.png import decode_png_rgb

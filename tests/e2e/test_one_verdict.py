@@ -28,14 +28,12 @@ import requests
 import yaml
 
 from conftest import ROOT, require_binary
-from promutil import promtool_firing, scrape_sim
+from testing.promutil import promtool_firing, scrape_sim
 
 from gpulse.collector import encode, live_families, snapshot_families
 from gpulse.config import parse_duration
 from gpulse.http.livepage import LivePage
-
-sys.path.insert(0, str(ROOT / "bench"))
-import dashboards_scale  # noqa: E402  (the recording rules backfilled level by level)
+from bench import dashboards_scale  # noqa: E402  (the recording rules backfilled level by level)
 
 NODE = "n1"
 SCRAPE = 15.0

@@ -28,12 +28,11 @@ import pytest
 import requests
 import yaml
 
-import conftest
+import testing.daemons
 from conftest import ROOT, Gpulse, free_port, require_data
-from test_alerting_e2e import Receiver
-from test_dashboards_prometheus import DCGM_NODE, FakeDcgmExporter
-from test_victoriametrics_e2e import alertmanager
-from vmstack import VictoriaMetrics
+from testing.dashstack import DCGM_NODE, FakeDcgmExporter
+from testing.promutil import Receiver
+from testing.vmstack import VictoriaMetrics, alertmanager
 
 RULE_FILE = ROOT / "prometheus" / "rules-vmalert" / "gpulse-gpu-health.rules.yml"
 WAIT_S = 180          # for data to be queryable and for vmalert to act, on a loaded 2-core machine
@@ -63,7 +62,7 @@ class XidDcgmExporter(FakeDcgmExporter):
 
 def gpulse_on(port: int, *args: str) -> Gpulse:
     """A gpulse on a port chosen beforehand (the scrape config lists it)."""
-    with mock.patch.object(conftest, "free_port", lambda: port):
+    with mock.patch.object(testing.daemons, "free_port", lambda: port):
         return Gpulse(*args)
 
 

@@ -1,6 +1,6 @@
 """Settings, in the test process: precedence of the sources of a setting, durations
 as people write them, the README's table of defaults, the flag parser
-(tests/integration/test_cli.py and test_cli_help.py run the gpulse command itself)."""
+(tests/integration/cli/test_cli.py and test_cli_help.py run the gpulse command itself)."""
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """The package's import graph: no circle, and the HTTP server library imported only by
-gpulse/http/. Read from the source (ast), so a deferred import inside a function
-counts as much as one at the top: a circle hidden in a function is still a circle."""
+gpulse/http/. Read from the source (ast), so a deferred import inside a function, or
+one under `if TYPE_CHECKING:`, counts as much as one at the top: a circle hidden in a
+function or in the annotations is still a circle (the modules still need each other)."""
 from __future__ import annotations
 
 import ast
@@ -27,16 +28,11 @@ MODULES = _modules()
 
 
 def _imports(name: str, path: Path) -> list[tuple[str, int]]:
-    """(imported name, line) for every import in the module, relative ones resolved;
-    not those under `if TYPE_CHECKING:`, which never run."""
+    """(imported name, line) for every import in the module, wherever it sits,
+    relative ones resolved."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    tree = ast.parse(path.read_text(), str(path))
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and _is_type_checking(node.test)
-                   for stmt in node.body for n in ast.walk(stmt)}
     out = []
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             out += [(a.name, node.lineno) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -48,11 +44,6 @@ def _imports(name: str, path: Path) -> list[tuple[str, int]]:
                 sub = f"{base}.{a.name}"
                 out.append((sub if sub in MODULES else base, node.lineno))
     return out
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
 def graph() -> dict[str, set[str]]:
@@ -91,9 +82,16 @@ def test_graph_sees_relative_and_deferred_imports():
     g = graph()
     assert "gpulse.sources.dcgm.fields" in g["gpulse.sources.recorded.dcgm"]      # from ..dcgm.fields import
     assert "gpulse.sources.recorded.dcgm" in g["gpulse.sources.recorded.formats"]  # from . import dcgm
-    assert "gpulse.sources.recorded.stream" not in g["gpulse.sources.recorded.dcgm"]  # only if TYPE_CHECKING
     assert "gpulse.attribution" in g["gpulse.runtime"]                 # inside a function
     assert len(g) > 50
+
+
+def test_imports_under_type_checking_count(tmp_path):
+    p = tmp_path / "stream.py"
+    p.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .formats import Format\n"
+                 "def f():\n    from ..cells import CellError\n")
+    assert _imports("gpulse.sources.recorded.stream", p) == [
+        ("typing", 1), ("gpulse.sources.recorded.formats", 3), ("gpulse.sources.cells", 5)]
 
 
 def test_no_import_circle():

@@ -2,6 +2,7 @@
 a gpulse process nor an outside program (tests/README.md)."""
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 
@@ -43,7 +44,43 @@ def test_make_targets():
 
 
 def test_test_file_names_are_unique():
-    """Test directories are no packages (modules import each other by name), so two
+    """Test directories are no packages (pytest imports each file by its name), so two
     files of one name in different directories would shadow each other."""
     names = [p.name for p in TESTS.rglob("test_*.py") if "fakenvml" not in p.parts]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+
+
+def test_imports_of(tmp_path):
+    p = tmp_path / "x.py"
+    p.write_text("import a.b\nfrom c import d\ndef f():\n    from . import e\n    import test_g as h\n")
+    assert imported_modules(p) == ["a.b", "c", "test_g"]
+
+
+def imported_modules(path) -> list[str]:
+    """Every absolute module a file imports, wherever the import sits."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.append(node.module)
+    return out
+
+
+def test_no_test_module_imports_another():
+    """What tests share lives in helper modules (tests/*.py beside conftest.py, testing/,
+    bench/lib/), so a test file can move, split or go without breaking another; the
+    benchmarks start the stacks of testing/, not a test module's."""
+    tests = {p.stem for p in TESTS.rglob("test_*.py")}
+    sources = [*TESTS.rglob("*.py"), *(ROOT / "testing").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    found = sorted(f"{p.relative_to(ROOT)}: {m}" for p in sources for m in imported_modules(p)
+                   if m.split(".")[0] in tests)
+    assert found == []
+
+
+def test_tests_import_bench_as_a_package():
+    """A test reaches a benchmark's code as `bench.<module>` or `bench.lib.<module>` (the
+    repository root is on pytest's path), never by putting bench/ on sys.path."""
+    found = sorted(str(p.relative_to(ROOT)) for p in TESTS.rglob("*.py")
+                   if re.search(r"sys\.path.*[\"']bench[\"']", p.read_text()))
+    assert found == []

@@ -94,7 +94,7 @@ def test_every_record_is_named_in_the_table_and_recorded_once():
 
 def test_every_rule_file_is_the_generators_output():
     """prometheus/rules/ and the Helm chart's forms of it (prometheus/chart/); the
-    variants derived from rules/ are checked by tests/integration/test_rule_variants.py."""
+    variants derived from rules/ are checked by tests/integration/rules/test_rule_variants.py."""
     rules = {p.name for p in (ROOT / "prometheus" / "rules").glob("*.y*ml")}
     assert rules == {t.name for t in TEMPLATES}, "a rule file without a template is written by hand"
     files = {**generate.generate(), **generate.chart_forms()}

@@ -627,7 +627,7 @@ def _date() -> str:
 def _unread(stream: iostream.IOStream, data: bytes) -> None:
     """Put bytes back in front of the stream's read buffer. Tornado has no public
     unread; this is the one place gpulse touches its internals (pinned minor
-    version, and tests/integration/test_http_server.py fails if it stops working)."""
+    version, and tests/integration/http/test_http_server.py fails if it stops working)."""
     stream._read_buffer[:0] = data          # noqa: SLF001
     stream._read_buffer_size += len(data)   # noqa: SLF001
 

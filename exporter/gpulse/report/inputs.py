@@ -70,7 +70,7 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
     run = source.run
     if run is not None:
         rec.source = f"{shown} ({run.format})"
-        rec.epoch = run.timed and (run.start or 0) > 1e8
+        rec.epoch = run.facts.timed and (run.start or 0) > 1e8
         if run.error_count:
             first = f" (first: {run.errors[0]})" if run.errors else ""
             rec.notes.append(clean(f"{run.error_count} unusable line(s) or value(s) in {shown} "

@@ -1,4 +1,4 @@
-"""Where samples come from — one module per source. `make_source` picks by config."""
+"""Where samples come from — one module or package per source. `make_source` picks by config."""
 from __future__ import annotations
 
 import importlib

@@ -72,13 +72,13 @@ class ReplaySource(Source):
         self._recs = run.records()
         while len(self._ahead) < LOOKAHEAD and self._read_one():
             pass
-        if not run.timed:
+        if not run.facts.timed:
             log.info("%s has no clock; instants are replayed %gs apart", run.path, self.untimed_interval)
         if self._recs is not None:
             self._report_problems()
         self._devices = {d.gpu: d for d in run.devices}
-        self.has_sm_active = run.has_sm_active
-        self.power_averaged = run.power_averaged
+        self.has_sm_active = run.facts.has_sm_active
+        self.power_averaged = run.facts.power_averaged
         return list(self._devices.values())
 
     def _open_stream(self) -> LogStream:
@@ -202,10 +202,10 @@ class ReplaySource(Source):
             self._report_problems()
         errors, self._errors_pending = self._errors_pending, {}
         devices = None
-        if len(self.run.found) != len(self._devices):
+        if len(self.run.facts.found) != len(self._devices):
             self._devices = {d.gpu: d for d in self.run.devices}
             devices = list(self._devices.values())
-        self.has_sm_active = self.has_sm_active or self.run.has_sm_active
+        self.has_sm_active = self.has_sm_active or self.run.facts.has_sm_active
         readings = self._readings(taken)
         events = {("resets_total", fam): n for fam, n in self._count_on.take_resets().items()}
         return PollResult(readings, devices, errors, events)

@@ -66,7 +66,7 @@ default (kube.enabled auto: on where the socket exists); true insists.
 
 {{/*
 The runbook prefix the rules and dashboards of this repository carry; the
-templates swap it for .Values.runbookBaseUrl (tests/integration/test_helm_values.py keeps it
+templates swap it for .Values.runbookBaseUrl (tests/integration/helm/test_helm_values.py keeps it
 equal to that value's default and to every runbook link in the files).
 Call with (list $ text).
 */}}

@@ -1,6 +1,6 @@
 """The cause of a straggler (analysis/cause.py): classify() on hand-built span
 aggregates and the cumulative vectors it is computed from (every straggler-cause sim
-scenario through the engine: integration/test_cause_scenarios.py)."""
+scenario through the engine: integration/cause/test_cause_scenarios.py)."""
 import math
 
 import pytest

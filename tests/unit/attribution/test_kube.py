@@ -18,65 +18,9 @@ from conftest import ROOT  # noqa: E402
 from gpulse.config import ConfigError  # noqa: E402
 from testing.config import test_config  # noqa: E402
 from gpulse.attribution import make_attributor  # noqa: E402
-from testing.fakekube import FakeApiServer, FakeCluster, FakeKubelet, FakePod  # noqa: E402
-from gpulse.model import DeviceInfo  # noqa: E402
-
-NODE = "node-a"
-
-
-def gpu_uuid(i: int) -> str:
-    return f"GPU-{i:08x}-1111-2222-3333-4444{i:08x}"
-
-
-def mig_uuid(gpu: int, gi: int) -> str:
-    return f"MIG-{gpu:04x}{gi:04x}-aaaa-bbbb-cccc-dddd{gpu:04x}{gi:04x}"
-
-
-WHOLE = [DeviceInfo(gpu=str(i), uuid=gpu_uuid(i), model="NVIDIA H100 80GB HBM3") for i in range(8)]
-
-
-def mig_device(gpu: int, gi: int, profile: str = "1g.10gb") -> DeviceInfo:
-    return DeviceInfo(gpu=f"{gpu}/{gi}", uuid=mig_uuid(gpu, gi), mig_profile=profile,
-                      gpu_instance=str(gi), parent_uuid=gpu_uuid(gpu))
-
-
-def gpu_pod(name, gpus, *, container="worker", labels=None, owners=None, namespace="ml", node=NODE,
-            resource="nvidia.com/gpu", ids=None, phase="Running"):
-    return FakePod(name=name, namespace=namespace, node=node, phase=phase,
-                   devices={container: {resource: ids if ids is not None else [gpu_uuid(i) for i in gpus]}},
-                   labels=labels or {}, owners=owners or [])
-
-
-@pytest.fixture
-def cluster():
-    return FakeCluster()
-
-
-@pytest.fixture
-def kubelet(cluster, tmp_path):
-    k = FakeKubelet(cluster, str(tmp_path / "kubelet.sock"), node=NODE)
-    yield k
-    k.stop()
-
-
-@pytest.fixture
-def api(cluster, tmp_path):
-    sa = tmp_path / "sa"
-    sa.mkdir()
-    a = FakeApiServer(cluster, str(sa))
-    yield a
-    a.stop()
-
-
-def attributor_for(kubelet, api=None, **overrides):
-    cfg = test_config(kube__enabled=True, kube__pod_resources_socket=kubelet.socket_path,
-                      kube__api=api is not None, node_name=NODE, kube__refresh_interval="1s", **overrides)
-    kw = {}
-    if api is not None:
-        kw = dict(api_host=api.host, api_port=api.port, token_path=api.token_path, ca_path=api.ca_path)
-    a = make_attributor(cfg, **kw)
-    assert a is not None
-    return a
+from testing.fakekube import FakePod  # noqa: E402
+from kubefixtures import (NODE, WHOLE, api, attributor_for, cluster, gpu_pod, gpu_uuid, hide_grpc,  # noqa: E402,F401
+                          kubelet, mig_device, mig_uuid)  # (api, cluster, kubelet: fixtures)
 
 
 def attributions(att, devices=WHOLE):
@@ -407,20 +351,6 @@ def test_slow_api_never_blocks_lookup(cluster, kubelet, api):
         assert att.lookup(WHOLE[5])["workload"] == "v2"
     finally:
         att.stop()
-
-
-def hide_grpc(monkeypatch) -> None:
-    """Imports of grpc fail from here on, as without the [kube] extra."""
-    import builtins
-
-    real_import = builtins.__import__
-
-    def no_grpc(name, *a, **kw):
-        if name == "grpc" or name.startswith("grpc."):
-            raise ImportError("No module named 'grpc'")
-        return real_import(name, *a, **kw)
-
-    monkeypatch.setattr(builtins, "__import__", no_grpc)
 
 
 def test_disabled_and_grpc_missing(monkeypatch, tmp_path):

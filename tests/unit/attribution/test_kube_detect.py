@@ -2,7 +2,7 @@
 (kube.enabled unset = auto), off with one log line where it does not, in the test
 process: the detected path against the real gRPC fake kubelet on a unix socket, the
 fallback paths against a missing path, a plain file and a missing gRPC client
-(tests/integration/test_kube_auto.py: the same as `gpulse serve` sees it)."""
+(tests/integration/attribution/test_kube_auto.py: the same as `gpulse serve` sees it)."""
 from __future__ import annotations
 
 import logging
@@ -15,13 +15,11 @@ if os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
 
 from gpulse.attribution import make_attributor  # noqa: E402
 from gpulse.config import FIELD_BY_KEY  # noqa: E402
-from gpulse.model import DeviceInfo  # noqa: E402
 from testing.config import test_config  # noqa: E402
-from testing.fakekube import FakeCluster, FakeKubelet, FakePod  # noqa: E402
+from testing.fakekube import FakeCluster  # noqa: E402
+from kubefixtures import NODE, WHOLE, gpu_pod, hide_grpc, kubelet  # noqa: E402,F401 (kubelet: a fixture)
 
-NODE = "node-a"
-UUID = "GPU-00000000-1111-2222-3333-444400000000"
-GPU0 = DeviceInfo(gpu="0", uuid=UUID, model="NVIDIA H100 80GB HBM3")
+GPU0 = WHOLE[0]
 
 
 @pytest.mark.parametrize("in_pod", [False, True])
@@ -38,7 +36,6 @@ def test_off_a_kubernetes_node_the_fallback_is_quiet(tmp_path, caplog, monkeypat
 
 
 def test_auto_without_the_grpc_client_falls_back(kubelet, caplog, monkeypatch):
-    from test_kube import hide_grpc
     hide_grpc(monkeypatch)
     with caplog.at_level(logging.INFO, logger="gpulse.attribution"):
         assert make_attributor(auto_config(kubelet.socket_path)) is None
@@ -57,12 +54,9 @@ def test_explicit_settings_win_over_detection(kubelet, tmp_path):
 
 
 @pytest.fixture
-def kubelet(tmp_path):
-    cluster = FakeCluster([FakePod(name="trainer-0", namespace="ml", node=NODE,
-                                   devices={"worker": {"nvidia.com/gpu": [UUID]}})])
-    k = FakeKubelet(cluster, str(tmp_path / "kubelet.sock"), node=NODE)
-    yield k
-    k.stop()
+def cluster():
+    """The cluster the `kubelet` fixture serves: one trainer on GPU 0."""
+    return FakeCluster([gpu_pod("trainer-0", [0])])
 
 
 def auto_config(socket_path: str, **kw):

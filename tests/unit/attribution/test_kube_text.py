@@ -3,7 +3,7 @@ labels or owner is replaced where the PodList is read, so every name gpulse expo
 is valid UTF-8 and /metrics keeps answering."""
 from __future__ import annotations
 
-from test_kube import WHOLE, api, attributor_for, cluster, gpu_pod, kubelet  # noqa: F401
+from kubefixtures import WHOLE, api, attributor_for, cluster, gpu_pod, kubelet  # noqa: F401 (fixtures)
 
 from gpulse.collector import encode
 from prometheus_client.metrics_core import GaugeMetricFamily

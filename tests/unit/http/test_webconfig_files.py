@@ -1,5 +1,5 @@
 """Loading the web config file, in the test process: what does not need promtool
-(tests/integration/test_security_webconfig.py holds gpulse against promtool)."""
+(tests/integration/http/test_security_webconfig.py holds gpulse against promtool)."""
 from __future__ import annotations
 
 import sys

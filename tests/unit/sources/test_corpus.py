@@ -1,4 +1,4 @@
-"""The evaluation corpus generators (bench/corpus) write logs gpulse reads as real ones.
+"""The evaluation corpus generators (bench/lib/corpus) write logs gpulse reads as real ones.
 
 Checked on short cases: the same seed writes the same bytes; both formats parse
 with gpulse's own log reader into the right GPUs; rows of one poll carry their own
@@ -12,13 +12,12 @@ import sys
 
 import pytest
 
-from conftest import ROOT, require_data
+from conftest import require_data
 
-sys.path.insert(0, str(ROOT))
-import bench.corpus  # noqa: E402,F401
+import bench.lib.corpus  # noqa: E402,F401
 
-cases = sys.modules["bench.corpus.cases"]
-smi = sys.modules["bench.corpus.smi"]
+cases = sys.modules["bench.lib.corpus.cases"]
+smi = sys.modules["bench.lib.corpus.smi"]
 
 from gpulse.sources.recorded import read_log  # noqa: E402
 

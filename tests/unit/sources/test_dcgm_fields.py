@@ -9,26 +9,15 @@ import pytest
 from conftest import require_data
 from gpulse.sources.dcgm import DcgmMapper, is_blank, parse_exposition
 from gpulse.sources.recorded import read_log
+from testing.fakedcgm import H100, L4, MIG_TEXT, capture, l4_with, map_text
 
 MIB = 2 ** 20
-L4 = "captures/dcgm-exporter/l4-gpu-operator.prom"
-H100 = "captures/dcgm-exporter/h100x8-eks-aicr-sampled.prom"
-
-
-def _text(rel: str) -> str:
-    return require_data(rel).read_text()
-
-
-def _map(text: str, t: float = 0.0, mapper: DcgmMapper | None = None):
-    series, bad = parse_exposition(text)
-    assert bad == []
-    return (mapper or DcgmMapper()).map(((n, lab, v, 0) for n, lab, v, _ in series), t)
 
 
 # ---------------------------------------------------------------- mapping the real captures
 
 def test_l4_capture_maps_every_family():
-    m = _map(_text(L4), t=5.0)
+    m = map_text(capture(L4), t=5.0)
     assert list(m.readings) == ["0"]
     assert m.invalid == [] and m.blank == 0
     assert m.nodes == ["i-030791dc5a37cd257"]          # the Hostname label
@@ -57,14 +46,14 @@ def test_link_and_nvlink_fields_on_the_real_capture():
     """The L4 capture, with the link and NVLink fields dcgm-exporter prints when its
     collectors CSV lists them (an H100 with NVLink, its link trained at x8 of x16),
     each on the capture's own labels."""
-    text = _text(L4)
+    text = capture(L4)
     labels = re.search(r"^DCGM_FI_DEV_GPU_TEMP(\{[^}]*\})", text, re.M).group(1)
     extra = {"DCGM_FI_DEV_PCIE_LINK_GEN": 5, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN": 5,
              "DCGM_FI_DEV_PCIE_LINK_WIDTH": 8, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH": 16,
              "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": 12, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": 3,
              "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": 7, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": 0}
     text += "".join(f"{name}{labels} {v}\n" for name, v in extra.items())
-    r = _map(text, t=5.0).readings["0"]
+    r = map_text(text, t=5.0).readings["0"]
     g = r.gauges
     assert (g["pcie_link_generation"], g["pcie_link_max_generation"]) == (5.0, 5.0)
     assert (g["pcie_link_width"], g["pcie_link_max_width"]) == (8.0, 16.0)
@@ -73,7 +62,7 @@ def test_link_and_nvlink_fields_on_the_real_capture():
 
 
 def test_h100_capture_pod_attribution():
-    m = _map(_text(H100))
+    m = map_text(capture(H100))
     assert list(m.readings) == [str(i) for i in range(8)]
     assert m.readings["6"].attribution == {"namespace": "dynamo-workload", "container": "main",
                                           "pod": "vllm-agg-0-vllmdecodeworker-5fljt"}
@@ -109,26 +98,16 @@ def test_promql_json_exports(metric, check):
 
 # ---------------------------------------------------------------- sentinels, garbage, spellings, MIG
 
-def _l4_with(**replace: str) -> str:
-    """The L4 capture with some fields' values replaced."""
-    out = []
-    for line in _text(L4).splitlines():
-        for name, value in replace.items():
-            if line.startswith(f"DCGM_FI_{name}{{"):
-                line = line.rsplit(" ", 1)[0] + " " + value
-        out.append(line)
-    return "\n".join(out) + "\n"
-
 
 def test_garbage_utilisation_dropped_and_counted():
-    m = _map(_l4_with(DEV_GPU_UTIL="218322032"))
+    m = map_text(l4_with(DEV_GPU_UTIL="218322032"))
     assert m.readings["0"].samples[0].util is None
     assert m.invalid == [(0, "DCGM_FI_DEV_GPU_UTIL{gpu=0} = 2.18322e+08: outside 0..100")]
     assert m.readings["0"].samples[0].power_w == 16.365      # the rest of the GPU is kept
 
 
 def test_blank_sentinels_skipped_silently():
-    m = _map(_l4_with(DEV_GPU_UTIL="9223372036854775794",          # int64 NOT_SUPPORTED
+    m = map_text(l4_with(DEV_GPU_UTIL="9223372036854775794",          # int64 NOT_SUPPORTED
                       DEV_GPU_TEMP="2147483632",                     # int32 blank
                       PROF_GR_ENGINE_ACTIVE="140737488355328.000000"))  # fp64 blank
     r = m.readings["0"]
@@ -143,28 +122,18 @@ def test_int32_blank_value_is_honest_for_64bit_counters():
 
 
 def test_lowercase_hostname_label():
-    m = _map(_text(L4).replace('Hostname="', 'hostname="'))
+    m = map_text(capture(L4).replace('Hostname="', 'hostname="'))
     assert m.nodes == ["i-030791dc5a37cd257"]
 
 
 def test_second_host_named_apart():
-    text = _text(L4)
-    m = _map(text + text.replace("i-030791dc5a37cd257", "other-node"))
+    text = capture(L4)
+    m = map_text(text + text.replace("i-030791dc5a37cd257", "other-node"))
     assert sorted(m.readings) == ["0", "other-node:0"]
 
 
-MIG_TEXT = """\
-# HELP DCGM_FI_PROF_SM_ACTIVE The ratio of cycles an SM has at least 1 warp assigned.
-# TYPE DCGM_FI_PROF_SM_ACTIVE gauge
-DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-aaaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="node-a",container="trainer",namespace="ml",pod="job-0"} 0.870000
-DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-aaaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9",Hostname="node-a"} 0.000000
-DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-aaaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="node-a",container="trainer",namespace="ml",pod="job-0"} 30000
-DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaaa",device="nvidia0",modelName="NVIDIA H100 80GB HBM3",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="node-a",container="trainer",namespace="ml",pod="job-0"} 9223372036854775794
-"""
-
-
 def test_mig_entities():
-    m = _map(MIG_TEXT)
+    m = map_text(MIG_TEXT)
     assert sorted(m.readings) == ["0/2", "0/9"]
     d = m.devices["0/2"]
     assert (d.gpu_instance, d.mig_profile, d.parent_uuid, d.uuid) == ("2", "3g.40gb", "GPU-aaaa", "")
@@ -187,7 +156,7 @@ def test_rates_xid_and_throttle_accumulate_across_scrapes():
     for t, pcie_rate, xid, mask in seq:
         text = (_scrape_line("DCGM_FI_PROF_PCIE_TX_BYTES", pcie_rate) + _scrape_line("DCGM_FI_DEV_XID_ERRORS", xid)
                 + _scrape_line("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", mask))
-        last = _map(text, t, mapper).readings["0"].counters
+        last = map_text(text, t, mapper).readings["0"].counters
     # trapezoid: 2 s × (1+3)/2 GB/s + 1 s × 3 + 1 s × 3
     assert last["pcie_bytes_total"][("tx",)] == pytest.approx(4e9 + 3e9 + 3e9)
     # XID 79 once (it stays the last XID for two scrapes), then XID 13
@@ -198,7 +167,7 @@ def test_rates_xid_and_throttle_accumulate_across_scrapes():
 
 
 def test_broken_line_costs_only_itself():
-    text = _text(L4).replace("DCGM_FI_DEV_GPU_TEMP{gpu", "DCGM_FI_DEV_GPU_TEMP{gpu=", 1)
+    text = capture(L4).replace("DCGM_FI_DEV_GPU_TEMP{gpu", "DCGM_FI_DEV_GPU_TEMP{gpu=", 1)
     series, bad = parse_exposition(text)
     assert len(bad) == 1 and bad[0][1].startswith("not a Prometheus exposition line: 'DCGM_FI_DEV_GPU_TEMP{gpu==")
     assert len(series) == 22
@@ -207,7 +176,7 @@ def test_broken_line_costs_only_itself():
 # ---------------------------------------------------------------- recorded dcgm-exporter output
 
 def test_text_log_of_many_scrapes_with_times(tmp_path):
-    l4 = _text(L4)
+    l4 = capture(L4)
     p = tmp_path / "dcgm.log"
     p.write_text("1700000000\n" + l4 + "1700000001.5\n" + l4.replace("16.365000", "70.5")
                  + "2023-11-14T22:13:23Z\n" + l4)
@@ -219,7 +188,7 @@ def test_text_log_of_many_scrapes_with_times(tmp_path):
 
 def test_text_log_without_clock(tmp_path):
     p = tmp_path / "dcgm.log"
-    p.write_text(_text(H100) * 3)
+    p.write_text(capture(H100) * 3)
     run = read_log(str(p), interval=2.0)
     assert not run.timed
     assert sorted({r.t for r in run.records}) == [0.0, 2.0, 4.0]
@@ -227,7 +196,7 @@ def test_text_log_without_clock(tmp_path):
 
 
 def test_text_log_with_garbage_names_the_line(tmp_path):
-    text = _text(L4).replace("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"", "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"", 1)
+    text = capture(L4).replace("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"", "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"", 1)
     text = text.replace(" 0\n# HELP DCGM_FI_DEV_MEM_COPY_UTIL", " 218322032\n# HELP DCGM_FI_DEV_MEM_COPY_UTIL", 1)
     p = tmp_path / "dcgm.log"
     p.write_text(text + "half a line {\n")
@@ -241,7 +210,7 @@ def test_text_log_with_garbage_names_the_line(tmp_path):
 
 def test_text_log_truncated_last_line(tmp_path):
     p = tmp_path / "dcgm.log"
-    p.write_text(_text(L4) + _text(L4).splitlines()[2][:60] + "\n")      # cut inside the labels
+    p.write_text(capture(L4) + capture(L4).splitlines()[2][:60] + "\n")      # cut inside the labels
     run = read_log(str(p))
     assert [e.line for e in run.errors] == [70]
     assert run.errors[0].message.startswith("not a Prometheus exposition line: 'DCGM_FI_DEV_SM_CLOCK{gpu=")

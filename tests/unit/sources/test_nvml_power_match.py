@@ -5,7 +5,7 @@ from __future__ import annotations
 def test_powers_at_is_the_nearest_point_in_time():
     import bisect
     import random
-    from gpulse.sources.nvml import _State
+    from gpulse.sources.nvml.source import _State
 
     def nearest(pts, ws, t):
         i = bisect.bisect_left(pts, t)

@@ -1,40 +1,14 @@
 """ReplaySource: a recorded log replayed on the live timeline, in the test process
-(tests/integration/test_replay.py: a whole real trace, and `gpulse serve --source replay`)."""
+(tests/integration/replay/test_replay.py: a whole real trace, and `gpulse serve --source replay`)."""
 from __future__ import annotations
 
 import logging
 
 import pytest
 
-from testing.config import test_config
-from gpulse.sources import make_source
 from gpulse.sources.base import SourceError
 from gpulse.sources.replay import ReplaySource
-
-HEADER = "timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]\n"
-
-
-def _log(tmp_path, rows: list[str], name: str = "run.csv") -> str:
-    p = tmp_path / name
-    p.write_text(HEADER + "".join(rows))
-    return str(p)
-
-
-def _rows(seconds: int, gpus: int = 2, step: float = 1.0) -> list[str]:
-    out = []
-    for k in range(seconds):
-        for g in range(gpus):
-            t = k * step
-            out.append(f"2025/01/01 00:00:{int(t):02d}.{int(round((t % 1) * 1000)) + g:03d}, {g}, {10 * g + k} %, "
-                       f"{100 + k} W, 1000 MiB\n")
-    return out
-
-
-def _source(path, **kw) -> ReplaySource:
-    cfg = test_config(source="replay", replay__file=path, **{"replay__" + k: v for k, v in kw.items()})
-    src = make_source(cfg)
-    assert isinstance(src, ReplaySource)
-    return src
+from hostilelogs import SMALL_HEADER, replay_source, small_log, small_rows
 
 
 def _times(result, gpu="0"):
@@ -42,7 +16,7 @@ def _times(result, gpu="0"):
 
 
 def test_real_time_position_follows_now(tmp_path):
-    src = _source(_log(tmp_path, _rows(10)), speed=1)
+    src = replay_source(small_log(tmp_path, small_rows(10)), speed=1)
     assert [d.gpu for d in src.open()] == ["0", "1"]
     t0 = src.run.start
     first = src.poll(50.0)                       # anchors: recorded start = now 50
@@ -62,7 +36,7 @@ def test_real_time_position_follows_now(tmp_path):
 
 
 def test_speed_scales_time(tmp_path):
-    src = _source(_log(tmp_path, _rows(10)), speed=4)
+    src = replay_source(small_log(tmp_path, small_rows(10)), speed=4)
     src.open()
     src.poll(0.0)
     assert len(_times(src.poll(1.0))) == 4       # 1 s of wall time = 4 s recorded
@@ -70,7 +44,7 @@ def test_speed_scales_time(tmp_path):
 
 def test_speed_zero_hands_out_chunks(tmp_path, monkeypatch):
     monkeypatch.setattr(ReplaySource, "CHUNK", 7)
-    src = _source(_log(tmp_path, _rows(10)), speed=0)
+    src = replay_source(small_log(tmp_path, small_rows(10)), speed=0)
     src.open()
     sizes = []
     while not src.finished:
@@ -80,7 +54,7 @@ def test_speed_zero_hands_out_chunks(tmp_path, monkeypatch):
 
 
 def test_loop_keeps_time_monotonic(tmp_path):
-    src = _source(_log(tmp_path, _rows(5)), speed=0, loop=True)
+    src = replay_source(small_log(tmp_path, small_rows(5)), speed=0, loop=True)
     src.open()
     seen = []
     for _ in range(4):
@@ -93,7 +67,7 @@ def test_loop_keeps_time_monotonic(tmp_path):
 
 
 def test_loop_in_real_time(tmp_path):
-    src = _source(_log(tmp_path, _rows(5)), speed=1, loop=True)
+    src = replay_source(small_log(tmp_path, small_rows(5)), speed=1, loop=True)
     src.open()
     src.poll(0.0)
     got = _times(src.poll(12.0))
@@ -102,8 +76,8 @@ def test_loop_in_real_time(tmp_path):
 
 
 def test_every_gpu_reported_each_poll(tmp_path):
-    rows = _rows(3, gpus=2)
-    src = _source(_log(tmp_path, rows), speed=1)
+    rows = small_rows(3, gpus=2)
+    src = replay_source(small_log(tmp_path, rows), speed=1)
     src.open()
     res = src.poll(0.0)
     assert [r.gpu for r in res.readings] == ["0", "1"]
@@ -111,10 +85,10 @@ def test_every_gpu_reported_each_poll(tmp_path):
 
 
 def test_recorded_gpu_lost_marks_reading_down(tmp_path):
-    rows = _rows(2)
+    rows = small_rows(2)
     rows.append("2025/01/01 00:00:02.000, 0, 10 %, 100 W, 1000 MiB\n")
     rows.append("2025/01/01 00:00:02.001, 1, [GPU is lost], [GPU is lost], [GPU is lost]\n")
-    src = _source(_log(tmp_path, rows), speed=0)
+    src = replay_source(small_log(tmp_path, rows), speed=0)
     src.open()
     res = src.poll(0.0)
     by = {r.gpu: r for r in res.readings}
@@ -123,11 +97,11 @@ def test_recorded_gpu_lost_marks_reading_down(tmp_path):
 
 
 def test_malformed_lines_logged_counted_rest_replays(tmp_path, caplog):
-    rows = _rows(4)
+    rows = small_rows(4)
     rows[2] = "2025/01/01 00:00:01.000, 0, 50 %, 31\n"
     rows[3] = rows[3].replace(" W,", " mW,")
-    path = _log(tmp_path, rows)
-    src = _source(path, speed=0)
+    path = small_log(tmp_path, rows)
+    src = replay_source(path, speed=0)
     with caplog.at_level(logging.WARNING, logger="gpulse.replay"):
         src.open()
     assert caplog.messages == [
@@ -141,11 +115,11 @@ def test_malformed_lines_logged_counted_rest_replays(tmp_path, caplog):
 
 
 def test_many_problems_summed_up(tmp_path, caplog):
-    rows = _rows(30)
+    rows = small_rows(30)
     rows = [r if i % 2 else r.replace(" %,", " W,") for i, r in enumerate(rows)]
-    path = _log(tmp_path, rows)
+    path = small_log(tmp_path, rows)
     with caplog.at_level(logging.WARNING, logger="gpulse.replay"):
-        _source(path).open()
+        replay_source(path).open()
     assert len(caplog.messages) == 11
     assert caplog.messages[-1] == f"{path}: 20 more problems like these; those lines or values were skipped"
 
@@ -154,25 +128,25 @@ def test_unusable_file_is_one_line_source_error(tmp_path):
     p = tmp_path / "empty.csv"
     p.write_text("")
     with pytest.raises(SourceError) as e:
-        _source(str(p)).open()
+        replay_source(str(p)).open()
     assert str(e.value) == f"{p}:1: empty file: nothing to replay"
 
 
 def test_explicit_format(tmp_path):
     p = tmp_path / "run.log"
     p.write_text("# gpu   sm\n# Idx    %\n    0   50\n")
-    src = _source(str(p), format="dmon", speed=0)
+    src = replay_source(str(p), format="dmon", speed=0)
     assert [d.gpu for d in src.open()] == ["0"]
     res = src.poll(0.0)
     assert res.readings[0].samples[0].util == 0.5
     with pytest.raises(SourceError, match=r"run\.log:1: unknown header '# gpu   sm'"):
-        _source(str(p), format="nvidia-smi-csv").open()
+        replay_source(str(p), format="nvidia-smi-csv").open()
 
 
 def test_dcgm_log_sets_sm_active(tmp_path):
     p = tmp_path / "dcgm.csv"
     p.write_text("timestamp,gpu,DCGM_FI_PROF_SM_ACTIVE\n1,0,0.5\n2,0,0.6\n")
-    src = _source(str(p), speed=0)
+    src = replay_source(str(p), speed=0)
     src.open()
     assert src.has_sm_active
     assert [s.sm_active for s in src.poll(0.0).readings[0].samples] == [0.5, 0.6]
@@ -180,15 +154,15 @@ def test_dcgm_log_sets_sm_active(tmp_path):
 
 def test_cap_hit_deep_in_the_log_ends_the_replay_not_the_source(tmp_path, caplog):
     # more rows than open() reads ahead, then a line no text log has
-    rows = _rows(60, gpus=2, step=0.01)
+    rows = small_rows(60, gpus=2, step=0.01)
     path = tmp_path / "run.csv"
     with path.open("w") as fh:
-        fh.write(HEADER)
+        fh.write(SMALL_HEADER)
         for k in range(100):               # 100 passes of 60 instants, a minute apart: 12,000 rows
             for r in rows:
                 fh.write(r.replace("2025/01/01 00:00:", f"2025/01/01 {k // 60:02d}:{k % 60:02d}:"))
         fh.write("x" * (2 << 20) + "\n")
-    src = _source(str(path), speed=0)
+    src = replay_source(str(path), speed=0)
     assert [d.gpu for d in src.open()] == ["0", "1"]
     assert src.run.fraction < 1.0
     n = 0
@@ -211,7 +185,7 @@ def test_logged_counters_count_on_across_a_reset_and_a_loop(tmp_path):
     values = [5, 6, 7, 0, 1]
     path = tmp_path / "ecc.csv"
     path.write_text(head + "".join(f"2025/01/01 00:00:0{k}.000, 0, 50 %, {v}\n" for k, v in enumerate(values)))
-    src = _source(str(path), speed=0, loop=True)
+    src = replay_source(str(path), speed=0, loop=True)
     src.CHUNK = len(values)                      # one pass a poll
     src.open()
     seen, resets = [], []

@@ -1,4 +1,4 @@
-"""The straggler sensitivity cases (bench/corpus/sweep.py): their ground truth.
+"""The straggler sensitivity cases (bench/lib/corpus/sweep.py): their ground truth.
 
 A straggler's cost is the share of its peers' time spent waiting for it, computed
 from the timeline the logs are sampled from: for a rank slower by s per step, with
@@ -11,14 +11,12 @@ controls cost nothing, and a written case reads as a clean log with its columns.
 from __future__ import annotations
 
 import random
-import sys
 
 import pytest
 
-from conftest import ROOT, require_data
+from conftest import require_data
 
-sys.path.insert(0, str(ROOT))
-from bench.corpus import sweep  # noqa: E402
+from bench.lib.corpus import sweep  # noqa: E402
 
 from gpulse.sources.recorded import read_log  # noqa: E402
 

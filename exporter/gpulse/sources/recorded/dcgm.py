@@ -8,15 +8,12 @@ import itertools
 import json
 import re
 import time
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator
 
 from ... import safetext
 from ..cells import CellError, parse_any_time
 from ..dcgm.fields import FIELDS, DcgmMapper, parse_exposition
-from .records import Problems, Record
-
-if TYPE_CHECKING:
-    from .stream import LogStream
+from .records import Problems, Record, RunFacts
 
 # bytes of a Prometheus API JSON answer, the one format read whole
 MAX_JSON = 64 << 20
@@ -51,7 +48,7 @@ def sniff(head: list[str]) -> bool:
             or any(_EXPOSITION.match(m) for m in head[:5]) or sniff_csv(first))
 
 
-def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream") -> Iterator[Record]:
+def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record]:
     """Recorded dcgm-exporter output -> records (see stream.LogStream).
 
     - exposition text: one scrape, or many appended (`curl ... >> log`). A new scrape
@@ -132,7 +129,7 @@ def _parse_numbered(numbered: list[tuple[int, str]]) -> tuple[list, list[tuple[i
     return series, bad
 
 
-def _text_scrapes(lines: Iterable[str], err: Problems, interval: float, run: "LogStream") -> Iterator[_Scrape]:
+def _text_scrapes(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[_Scrape]:
     body: list[tuple[int, str]] = []
     body_t: float | None = None
     body_line = 0
@@ -169,7 +166,7 @@ def _text_scrapes(lines: Iterable[str], err: Problems, interval: float, run: "Lo
 
 
 def _text_scrape(body: list[tuple[int, str]], t0: float | None, line: int, i: int, err: Problems, interval: float,
-                 run: "LogStream") -> Iterator[_Scrape]:
+                 run: RunFacts) -> Iterator[_Scrape]:
     series, bad = _parse_numbered(body)
     for n, msg in bad:
         err.add(n, msg + "; skipped")

@@ -4,15 +4,12 @@ from __future__ import annotations
 import calendar
 import re
 import time
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from ...model import DeviceInfo
 from ..cells import CellError, is_gpu_index, parse_quantity
-from .records import Problems, Record
+from .records import Problems, Record, RunFacts
 from .smi import smi_record
-
-if TYPE_CHECKING:
-    from .stream import LogStream
 
 _DMON_HEAD = re.compile(r"^#\s*(?:date[\s,]+)?(?:time[\s,]+)?gpu\b", re.I)
 
@@ -35,7 +32,7 @@ _DMON_FIELDS: dict[str, tuple[str, str | None, float | None, float | None]] = {
 }
 
 
-def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream") -> Iterator[Record]:
+def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record]:
     names: list[str] | None = None
     found = run.found
     instant = -1

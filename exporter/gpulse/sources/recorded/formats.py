@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from . import dcgm, dmon, smi_csv, smi_q
-from .records import Problems, Record
-
-if TYPE_CHECKING:
-    from .stream import LogStream
+from .records import Problems, Record, RunFacts
 
 
 @dataclass(frozen=True)
 class Format:
     what: str                                    # how an error message names it
     sniff: Callable[[list[str]], bool]           # the first meaningful lines are this format
-    read: Callable[[Iterable[str], Problems, float, "LogStream"], Iterator[Record]]
+    read: Callable[[Iterable[str], Problems, float, RunFacts], Iterator[Record]]
     zoneless: bool                               # its timestamps carry no zone (read as UTC)
 
 

@@ -98,3 +98,16 @@ class Problems:
 
     def fatal(self, line: int, message: str) -> LogFormatError:
         return LogFormatError(str(LogError(self.path, line, message)))
+
+
+@dataclass
+class RunFacts:
+    """What a format reader learns about the run as it reads, for the LogStream that owns
+    it (readers know this, not the stream: no reader imports stream.py)."""
+    found: dict[str, DeviceInfo] = field(default_factory=dict)   # the GPUs, by entity key
+    timed: bool = True                 # False when the log has no clock and times are inferred
+    has_sm_active: bool = False
+    # whether the power read is an average (nvidia-smi's power.draw.average) or an
+    # instant (power.draw.instant); None: the data decide (Engine.power_averaged)
+    power_averaged: bool | None = None
+    nodes_found: list[str] = field(default_factory=list)        # hostnames the log names, first first

@@ -8,15 +8,13 @@ from __future__ import annotations
 import itertools
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from ...model import DeviceInfo
 from ..cells import LOST, NOT_AVAILABLE, UNITS, CellError, is_gpu_index, parse_quantity, parse_smi_time
-from .records import Problems, Record
+from .dcgm import sniff_csv
+from .records import Problems, Record, RunFacts
 from .smi import ACTIVE, NOT_ACTIVE, SMI_REASONS, ReasonTime, mask_states, smi_record
-
-if TYPE_CHECKING:
-    from .stream import LogStream
 
 # First dotted component of every nvidia-smi --query-gpu field (as nvidia-smi prints the
 # header) plus the query aliases; a header column outside this vocabulary is reported.
@@ -156,7 +154,7 @@ def _rows_per_poll(times: list[float]) -> int:
     return min(n for n, s in scores.items() if s >= 0.5 * top)
 
 
-def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator[tuple]:
+def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tuple]:
     """Data rows of a --query-gpu log in file order: (line, position, t, values, lost, key field)."""
     cols: list[_Column] | None = None
     ncells = 0
@@ -245,7 +243,7 @@ def _state(values: dict[str, Any], c: _Column, cell: str, line: int, err: Proble
 RHYTHM_ROWS = 8193
 
 
-def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream") -> Iterator[Record]:
+def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record]:
     rows = _smi_rows(lines, err, run)
     ahead = list(itertools.islice(rows, RHYTHM_ROWS))
     n_per_poll = _rows_per_poll([r[2] for r in ahead if r[2] is not None]) if run.timed else 1
@@ -288,7 +286,6 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream")
 
 def sniff(head: list[str]) -> bool:
     """A --query-gpu header: comma-separated nvidia-smi field names."""
-    from .dcgm import sniff_csv
     first = head[0]
     return "," in first and not sniff_csv(first) and any(
         _smi_column_known(c.strip().strip('"').lower()) for c in first.split(","))

@@ -5,15 +5,12 @@ import calendar
 import re
 import time
 
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from ...model import DeviceInfo
 from ..cells import NOT_AVAILABLE, CellError, parse_quantity
-from .records import Problems, Record
+from .records import Problems, Record, RunFacts
 from .smi import ACTIVE, NOT_ACTIVE, ReasonTime, smi_record
-
-if TYPE_CHECKING:
-    from .stream import LogStream
 
 
 def sniff(head: list[str]) -> bool:
@@ -141,7 +138,7 @@ def _q_link(b: _QBlock, v: dict[str, Any], err: Problems) -> None:
             v[fld] = x
 
 
-def read(lines: Iterable[str], err: Problems, interval: float, run: "LogStream") -> Iterator[Record]:
+def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record]:
     found = run.found
     versions: dict[str, str] = {}
     reasons = ReasonTime()

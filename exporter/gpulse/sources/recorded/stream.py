@@ -34,7 +34,7 @@ from typing import Iterable, Iterator
 
 from ...model import DeviceInfo, gpu_sort_key
 from .formats import FORMATS, detect_format, expected
-from .records import LogError, LogFormatError, Problems, Record, RecordedRun
+from .records import LogError, LogFormatError, Problems, Record, RecordedRun, RunFacts
 
 # A log is read line by line as it is consumed, so memory follows the reader's window,
 # not the file. Two things cannot stream and are capped instead (the other, API JSON, in recorded/dcgm.py):
@@ -69,13 +69,7 @@ class LogStream:
         self.path = path
         self.interval = interval
         self.err = Problems(path)
-        self.found: dict[str, DeviceInfo] = {}
-        self.timed = True
-        self.has_sm_active = False
-        # whether the power read is an average (nvidia-smi's power.draw.average) or an
-        # instant (power.draw.instant); None: the data decide (Engine.power_averaged)
-        self.power_averaged: bool | None = None
-        self.nodes_found: list[str] = []
+        self.facts = RunFacts()           # what the format reader has learnt so far
         self.start: float | None = None
         self.end: float | None = None
         self.done = False
@@ -130,11 +124,12 @@ class LogStream:
 
     @property
     def devices(self) -> list[DeviceInfo]:
-        return [self.found[k] for k in sorted(self.found, key=gpu_sort_key)]
+        found = self.facts.found
+        return [found[k] for k in sorted(found, key=gpu_sort_key)]
 
     @property
     def nodes(self) -> tuple[str, ...]:
-        return tuple(self.nodes_found)
+        return tuple(self.facts.nodes_found)
 
     @property
     def errors(self) -> list[LogError]:
@@ -196,7 +191,7 @@ class LogStream:
     def records(self) -> Iterator[Record]:
         """Every usable record, ordered by time (file order on ties)."""
         try:
-            parsed = FORMATS[self.format].read(self._all_lines, self.err, self.interval, self)
+            parsed = FORMATS[self.format].read(self._all_lines, self.err, self.interval, self.facts)
             n = 0
             for rec in self._in_order(self._clock_steps(parsed)):
                 if self.start is None:
@@ -234,7 +229,7 @@ class LogStream:
         gaps = 0.0                   # recorded seconds in the jumps kept as gaps
         for r in recs:
             if r.gpu not in last and len(last) >= MAX_GPUS:
-                self.found.pop(r.gpu, None)
+                self.facts.found.pop(r.gpu, None)
                 self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
                 continue
             t = r.t + offset
@@ -330,8 +325,8 @@ def read_log(path: str, fmt: str = "auto", interval: float = 1.0) -> RecordedRun
     stream = LogStream(path, fmt, interval)
     records = list(stream.records())
     return RecordedRun(path=path, format=stream.format, devices=stream.devices, records=records,
-                       errors=stream.errors, error_count=stream.error_count, timed=stream.timed,
-                       has_sm_active=stream.has_sm_active, nodes=stream.nodes, warnings=stream.warnings())
+                       errors=stream.errors, error_count=stream.error_count, timed=stream.facts.timed,
+                       has_sm_active=stream.facts.has_sm_active, nodes=stream.nodes, warnings=stream.warnings())
 
 
 __all__ = ["FORMATS", "LogError", "LogFormatError", "LogStream", "Record", "RecordedRun", "read_log", "detect_format"]

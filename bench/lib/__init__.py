@@ -1,0 +1,4 @@
+"""What the benchmarks share, and the tests that check a benchmark's workload: the
+process helpers (proc.py), the synthetic cluster of the dashboard benchmarks
+(dashboards_data.py) and the detection corpus (corpus/). Benchmarks and tests import
+them as `bench.lib.<module>`, with the repository root on the path."""

@@ -1,0 +1,147 @@
+"""Outside programs for tests and benchmarks: the binary a check needs and the recorded
+data (missing: a skip on a laptop, a failure in CI), a free loopback port, waiting for
+an HTTP endpoint, a daemon with its log, and a `gpulse serve` process."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testing import ROOT
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require_binary(name: str) -> str:
+    """Path of a binary the test needs. Missing: skip on a laptop, fail loudly in CI."""
+    path = shutil.which(name)
+    if path is None:
+        msg = f"required binary {name!r} not found on PATH"
+        if IN_CI:
+            pytest.fail(msg + " (CI=true: .ci/run must install it)")
+        pytest.skip(msg)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float = 15.0, ok=(200,), **kw) -> None:
+    import requests
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            r = requests.get(url, timeout=1, **kw)
+            if r.status_code in ok:
+                return
+            last = r.status_code
+        except requests.RequestException as e:  # not up yet
+            last = e
+        time.sleep(0.05)
+    raise AssertionError(f"{url} not ready after {timeout}s: {last}")
+
+
+class Daemon:
+    def __init__(self, args: list[str], log: Path):
+        self.log = log
+        self.fh = open(log, "w")
+        self.proc = subprocess.Popen(args, stdout=self.fh, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.fh.close()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
+
+
+def require_data(rel: str) -> Path:
+    """A file under ../shared/data. Missing: skip on a laptop, fail in CI."""
+    p = SHARED_DATA / rel
+    if not p.exists():
+        if IN_CI:
+            pytest.fail(f"shared data file missing: {p}")
+        pytest.skip(f"shared data file missing: {p}")
+    return p
+
+
+class Gpulse:
+    """A `gpulse serve` subprocess on a free loopback port."""
+
+    def __init__(self, *args: str, env: dict | None = None, ready: bool = True, timeout: float = 20.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = str(ROOT / "exporter") + os.pathsep + full_env.get("PYTHONPATH", "")
+        full_env.update(env or {})
+        self.cmd = [sys.executable, "-m", "gpulse", "serve",
+                    "--web.listen-address", f"127.0.0.1:{self.port}", *args]
+        self.proc = subprocess.Popen(self.cmd, env=full_env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        if ready:
+            try:
+                wait_http(self.url + "/readyz", timeout=timeout)
+            except AssertionError:
+                self.stop()
+                raise AssertionError(f"gpulse did not become ready: {self.output()}")
+
+    def metrics(self, **kw) -> str:
+        import requests
+        r = requests.get(self.url + "/metrics", timeout=5, **kw)
+        r.raise_for_status()
+        return r.text
+
+    def wait_metrics(self, pred, what: str = "the condition", timeout: float = 30.0) -> str:
+        """Scrape until pred(/metrics text) holds and return that text; every scrape
+        must answer. On timeout, fail with the last body and the exporter's log."""
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            text = self.metrics()
+            if pred(text):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"{what} not seen within {timeout}s; last /metrics:\n{text[-3000:]}\n"
+                             f"{self.output()[-2000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+    def output(self) -> str:
+        self.stop()
+        return self.proc.stdout.read() if self.proc.stdout else ""
+
+
+def gpulse_export(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    env_path = str(ROOT / "exporter")
+    p = subprocess.run([sys.executable, "-m", "gpulse", "export", *args], capture_output=True, timeout=300,
+                       env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"})
+    if check:
+        assert p.returncode == 0, p.stderr.decode()
+    return p

@@ -1,0 +1,242 @@
+"""A VictoriaMetrics stack from the Debian `victoria-metrics` package, for tests and
+bench/vm_timing.py: vmagent scrapes gpulse targets into victoria-metrics, vmalert
+evaluates rule files against it (writing recording rules and ALERTS back, reading
+alert state from it) and notifies an Alertmanager (`VictoriaMetrics`); and the
+exporters of the end-to-end test scraped by it and, side by side, by Prometheus, each
+ruler with its own Alertmanager and webhook (`Stack`). Everything on free loopback
+ports with temporary data directories.
+
+Settings a test changes from the defaults, and why:
+- 1 s scrape and evaluation interval, as the Prometheus end-to-end test uses;
+- `-search.latencyOffset=1s` (default 30 s): VictoriaMetrics hides the newest 30 s
+  of samples from queries; with 6-9 s hold times nothing would fire for half a minute.
+  bench/vm_timing.py measures the default too.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import requests
+import yaml
+
+from testing import ROOT
+from testing.daemons import Daemon, Gpulse, free_port, require_binary, require_data, wait_http
+from testing.dashstack import (DCGM_NODE, STALL_JOB, STALL_NODE, STRAGGLER_JOB, STRAGGLER_NODE, FakeDcgmExporter,
+                               job_map)
+from testing.dashstack import Stack as PrometheusStack
+from testing.promutil import Receiver, alertmanager_config, prometheus_config
+
+
+class VictoriaMetrics:
+    """victoria-metrics + vmagent + vmalert. `url` serves the Prometheus query API."""
+
+    def __init__(self, tmp: Path, targets: list[str], rules_dir: Path, alertmanager_url: str,
+                 external_labels: dict[str, str] | None = None, latency_offset: str = "1s",
+                 interval: str = "1s"):
+        binaries = [require_binary(b) for b in ("victoria-metrics", "vmagent", "vmalert")]
+        vm_bin, vmagent_bin, vmalert_bin = binaries
+        self.daemons: list[Daemon] = []
+        scrape = {"global": {"scrape_interval": interval, "scrape_timeout": "900ms"},
+                  "scrape_configs": [{"job_name": "gpulse", "static_configs": [{"targets": targets}]}]}
+        (tmp / "scrape.yml").write_text(yaml.safe_dump(scrape))
+        labels = [f"-external.label={k}={v}" for k, v in (external_labels or {}).items()]
+        try:
+            vm_port = self._start(lambda port: [
+                vm_bin, f"-storageDataPath={tmp / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{port}",
+                "-retentionPeriod=1d", f"-search.latencyOffset={latency_offset}", "-loggerLevel=WARN",
+            ], tmp / "victoria-metrics.log")
+            self.url = f"http://127.0.0.1:{vm_port}"
+            self._start(lambda port: [
+                vmagent_bin, f"-promscrape.config={tmp / 'scrape.yml'}", f"-httpListenAddr=127.0.0.1:{port}",
+                f"-remoteWrite.url={self.url}/api/v1/write", f"-remoteWrite.tmpDataPath={tmp / 'vmagent-data'}",
+                "-loggerLevel=WARN",
+            ], tmp / "vmagent.log")
+            alert_port = self._start(lambda port: [
+                vmalert_bin, f"-rule={rules_dir}/*.yml", f"-datasource.url={self.url}",
+                f"-remoteWrite.url={self.url}", f"-remoteRead.url={self.url}",
+                f"-notifier.url={alertmanager_url}", f"-evaluationInterval={interval}",
+                f"-httpListenAddr=127.0.0.1:{port}", "-loggerLevel=WARN", *labels,
+            ], tmp / "vmalert.log")
+            self.vmalert_url = f"http://127.0.0.1:{alert_port}"
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, argv: Callable[[int], list[str]], log: Path, attempts: int = 5) -> int:
+        """Start a daemon on a free port and wait for /health; its port. A port found
+        free can be taken before the daemon binds it (another test's listener, or an
+        outgoing connection of the daemons already running, which draw from the same
+        ephemeral range), so a daemon that exits on "address already in use" is
+        started again on another port."""
+        for _ in range(attempts):
+            port = free_port()
+            daemon = Daemon(argv(port), log)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if daemon.proc.poll() is not None:
+                    break
+                try:
+                    if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                        self.daemons.append(daemon)
+                        return port
+                except requests.RequestException:
+                    pass
+                time.sleep(0.1)
+            daemon.stop()
+            if "address already in use" not in daemon.tail():
+                break
+        raise AssertionError(f"{daemon.proc.args[0]} did not start:\n{daemon.tail()}")
+
+    # a Prometheus HTTP API call (POST, as Grafana sends them); the result list
+    api = PrometheusStack.api
+
+    def alerts(self) -> list[dict]:
+        """vmalert's active alerts (pending and firing), Prometheus' /api/v1/alerts shape."""
+        r = requests.get(self.vmalert_url + "/api/v1/alerts", timeout=5)
+        r.raise_for_status()
+        return r.json()["data"]["alerts"]
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {d.log.name}\n{d.tail()}" for d in self.daemons)
+
+    def stop(self) -> None:
+        for d in reversed(self.daemons):
+            d.stop()
+
+
+RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+
+
+TOOLS = ROOT / "prometheus" / "tools"
+
+
+IMBALANCE, BALANCED = "e2e-imbalance", "e2e-balanced"
+
+
+ALERT_WAIT_S = 180     # hold times are 6-9 s; the margin is for a loaded 2-core machine
+
+
+def rule_dirs(tmp) -> tuple[Path, Path]:
+    """The shipped rules with hold times scaled by 0.01 (for Prometheus), and those
+    as the vmalert variant (for vmalert)."""
+    short, out = tmp / "rules-short", tmp / "rules-vmalert"
+    for tool, args in (("shorten_for.py", ["--factor", "0.01", "--out", str(short), *map(str, RULES)]),
+                       ("variants.py", ["--variant", "vmalert", "--out", str(out)])):
+        if tool == "variants.py":
+            args += sorted(map(str, short.glob("*.yml")))
+        r = subprocess.run([sys.executable, str(TOOLS / tool), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+    return short, out
+
+
+def alertmanager(tmp: Path, name: str, receiver: Receiver) -> tuple[Daemon, str]:
+    """The example Alertmanager routing without its inhibit rules: inhibition depends
+    on which of two alerts arrived first, a race between the rulers that says nothing
+    about the rules. tests/e2e/test_alerting_e2e.py covers the routing as shipped."""
+    binary = require_binary("prometheus-alertmanager")
+    port = free_port()
+    config = alertmanager_config(receiver.url)
+    config.pop("inhibit_rules", None)
+    (tmp / f"{name}.yml").write_text(yaml.safe_dump(config))
+    d = Daemon([binary, f"--config.file={tmp / f'{name}.yml'}", f"--storage.path={tmp / f'{name}-data'}",
+                f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="], tmp / f"{name}.log")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(url + "/-/ready", timeout=30)
+    except AssertionError:
+        d.stop()
+        raise AssertionError(f"alertmanager did not start:\n{d.tail()}") from None
+    return d, url
+
+
+class Stack:
+    """The exporters, scraped both by the VictoriaMetrics stack and, side by side, by
+    the Debian Prometheus with the source rules; each ruler has its own Alertmanager
+    and webhook, so the alerts that reach each can be compared."""
+
+    def __init__(self, tmp: Path, latency_offset: str = "1s"):
+        prometheus = require_binary("prometheus")
+        capture = require_data("captures/dcgm-exporter/l4-gpu-operator.prom").read_text()
+        self.started = time.monotonic()
+        self.first_seen: dict[int, dict[frozenset, float]] = {}
+        self.receiver, self.prom_receiver = Receiver(), Receiver()
+        self.dcgm = FakeDcgmExporter(capture)
+        self.procs: list[Gpulse] = []
+        self.daemons: list[Daemon] = []
+        self.vm: VictoriaMetrics | None = None
+        try:
+            sim = ["--source", "sim", "--analysis-window", "5s"]
+            self.procs = [
+                Gpulse(*sim, "--sim.gpus", "4", "--sim.scenario", "imbalance", "--node-name", IMBALANCE),
+                Gpulse(*sim, "--sim.gpus", "4", "--sim.scenario", "balanced", "--node-name", BALANCED),
+                Gpulse(*sim, "--sim.scenario", "sync-stall", "--node-name", STALL_NODE,
+                       "--slurm.job-map-dir", job_map(tmp, STALL_JOB)),
+                Gpulse(*sim, "--sim.scenario", "straggler", "--node-name", STRAGGLER_NODE,
+                       "--slurm.job-map-dir", job_map(tmp, STRAGGLER_JOB)),
+                Gpulse("--source", "dcgm", "--dcgm.url", self.dcgm.url, "--node-name", DCGM_NODE),
+            ]
+            targets = [g.url.removeprefix("http://") for g in self.procs]
+            short, variant = rule_dirs(tmp)
+            am, am_url = alertmanager(tmp, "am-vmalert", self.receiver)
+            self.daemons.append(am)
+            prom_am, prom_am_url = alertmanager(tmp, "am-prometheus", self.prom_receiver)
+            self.daemons.append(prom_am)
+            self.vm = VictoriaMetrics(tmp, targets, variant, am_url, external_labels={"cluster": "local"},
+                                      latency_offset=latency_offset)
+            self.url = self.vm.url
+            prom_port = free_port()
+            (tmp / "prom.yml").write_text(yaml.safe_dump(
+                prometheus_config(short, int(prom_am_url.rsplit(":", 1)[1]), targets)))
+            self.daemons.append(Daemon([prometheus, f"--config.file={tmp / 'prom.yml'}",
+                                        f"--storage.tsdb.path={tmp / 'prom-data'}",
+                                        f"--web.listen-address=127.0.0.1:{prom_port}"], tmp / "prometheus.log"))
+            self.prom_url = f"http://127.0.0.1:{prom_port}"
+            wait_http(self.prom_url + "/-/ready", timeout=60)
+        except BaseException:
+            self.close()
+            raise
+
+    def firing(self, receiver: Receiver) -> dict[frozenset, float]:
+        """Alerts that reached a webhook firing: identity (labels but vmalert's
+        `alertgroup`) -> seconds after the stack started when first seen (by the caller's polling)."""
+        seen = self.first_seen.setdefault(id(receiver), {})
+        for _, a in receiver.alerts():
+            if a["status"] == "firing":
+                key = frozenset((k, v) for k, v in a["labels"].items() if k != "alertgroup")
+                seen.setdefault(key, time.monotonic() - self.started)
+        return seen
+
+    # the interface test_dashboards_prometheus.run() expects
+    def api(self, path: str, **params) -> list:
+        return self.vm.api(path, **params)
+
+    def logs(self) -> str:
+        return (self.vm.logs() if self.vm else "") + "".join(f"\n--- {d.log.name}\n{d.tail()}" for d in self.daemons)
+
+    def close(self) -> None:
+        if self.vm:
+            self.vm.stop()
+        for d in reversed(self.daemons):
+            d.stop()
+        for g in self.procs:
+            g.stop()
+        self.dcgm.close()
+        self.receiver.close()
+        self.prom_receiver.close()
+
+
+def both_paged(stack: Stack, timeout: float = ALERT_WAIT_S) -> tuple[dict, dict]:
+    """Poll both webhooks until the imbalance page has reached each and each has
+    the same alerts; return what each received, with
+    first-seen times. On timeout, return what there is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        vm, prom = stack.firing(stack.receiver), stack.firing(stack.prom_receiver)
+        paged = all(any(dict(k).get("alertname") == "GpulseWorkloadImbalance" for k in x) for x in (vm, prom))
+        if (paged and vm.keys() == prom.keys()) or time.monotonic() > deadline:
+            return vm, prom
+        time.sleep(0.5)

@@ -1,0 +1,136 @@
+"""The shipped GpulseStragglerGPU alert, evaluated by the real promtool over a
+real-data cause case, names the same cause as the live gauge and the report.
+
+Each case (bench/lib/corpus/causes.py: the Alibaba PAI job's slow worker with a power
+cap holding its clocks down, and with its PCIe link at x8 of x16; 1 s-averaged
+power) is replayed through the
+exporter's engine and collector in virtual time, and what /metrics would have said
+at every 15 s scrape becomes the input series of a promtool unit test over the
+shipped rule files (recording rules and alerts, as a Prometheus scraping the
+exporter would evaluate them). promtool reports the alerts it evaluated; the
+straggler's summary must carry the cause that `gpulse_gpu_straggler_cause` holds
+in the same replay and that `gpulse report` finds in the same log.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT, require_binary, require_data
+import bench.lib.corpus.causes as causes  # noqa: E402
+from bench.cause_matrix import live_cause  # noqa: E402
+
+from gpulse.collector import snapshot_families  # noqa: E402
+from testing.config import test_config  # noqa: E402
+from gpulse.engine import run_offline  # noqa: E402
+from gpulse.sources.replay import ReplaySource  # noqa: E402
+
+CASES = ("pai-throttled-power-avg", "pai-link-width-avg")
+SCRAPE_S = 15
+RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+EVAL_EVERY_S = 60
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    for rel in ("traces/alibaba-minibatch/job_1_norm.csv", "captures/nvidia-smi/h100-80gb-hbm3-query-gpu.csv",
+                "traces/h100-8gpu/ckpt1.csv", "traces/h100-8gpu/ckpt50.csv", "traces/h100-8gpu/ckpt1000.csv"):
+        require_data(rel)
+    return {c.name: c for c in causes.build(tmp_path_factory.mktemp("causes"), quick=True)}
+
+
+@pytest.fixture(params=CASES)
+def case(request, built):
+    return built[request.param]
+
+
+def scrapes(c) -> list[dict[str, float]]:
+    """What /metrics said at every SCRAPE_S of the replayed log: series -> value."""
+    cfg = test_config(source="replay", replay__file=str(c.path), replay__speed=0, node_name="cause")
+    out: list[dict[str, float]] = []
+    next_t = None
+    for _, snap in run_offline(ReplaySource(cfg), cfg):
+        if snap.t is None or (next_t is not None and snap.t < next_t):
+            continue
+        next_t = snap.t + SCRAPE_S if next_t is None else next_t + SCRAPE_S
+        now: dict[str, float] = {}
+        for fam in snapshot_families(snap):
+            for s in fam.samples:
+                if not s.name.startswith("gpulse_") or s.name.endswith("_created"):
+                    continue
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                now[f"{s.name}{{{labels}}}"] = s.value
+        out.append(now)
+    return out
+
+
+def promtool_test(tmp, series: list[dict[str, float]], eval_times: list[int]) -> str:
+    """A promtool unit test expecting no GpulseStragglerGPU at each eval time; its
+    output lists, for every time it fired, the alerts promtool evaluated."""
+    names = sorted({k for s in series for k in s})
+    doc = {
+        "rule_files": [str(r) for r in RULES],
+        "evaluation_interval": f"{SCRAPE_S}s",
+        "tests": [{
+            "interval": f"{SCRAPE_S}s",
+            "input_series": [{"series": n, "values": " ".join(repr(s[n]) if n in s else "_" for s in series)}
+                             for n in names],
+            "alert_rule_test": [{"eval_time": f"{t}s", "alertname": "GpulseStragglerGPU", "exp_alerts": []}
+                                for t in eval_times],
+        }],
+    }
+    path = tmp / "cause.test.yml"
+    path.write_text(yaml.safe_dump(doc, width=10**9))
+    r = subprocess.run([require_binary("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                       timeout=600)
+    return r.stdout + r.stderr
+
+
+def fired(output: str) -> dict[int, list[tuple[str, str]]]:
+    """eval time (s) -> [(gpu, summary)] of the GpulseStragglerGPU alerts promtool got."""
+    out: dict[int, list[tuple[str, str]]] = {}
+    for block in re.split(r"\n\s*alertname: ", output)[1:]:
+        m = re.match(r"GpulseStragglerGPU, time: (\S+),", block)
+        if not m:
+            continue
+        t = parse_seconds(m.group(1))
+        out[t] = [(g, s) for g, s in re.findall(r'Labels:\{[^}]*gpu="([^"]+)"[^}]*\}\s*Annotations:\{.*?summary="([^"]*)"',
+                                                block)]
+    return out
+
+
+def parse_seconds(text: str) -> int:
+    total = 0
+    for n, unit in re.findall(r"(\d+)(h|m|s)", text):
+        total += int(n) * {"h": 3600, "m": 60, "s": 1}[unit]
+    return total
+
+
+def test_straggler_alert_names_the_cause_the_gauge_and_the_report_name(case, tmp_path):
+    report = tmp_path / "report"
+    r = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", str(case.path), "--out", str(report),
+                        "--quiet"], capture_output=True, text=True, timeout=600,
+                       env={"PYTHONPATH": str(ROOT / "exporter"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    findings = json.loads((report / "findings.json").read_text(encoding="utf-8"))
+    reported = [f["cause"] for f in findings["findings"]
+                if f["kind"] == "straggler" and f["text"].startswith(f"GPU {case.gpu} ")]
+    live, detail = live_cause(case)
+    assert reported == [live] and live in case.accept, (reported, live, detail)
+
+    series = scrapes(case)
+    assert len(series) > 40, "the case is shorter than 10 minutes of scrapes"
+    span = (len(series) - 1) * SCRAPE_S
+    out = promtool_test(tmp_path, series, list(range(EVAL_EVERY_S, span + 1, EVAL_EVERY_S)))
+    got = fired(out)
+    named = {t: s for t, alerts in got.items() for g, s in alerts if g == case.gpu and "(cause: " in s}
+    assert named, f"promtool never raised GpulseStragglerGPU naming a cause for GPU {case.gpu}:\n{out[-3000:]}"
+    causes_named = {re.search(r"\(cause: ([a-z_]+)\)", s).group(1) for s in named.values()}
+    assert causes_named == {live}, (causes_named, live, named)
+    # the straggler is the only GPU paged for, at every evaluation
+    assert {g for alerts in got.values() for g, _ in alerts} == {case.gpu}, got

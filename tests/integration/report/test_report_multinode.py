@@ -1,0 +1,288 @@
+"""One report for a multi-node job from its per-node nvidia-smi logs.
+
+The job is the straggler sweep's 4 x 8 layout (bench/lib/corpus: levels from the real
+8xH100 traces in ../shared/data, their timing: 100 ms polls, row skew, query stalls,
+each node's own poll jitter, power as logged by `power.draw.instant`, so step-level
+spin-waits can be judged) with sharded checkpoints added: every 30-60 s all ranks
+leave the GPU for a few seconds (a sync stall that starts and ends on every node at
+once). Each node's clock reads its own offset, up to 3 s, so the logs disagree on
+when things happened until the report aligns them. The real traces' own checkpoint
+pattern (rank 0 writes while the others spin-wait) is aligned on directly, from
+ckpt1000.csv with its clock moved.
+"""
+from __future__ import annotations
+
+import json
+import random
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import ROOT, require_data
+
+GPUS, NODES = 8, 4
+# seconds each node's clock reads ahead of true time; node 0 is the reference
+OFFSETS = (1.2, 0.0, 3.0, 2.35)
+HEALTHY, SLOW, TAIL = 60.0, 420.0, 20.0
+
+
+def _corpus():
+    require_data("traces/h100-8gpu/ckpt1000.csv")
+    import bench.lib.corpus.cases as cases
+    import bench.lib.corpus.smi as smi
+    return cases, smi
+
+
+def write_job(out: Path, slow: set[tuple[int, int]], seed: int, fmt: str = "instant",
+              offsets: tuple[float, ...] = OFFSETS, checkpoints: bool = True,
+              stalls: list[float] | None = None) -> list[Path]:
+    """The job's per-node logs (`<out>/train-n<N>.csv`): data-parallel steps in which
+    the ranks in `slow` compute 25 % longer from HEALTHY seconds of training on, with
+    checkpoint stalls every 30-60 s (none: `checkpoints` False), whose lengths are
+    appended to `stalls`."""
+    cases, smi = _corpus()
+    lv = cases.levels()
+    rng = random.Random(seed)
+    end = cases.LEAD + cases.STARTUP + HEALTHY + SLOW + TAIL
+
+    class Shifted(smi.Timeline):
+        """A node's timeline on its own clock: everything `off` seconds later."""
+
+        def __init__(self, off: float):
+            super().__init__(GPUS, end + off)
+            self.off = off
+
+        def add(self, gpu, a, b, state, part=0.0, fill=smi.OFF):
+            super().add(gpu, a + self.off, b + self.off, state, part, fill)
+
+    tls = [Shifted(o) for o in offsets]
+    t = 0.0
+    for tl in tls:
+        t = cases._startup(tl, cases.LEAD)
+    onset, stop = t + HEALTHY, t + HEALTHY + SLOW
+    ranks = [(n, g) for n in range(NODES) for g in range(GPUS)]
+    c = rng.uniform(1.0, 2.0)
+    ckpt = t + rng.uniform(30.0, 60.0)
+    while t < stop:
+        if checkpoints and t >= ckpt:
+            length = rng.uniform(2.0, 5.0)
+            if stalls is not None:
+                stalls.append(length)
+            for n, g in ranks:
+                tls[n].add(g, t, t + length, smi.IDLE)
+            t += length
+            ckpt = t + rng.uniform(30.0, 60.0)
+            continue
+        work = {r: c * (1 + rng.uniform(-0.02, 0.02)) * (1.25 if r in slow and t >= onset else 1.0) for r in ranks}
+        e = t + max(work.values()) + 0.03 * c
+        for r in ranks:
+            tls[r[0]].add(r[1], t, t + work[r], smi.COMPUTE)
+            tls[r[0]].add(r[1], t + work[r], e, smi.SPIN)
+        t = e
+    paths = []
+    for n, tl in enumerate(tls):
+        tl.end = t + 2.0 + TAIL + offsets[n]
+        cases._frame(tl, t)          # on the node's clock: Shifted.add moves it
+        path = out / f"train-n{n}.csv"
+        smi.write_log(str(path), tl, lv, fmt, seed * 10 + n)
+        paths.append(path)
+    return paths
+
+
+def report(*args: str, out: Path) -> tuple[subprocess.CompletedProcess, dict]:
+    p = subprocess.run([sys.executable, "-m", "gpulse", "report", "--quiet", *args, "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    doc = json.loads((out / "findings.json").read_text()) if p.returncode == 0 else {}
+    return p, doc
+
+
+def validate(doc: dict) -> None:
+    from gpulse.pages import web_asset
+    schema = json.loads(web_asset("findings.schema.json"))
+    v = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    assert [f"{list(e.path)}: {e.message}" for e in v.iter_errors(doc)] == []
+
+
+def _check_offsets(doc: dict) -> None:
+    clocks = doc["clocks"]
+    assert clocks["reference"] == "train-n0"
+    found = {n["node"]: n for n in clocks["nodes"]}
+    for n, true in enumerate(OFFSETS):
+        node = found[f"train-n{n}"]
+        assert node["aligned"], node
+        assert node["offset_seconds"] == pytest.approx(true - OFFSETS[0], abs=0.2), node
+    line = next(x for x in doc["notes"] if x.startswith("clock offsets applied"))
+    for n, true in enumerate(OFFSETS[1:], 1):
+        said = float(re.search(rf"train-n{n} ([+-]\d+\.\d\d) s", line).group(1))
+        assert said == pytest.approx(true - OFFSETS[0], abs=0.2), line
+
+
+def test_a_slow_node_of_four_is_named_in_one_report_with_the_clocks_aligned(tmp_path):
+    stalls: list[float] = []
+    paths = write_job(tmp_path, {(1, g) for g in range(GPUS)}, seed=7, stalls=stalls)
+    p, doc = report("--input", str(tmp_path / "train-n*.csv"), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr
+    _check_offsets(doc)
+    # on aligned clocks every checkpoint is one stall of the whole job, as long as it was
+    # (on the clocks as recorded the nodes overlap for a third of that)
+    assert len([e for e in doc["stall_episodes"] if e["stalled_seconds"] >= 1.0]) == len(stalls)
+    assert sum(e["stalled_seconds"] for e in doc["stall_episodes"]) == pytest.approx(sum(stalls), rel=0.15)
+    assert doc["run"]["gpus"] == NODES * GPUS
+    assert {(g["node"], g["workload"]) for g in doc["gpus"]} == {(f"train-n{n}", "train") for n in range(NODES)}
+    [nd] = doc["straggler_nodes"]
+    assert (nd["node"], nd["workload"], nd["gpus"]) == ("train-n1", "train", GPUS)
+    assert not [s for s in doc["stragglers"] if s["node"] != "train-n1"]
+    assert any(f["kind"] == "straggler_node" and "train-n1" in f["text"] for f in doc["findings"])
+    assert "train-n1" in p.stdout
+    # the heatmap: every GPU of every node, nodes in natural order
+    page = (tmp_path / "r" / "report.html").read_text()
+    hm = json.loads(page.split('id="gpulse-heatmap">', 1)[1].split("</script>", 1)[0])
+    assert len(hm["rows"]) == NODES * GPUS
+    assert [r.split()[0] for r in hm["rows"][::GPUS]] == [f"train-n{n}" for n in range(NODES)]
+    assert hm["node_breaks"] == [GPUS * n for n in range(1, NODES)]
+    validate(doc)
+    assert paths
+
+
+def test_a_slow_gpu_on_another_node_is_named_by_node_and_gpu(tmp_path):
+    write_job(tmp_path, {(2, 5)}, seed=11)
+    logs = sorted(tmp_path.glob("train-n*.csv"))
+    p, doc = report("--input", *map(str, logs), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr
+    _check_offsets(doc)
+    assert not doc["straggler_nodes"]
+    named = {(s["node"], s["gpu"]) for s in doc["stragglers"]}
+    assert named == {("train-n2", "5")}, doc["stragglers"]
+    assert any(f["kind"] == "straggler" and "train-n2 GPU 5" in f["text"] for f in doc["findings"])
+
+
+def test_a_repeated_input_used_to_report_on_the_last_log_only(tmp_path):
+    """`--input a --input b` once kept only b (8 GPUs of a 16-GPU job, exit 0)."""
+    a = tmp_path / "a.csv"
+    b = tmp_path / "b.csv"
+    src = require_data("traces/h100-8gpu/ckpt1.csv").read_text()
+    a.write_text(src)
+    b.write_text(src)
+    p, doc = report("--input", str(a), "--input", str(b), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr
+    assert doc["run"]["gpus"] == 16
+    assert {g["node"] for g in doc["gpus"]} == {"a", "b"}
+
+
+def test_one_log_given_twice_is_one_line(tmp_path):
+    log = require_data("traces/h100-8gpu/ckpt1.csv")
+    p, _ = report("--input", str(log), str(log), out=tmp_path / "r")
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "given twice" in line and "ckpt1.csv" in line
+
+
+@pytest.mark.parametrize("args, says", [
+    (("{d}/nothing-*.csv",), "no file matches"),
+    (("{d}/a.csv", "{d}/missing.csv"), "missing.csv: no such file"),
+    (("{d}/a.csv", "{d}/b.csv", "--node-name", "x"), "1 node name(s) for 2 logs"),
+    (("{d}/a.csv", "{d}/b.csv", "--node-name", "x", "--node-name", "x"), "node 'x' named twice"),
+])
+def test_bad_sets_of_logs_are_one_line(tmp_path, args, says):
+    src = require_data("traces/h100-8gpu/ckpt1.csv").read_text()
+    (tmp_path / "a.csv").write_text(src)
+    (tmp_path / "b.csv").write_text(src)
+    argv = [a.format(d=tmp_path) for a in args]
+    i = argv.index("--node-name") if "--node-name" in argv else len(argv)
+    p, _ = report("--input", *argv[:i], *argv[i:], out=tmp_path / "r")
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert says in line
+
+
+def test_logs_without_common_stall_edges_keep_their_clocks_and_say_so(tmp_path):
+    """No checkpoints and sub-second all-reduces: no all-GPU edge to align on."""
+    write_job(tmp_path, set(), seed=3, offsets=(0.0, 0.0, 0.0, 0.0), checkpoints=False)
+    logs = sorted(tmp_path.glob("train-n*.csv"))[:2]
+    p, doc = report("--input", *map(str, logs), "--node-name", "a", "--node-name", "b", out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr
+    assert [(n["node"], n["offset_seconds"]) for n in doc["clocks"]["nodes"]] == [("a", 0.0), ("b", 0.0)]
+    assert not any(x.startswith("clock offsets applied") for x in doc["notes"])
+    assert any("clock taken as recorded" in x or "clocks taken as recorded" in x for x in doc["notes"]), doc["notes"]
+    assert "Node clocks taken as recorded" in p.stdout
+    validate(doc)
+
+
+def moved_clock(src: Path, dest: Path, seconds: float) -> Path:
+    """The nvidia-smi log at src with every timestamp `seconds` later."""
+    import datetime as dt
+    lines = src.read_text().splitlines()
+    out = [lines[0]]
+    for ln in lines[1:]:
+        stamp, rest = ln.split(",", 1)
+        t = dt.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f") + dt.timedelta(seconds=seconds)
+        out.append(t.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3] + "," + rest)
+    dest.write_text("\n".join(out) + "\n")
+    return dest
+
+
+def test_the_real_checkpoint_stalls_align_a_moved_clock(tmp_path):
+    """ckpt1000.csv (rank 0 checkpoints while GPUs 1-7 spin-wait, 1 s-averaged power)
+    against itself with every timestamp 1.7 s later: the offset is found."""
+    from gpulse.sources.recorded import job
+    src = require_data("traces/h100-8gpu/ckpt1000.csv")
+    other = moved_clock(src, tmp_path / "b.csv", 1.7)
+    aligned = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
+    assert aligned.reference == "a"
+    b = aligned.logs[1]
+    assert b.aligned and b.offset == pytest.approx(1.7, abs=0.05), aligned
+    assert aligned.edges["b"] >= 3
+
+
+def test_export_of_several_logs_is_each_node_on_the_aligned_clock(tmp_path):
+    """Two nodes that logged the same run, one clock 1.7 s ahead: one export holds both
+    nodes' series under one workload, on the same scrape times with the same values
+    once the offset is taken off (without it every scrape would see 1.7 s of other data)."""
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families
+    src = require_data("traces/h100-8gpu/ckpt1000.csv")
+    a = tmp_path / "a.csv"
+    a.write_text(src.read_text())
+    moved_clock(src, tmp_path / "b.csv", 1.7)
+    p = subprocess.run([sys.executable, "-m", "gpulse", "export", "--input", str(tmp_path / "*.csv")],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"clock offsets applied, against node a .*: b \+1\.7\d s", p.stderr), p.stderr
+    series: dict[tuple, list] = {}
+    for fam in text_string_to_metric_families(p.stdout):
+        for smp in fam.samples:
+            if smp.name == "gpulse_gpu_active_seconds_total":
+                series.setdefault((smp.labels["node"], smp.labels["gpu"], smp.labels.get("workload")), []).append(
+                    (smp.timestamp, smp.value))
+    assert {k[0] for k in series} == {"a", "b"} and {k[2] for k in series} == {"job"}
+    for gpu in map(str, range(8)):
+        a_pts, b_pts = series[("a", gpu, "job")], series[("b", gpu, "job")]
+        assert [t for t, _ in b_pts] == [t for t, _ in a_pts]
+        # the offset is estimated (within 0.05 s): a scrape may see a row more or less
+        assert [v for _, v in b_pts] == pytest.approx([v for _, v in a_pts], abs=0.2)
+
+
+def test_the_alignment_reads_the_whole_logs_only_when_their_start_does_not_align(tmp_path, monkeypatch):
+    """ckpt1000.csv's first minute is start-up (no stall edge): read that far, the
+    nodes cannot be aligned, so the logs are read whole, and the offset is found."""
+    from gpulse.sources.recorded import job
+    src = require_data("traces/h100-8gpu/ckpt1000.csv")
+    other = moved_clock(src, tmp_path / "b.csv", -2.4)
+    scans = []
+    edges = job._edges
+
+    def counted(*args):
+        scans.append(args[-1])
+        return edges(*args)
+    monkeypatch.setattr(job, "_edges", counted)
+    monkeypatch.setattr(job, "ALIGN_SCAN_S", 60.0)
+    aligned = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
+    assert scans == [60.0, 60.0, None, None]
+    assert aligned.logs[1].offset == pytest.approx(-2.4, abs=0.05)
+    scans.clear()
+    monkeypatch.setattr(job, "ALIGN_SCAN_S", 3600.0)    # longer than the log: read once
+    again = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
+    assert scans == [3600.0, 3600.0] and again.logs[1].offset == aligned.logs[1].offset

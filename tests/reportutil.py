@@ -1,0 +1,64 @@
+"""What report tests share: findings.json checked against its published schema, and
+Recordings of simulated runs (a fleet of nodes with one bad node, an analysis whose
+node, workload and file names are hostile)."""
+from __future__ import annotations
+
+import copy
+import json
+
+import jsonschema
+
+from gpulse.report.collect import Recording
+from gpulse.report.findings import analyse
+from gpulse.report.inputs import from_source
+from gpulse.report.render import web_asset
+from gpulse.sources.sim import SimSource
+from hostilelogs import HOSTILE, HOSTILE_FILE
+from testing.config import test_config
+
+
+SCHEMA = json.loads(web_asset("findings.schema.json"))
+
+
+def validate(doc):
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    v = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
+    errors = [f"{list(e.path)}: {e.message}" for e in v.iter_errors(doc)]
+    assert errors == []
+
+
+def sim_rec(scenario, node, gpus=8, seconds=90):
+    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=gpus, node_name=node)
+    return from_source(SimSource(cfg), cfg, f"sim {scenario}", until=seconds)
+
+
+def fleet(nodes, bad_node, gpus=8):
+    """A multi-node Recording: every node a copy of a balanced simulated node, one
+    node (bad_node) a copy of one with a hot straggler on its GPU 1."""
+    good, bad = sim_rec("balanced", "x", gpus), sim_rec("straggler", "x", gpus)
+    rec = Recording(source="fleet", interval=good.interval, idle_threshold=good.idle_threshold,
+                    activity=good.activity, window=good.window, times=copy.copy(good.times), epoch=False)
+    for name in nodes:
+        src = bad if name == bad_node else good
+        grp = copy.deepcopy(src.groups[""])
+        grp.workload, grp.gpus = name, []
+        for k, g in src.gpus.items():
+            t = copy.deepcopy(g)
+            t.key, t.node = f"{name}:{k}", name
+            rec.gpus[t.key] = t
+            grp.gpus.append(t.key)
+        rec.groups[name] = grp
+    return rec
+
+
+NODES = [f"node-{i}" for i in (10, 2, 1, *range(3, 10), *range(11, 34))]     # 33 nodes, 264 GPUs
+
+
+def hostile_analysis():
+    cfg = test_config(source="sim", sim__scenario="imbalance", sim__gpus=4, node_name=HOSTILE)
+    rec = from_source(SimSource(cfg), cfg, HOSTILE_FILE, until=90)
+    for g in list(rec.gpus.values())[2:]:        # a second node, so rows are named by node
+        g.node = HOSTILE + "2"
+    for gr in rec.groups.values():               # a tenant's workload name (an ownerReference)
+        gr.workload = HOSTILE
+    return analyse(rec)
