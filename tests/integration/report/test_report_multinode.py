@@ -22,7 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import ROOT, require_data
+from conftest import require_data
 
 GPUS, NODES = 8, 4
 # seconds each node's clock reads ahead of true time; node 0 is the reference
