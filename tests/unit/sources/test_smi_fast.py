@@ -13,10 +13,16 @@ from conftest import IN_CI, SHARED_DATA, require_data
 from gpulse.sources.recorded import LogFormatError, read_log, smi_fast
 from hostilelogs import smi_csv
 
-if smi_fast.pa is None:
+if not smi_fast.available():
     if IN_CI:
         pytest.fail("pyarrow (the report extra) is not installed: .ci/run installs .[test]", pytrace=False)
     pytest.skip("pyarrow not installed", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def small_batches(monkeypatch):
+    """Batches of 1,000 rows: every log here spans several, and ends in a short one."""
+    monkeypatch.setattr(smi_fast, "BATCH", 1000)
 
 
 def _read(path: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
@@ -31,7 +37,7 @@ def _read(path: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
     with monkeypatch.context() as m:
         m.setattr(smi_fast._Reader, "read", counting)
         if not fast:
-            m.setattr(smi_fast, "pa", None)
+            m.setattr(smi_fast, "available", lambda: False)
         try:
             run = read_log(path)
         except LogFormatError as e:
@@ -125,7 +131,7 @@ def test_a_line_no_log_has_ends_the_read_after_the_rows_before_it(monkeypatch, t
         got = []
         with monkeypatch.context() as m:
             if not fast:
-                m.setattr(smi_fast, "pa", None)
+                m.setattr(smi_fast, "available", lambda: False)
             s = stream.LogStream(str(p))
             with pytest.raises(LogFormatError, match=r":10002: a line longer than"):
                 for r in s.records():

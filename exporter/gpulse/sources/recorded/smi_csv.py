@@ -170,7 +170,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator
     position = 0
     header_line = 0
     key_field: str | None = None
-    fast = None
+    fast: Any = None           # smi_fast's reader for this header; False: none to be had
     batch: list[tuple[int, str]] = []
 
     def row(i: int, text: str) -> tuple | None:
@@ -189,7 +189,10 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator
 
     def flush() -> Iterator[tuple]:
         nonlocal position
-        got = fast.read([text for _, text in batch]) if fast is not None and len(batch) >= smi_fast.MIN_ROWS else None
+        nonlocal fast
+        if fast is None and len(batch) >= smi_fast.BATCH:     # a long log: worth the vectorised reader
+            fast = smi_fast.reader(cols, ncells, _STATE_FIELDS, _TEXT_FIELDS) or False
+        got = fast.read([text for _, text in batch]) if fast and len(batch) >= smi_fast.MIN_ROWS else None
         if got is None:
             got = [None] * len(batch)
         for (i, text), parsed in zip(batch, got):
@@ -231,7 +234,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: "LogStream") -> Iterator
                     run.timed = "t" in has
                     run.power_averaged = next((avg for f, avg in _POWER_AVERAGED if f in has), None)
                     key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
-                    fast = smi_fast.reader(cols, ncells, _STATE_FIELDS, _TEXT_FIELDS)
+                    fast = None
                     continue
             out = row(i, text)
             if out is not None:
