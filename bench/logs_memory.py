@@ -4,10 +4,14 @@ Builds 20, 100 and 200 MB logs by laying a real 8×H100 trace (../shared/data) e
 end, each copy's timestamps moved on by the trace's length, so the rhythm (8 rows per
 poll written milliseconds apart, 100 ms polls, checkpoint stalls, start-up and exit) is
 the real one. Each report runs in its own process; peak RSS is that process's
-ru_maxrss. Prints RSS and time per size and their ratios to the smallest. The logs
-live in a temporary directory, deleted at the end.
+ru_maxrss, CPU its user + system time. Prints RSS, time and CPU per size and their
+ratios to the smallest. The logs live in a temporary directory, deleted at the end.
 
-    .venv/bin/python bench/logs_memory.py [--sizes 20,100,200]
+With --against REV the tree at git revision REV reports on the same logs, one after
+the other, and each size's CPU and RSS are printed against it: CPU is the fair
+figure on a shared machine, where wall time follows whatever else runs.
+
+    .venv/bin/python bench/logs_memory.py [--sizes 20,100,200] [--against REV]
 """
 from __future__ import annotations
 
@@ -19,6 +23,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the repository root: bench.lib
+from bench.lib.proc import tree_at  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1000.csv"
@@ -63,9 +70,10 @@ def build_log(path: Path, size: int, header: str, rows: list[tuple[int, str]]) -
     return path.stat().st_size, n
 
 
-def run_report(log: Path, out: Path) -> tuple[float, int, int]:
-    """(seconds, peak RSS bytes, exit status) of one `gpulse report` process."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "exporter"))
+def run_report(log: Path, out: Path, root: Path = ROOT) -> tuple[float, int, int, float]:
+    """(seconds, peak RSS bytes, exit status, CPU seconds) of one `gpulse report` process
+    of the tree at `root`."""
+    env = dict(os.environ, PYTHONPATH=str(root / "exporter"))
     t0 = time.monotonic()
     p = subprocess.Popen([sys.executable, "-m", "gpulse", "report", "--input", str(log), "--out", str(out),
                           "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -75,13 +83,21 @@ def run_report(log: Path, out: Path) -> tuple[float, int, int]:
     err = p.stderr.read().decode(errors="replace") if p.stderr else ""
     if p.returncode != 0:
         print(f"report on {log.name} failed ({p.returncode}): {err.strip()[-300:]}", file=sys.stderr)
-    return took, usage.ru_maxrss * 1024, p.returncode
+    return took, usage.ru_maxrss * 1024, p.returncode, usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="20,100,200", help="log sizes in MB (default: 20,100,200)")
+    ap.add_argument("--against", metavar="REV", help="also report with the tree at git revision REV")
     ns = ap.parse_args()
+    if ns.against:
+        with tree_at(ns.against) as old:
+            return measure(ns, old)
+    return measure(ns, None)
+
+
+def measure(ns: argparse.Namespace, old: Path | None) -> int:
     sizes = [int(x) for x in ns.sizes.split(",")]
     if not TRACE.exists():
         raise SystemExit(f"{TRACE}: missing (the shared data folder)")
@@ -91,19 +107,26 @@ def main() -> int:
         for mb in sizes:
             log = Path(tmp) / f"run-{mb}mb.csv"
             real, n = build_log(log, mb * MB, header, rows)
-            took, rss, rc = run_report(log, Path(tmp) / f"out-{mb}")
-            results.append((n, real, took, rss, rc))
+            took, rss, rc, cpu = run_report(log, Path(tmp) / f"out-{mb}")
+            base = run_report(log, Path(tmp) / f"base-{mb}", old) if old is not None else None
+            results.append((n, real, took, rss, rc, cpu, base))
             log.unlink()
-            print(f"{real / MB:7.1f} MB log: report {took:6.1f} s, peak RSS {rss / 2 ** 20:7.1f} MiB"
+            print(f"{real / MB:7.1f} MB log: report {took:6.1f} s, CPU {cpu:6.1f} s, peak RSS {rss / 2 ** 20:7.1f} MiB"
                   f"{'' if rc == 0 else f'  (exit {rc})'}", flush=True)
-    _, size0, took0, rss0, _ = results[0]
+            if base is not None:
+                print(f"{'':12}{ns.against[:8]}: {base[0]:6.1f} s, CPU {base[3]:6.1f} s, peak RSS "
+                      f"{base[1] / 2 ** 20:7.1f} MiB; CPU ratio {cpu / base[3]:.3f}, RSS ratio {rss / base[1]:.2f}",
+                      flush=True)
+    _, size0, _, rss0, _, cpu0, _ = results[0]
     print()
-    print("| log MB | rows | report s | peak RSS MiB | RSS ÷ log size | × size | × time | × RSS |")
-    print("|---|---|---|---|---|---|---|---|")
-    for n, real, took, rss, _ in results:
-        print(f"| {real / MB:.0f} | {n:,} | {took:.1f} | {rss / 2 ** 20:.0f} | {rss / real:.2f} | "
-              f"{real / size0:.1f} | {took / took0:.2f} | {rss / rss0:.2f} |")
-    return 0 if all(r[4] == 0 for r in results) else 1
+    print("| log MB | rows | report s | CPU s | peak RSS MiB | RSS ÷ log size | × size | × CPU | × RSS |"
+          + (f" {ns.against[:8]} CPU s | CPU ratio |" if old is not None else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if old is not None else ""))
+    for n, real, took, rss, _, cpu, base in results:
+        print(f"| {real / MB:.0f} | {n:,} | {took:.1f} | {cpu:.1f} | {rss / 2 ** 20:.0f} | {rss / real:.2f} | "
+              f"{real / size0:.1f} | {cpu / cpu0:.2f} | {rss / rss0:.2f} |"
+              + (f" {base[3]:.1f} | {cpu / base[3]:.3f} |" if base is not None else ""))
+    return 0 if all(r[4] == 0 and (r[6] is None or r[6][2] == 0) for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from ..sources.cells import CellError, parse_any_time
 from .clock import parse_zone, settle
 from .errors import ReportError, UsageError
 from .heatmap import ORDERS
+from .progress import Progress
 
 # the same choices `gpulse serve` offers, from the one list of each
 LOG_FORMATS = FIELD_BY_KEY["replay.format"].choices
@@ -77,7 +78,7 @@ def add_parser(sub: Any) -> None:
     out.add_argument("--order", default="natural", choices=ORDERS,
                      help="heatmap rows: natural (node, then GPU index) or worst (stragglers and the lowest work "
                           "score first) (default: natural)")
-    p.add_argument("--quiet", action="store_true", help="print no progress")
+    p.add_argument("--quiet", action="store_true", help="print no progress (shown only on a terminal, for reports that take more than a few seconds)")
     p.set_defaults(run=run)
 
 
@@ -107,34 +108,6 @@ def _range(ns: argparse.Namespace) -> tuple[float, float]:
     if ns.start:
         return _time(ns.start, "--start"), end
     raise UsageError("with --prometheus, give the range: --last 4h, or --start (and --end)")
-
-
-class _Progress:
-    """One line per step on a pipe; an updating line on a terminal; nothing if quiet.
-    Only speaks once a fetch has taken a second, so short runs stay silent."""
-
-    def __init__(self, quiet: bool):
-        self.quiet = quiet
-        self.t0 = time.monotonic()
-        self.tty = sys.stderr.isatty()
-        self.last = 0.0
-        self.spoke = False
-
-    def __call__(self, msg: str) -> None:
-        now = time.monotonic()
-        if self.quiet or now - self.t0 < 1.0 or now - self.last < 0.5:
-            return
-        self.last = now
-        self.spoke = True
-        if self.tty:
-            sys.stderr.write("\r\033[K" + terminal(msg))
-        else:
-            sys.stderr.write(terminal(msg) + "\n")
-        sys.stderr.flush()
-
-    def done(self) -> None:
-        if self.spoke and self.tty:
-            sys.stderr.write("\r\033[K")
 
 
 def _log_format(path: str, fmt: str) -> str | None:
@@ -168,7 +141,7 @@ def _run(ns: argparse.Namespace) -> int:
     if ns.timezone:
         parse_zone(ns.timezone)           # a bad zone is a usage error before any work
     analysis = {k: getattr(ns, k) for k in inputs.ANALYSIS_KEYS if getattr(ns, k, None) is not None}
-    progress = _Progress(ns.quiet)
+    progress = Progress(ns.quiet)
     t0 = time.monotonic()
     if ns.input:
         rec = inputs.from_logs(ns.input, ns.input_format, ns.node_name, analysis, progress)

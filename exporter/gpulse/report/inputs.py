@@ -18,7 +18,8 @@ from ..sources import prom
 from .collect import Recording, collect
 from .errors import ReportError, UsageError
 
-Progress = Callable[[str], None]
+# report.progress.Progress: a step as words, or a share of the input read
+Progress = Callable[..., None]
 
 # analysis settings a report may override, as config keys
 ANALYSIS_KEYS = ("idle_threshold", "min_stall", "activity", "power_gate", "analysis_window")
@@ -57,7 +58,7 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
         # the log is streamed: how far is how much of the file has been read
         if progress is None or source.run is None:
             return
-        progress(f"analysed {100.0 * source.run.fraction:.0f} % of {rec.source}")
+        progress(f"reading {rec.source}", done=source.run.fraction, rows=source.run.lines_read)
 
     try:
         pairs = run_offline(source, cfg)

@@ -68,10 +68,45 @@ def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | Non
                reasons: ReasonTime | None = None) -> Record:
     """`reasons` integrates the states in v["thr_states"] ({reason: active}); a
     reason the log also counts (v["thr:<reason>"], seconds) is taken as counted."""
-    power = next((v[k] for k in ("power", "power_avg", "power_inst") if v.get(k) is not None), None)
+    # one call per row of a log: what to look at is planned once per set of fields
+    keys = tuple(v)
+    plan = _plans.get(keys)
+    if plan is None:
+        if len(_plans) > 1024:
+            _plans.clear()
+        plan = _plans[keys] = _plan(keys)
+    power_keys, gauge_keys, rare = plan
+    power = None
+    for k in power_keys:
+        power = v[k]
+        if power is not None:
+            break
     v["power"] = power
     sample = Sample(t=t, util=v.get("util"), power_w=power, memory_used_bytes=v.get("mem_used"))
-    gauges: dict[str, Any] = {g: v[k] for k, g in _SMI_GAUGES if v.get(k) is not None}
+    gauges: dict[str, Any] = {g: x for k, g in gauge_keys if (x := v[k]) is not None}
+    counters: dict[str, Any] = {}
+    if rare:
+        _rare_fields(gpu, t, v, gauges, counters, reasons)
+    return Record(Reading(gpu, [sample], gauges, counters, up=lost is None, error=lost), line)
+
+
+_POWER_KEYS = ("power", "power_avg", "power_inst")
+_RARE_KEYS = frozenset(("limit_enforced", "limit", "remap_correctable", "remap_uncorrectable", "remap_pending",
+                        "ecc_corrected", "ecc_uncorrected", "thr_states"))
+_plans: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[tuple[str, str], ...], bool]] = {}
+
+
+def _plan(keys: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], bool]:
+    """For rows with these fields: the power fields in order of preference, the gauges
+    (in _SMI_GAUGES order; power is always set), whether any rarer field is there."""
+    have = set(keys) | {"power"}
+    return (tuple(k for k in _POWER_KEYS if k in keys), tuple((k, g) for k, g in _SMI_GAUGES if k in have),
+            any(k in _RARE_KEYS or k.startswith("thr:") for k in keys))
+
+
+def _rare_fields(gpu: str, t: float, v: dict[str, Any], gauges: dict[str, Any], counters: dict[str, Any],
+                 reasons: ReasonTime | None) -> None:
+    """Power limit, remapped rows, ECC and throttle reasons: into gauges and counters."""
     limit = v.get("limit_enforced") if v.get("limit_enforced") is not None else v.get("limit")
     if limit is not None:
         gauges["power_limit_watts"] = limit
@@ -80,7 +115,6 @@ def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | Non
         gauges["remapped_rows"] = rows
     if v.get("remap_pending") is not None:
         gauges["remapping_pending"] = 1.0 if v["remap_pending"].lower() in ("yes", "1", "true") else 0.0
-    counters: dict[str, Any] = {}
     ecc = {(k,): v[f"ecc_{k}"] for k in ("corrected", "uncorrected") if v.get(f"ecc_{k}") is not None}
     if ecc:
         counters["ecc_errors_total"] = ecc
@@ -91,4 +125,3 @@ def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | Non
             thr.setdefault((r,), secs)
     if thr:
         counters["throttle_seconds_total"] = thr
-    return Record(Reading(gpu, [sample], gauges, counters, up=lost is None, error=lost), line)

@@ -12,8 +12,9 @@ from typing import Any, Iterable, Iterator
 
 from ...model import DeviceInfo
 from ..cells import LOST, NOT_AVAILABLE, UNITS, CellError, is_gpu_index, parse_quantity, parse_smi_time
+from . import smi_fast
 from .dcgm import sniff_csv
-from .records import Problems, Record, RunFacts
+from .records import LogFormatError, Problems, Record, RunFacts
 from .smi import ACTIVE, NOT_ACTIVE, SMI_REASONS, ReasonTime, mask_states, smi_record
 
 # First dotted component of every nvidia-smi --query-gpu field (as nvidia-smi prints the
@@ -155,66 +156,124 @@ def _rows_per_poll(times: list[float]) -> int:
 
 
 def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tuple]:
-    """Data rows of a --query-gpu log in file order: (line, position, t, values, lost, key field)."""
+    """Data rows of a --query-gpu log in file order: (line, position, t, values, lost, key field).
+
+    Runs of rows that cannot be a header (they start with a digit) are read a batch at a
+    time: by the vectorised reader where it is installed (smi_fast), which takes the
+    rows whose every cell is plain and hands back the rest, and row by row otherwise.
+    Every problem is found row by row, when its row's turn comes, so both ways report
+    the same problems on the same lines in the same order."""
     cols: list[_Column] | None = None
     ncells = 0
     position = 0
     header_line = 0
     key_field: str | None = None
-    for i, raw in enumerate(lines, 1):
-        text = raw.strip()
-        if not text:
-            continue
-        cells = [c.strip() for c in text.split(",")]
-        if cols is None or (not text[0].isdigit() and _smi_column_known(cells[0])):
-            hdr = _smi_header(cells, i, err)
-            if hdr is None:
-                if cols is None:
-                    raise err.fatal(i, f"unknown header {text[:80]!r}: expected an nvidia-smi "
-                                       "--query-gpu=... --format=csv header such as "
-                                       "'timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]'")
-            else:
-                cols, ncells, header_line = hdr, len(cells), i
-                position = 0     # a new header: the logger restarted, instants start over
-                if not any(c.field in ("util", "power", "power_avg", "power_inst", "mem_used") for c in cols):
-                    raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")
-                has = {c.field for c in cols}
-                run.timed = "t" in has
-                run.power_averaged = next((avg for f, avg in _POWER_AVERAGED if f in has), None)
-                key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
-                continue
+    fast: Any = None           # smi_fast's reader for this header; False: none to be had
+    batch: list[tuple[int, str]] = []
+
+    def row(i: int, text: str) -> tuple | None:
+        nonlocal position
         pos = position
         position += 1
+        cells = [c.strip() for c in text.split(",")]
         if len(cells) != ncells:
             what = "truncated line" if len(cells) < ncells else "too many fields (lines run together?)"
             err.add(i, f"{what}: {len(cells)} fields, header on line {header_line} has {ncells}; row skipped")
+            return None
+        t, values, lost = _row_values(cols, cells, i, err)
+        if values is None or not values:
+            return None
+        return i, pos, t, values, lost, key_field
+
+    def flush() -> Iterator[tuple]:
+        nonlocal position
+        nonlocal fast
+        if fast is None and len(batch) >= smi_fast.BATCH:     # a long log: worth the vectorised reader
+            fast = smi_fast.reader(cols, ncells, _STATE_FIELDS, _TEXT_FIELDS) or False
+        got = fast.read([text for _, text in batch]) if fast and len(batch) >= smi_fast.MIN_ROWS else None
+        if got is None:
+            got = [None] * len(batch)
+        for (i, text), parsed in zip(batch, got):
+            if parsed is None:
+                out = row(i, text)
+                if out is not None:
+                    yield out
+            else:
+                yield i, position, parsed[0], parsed[1], None, key_field
+                position += 1
+        batch.clear()
+
+    try:
+        for i, raw in enumerate(lines, 1):
+            text = raw.strip()
+            if not text:
+                continue
+            if cols is not None and text[0].isdigit():      # a data row: no header starts with a digit
+                batch.append((i, text))
+                if len(batch) >= smi_fast.BATCH:
+                    yield from flush()
+                continue
+            if batch:
+                yield from flush()
+            cells = [c.strip() for c in text.split(",")]
+            if cols is None or _smi_column_known(cells[0]):
+                hdr = _smi_header(cells, i, err)
+                if hdr is None:
+                    if cols is None:
+                        raise err.fatal(i, f"unknown header {text[:80]!r}: expected an nvidia-smi "
+                                           "--query-gpu=... --format=csv header such as "
+                                           "'timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]'")
+                else:
+                    cols, ncells, header_line = hdr, len(cells), i
+                    position = 0     # a new header: the logger restarted, instants start over
+                    if not any(c.field in ("util", "power", "power_avg", "power_inst", "mem_used") for c in cols):
+                        raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")
+                    has = {c.field for c in cols}
+                    run.timed = "t" in has
+                    run.power_averaged = next((avg for f, avg in _POWER_AVERAGED if f in has), None)
+                    key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
+                    fast = None
+                    continue
+            out = row(i, text)
+            if out is not None:
+                yield out
+    except LogFormatError:
+        # a line no text log has (records.MAX_LINE): the rows before it still count
+        if batch:
+            yield from flush()
+        raise
+    if batch:
+        yield from flush()
+
+
+def _row_values(cols: list[_Column], cells: list[str], i: int,
+                err: Problems) -> tuple[float | None, dict[str, Any] | None, str | None]:
+    """One data row's cells -> (t, values, lost); values None when the row is skipped."""
+    values: dict[str, Any] = {}
+    lost = None
+    for c in cols:
+        cell = cells[c.pos]
+        if c.field in _STATE_FIELDS:
+            _state(values, c, cell, i, err)
             continue
-        values: dict[str, Any] = {}
-        lost = None
-        for c in cols:
-            cell = cells[c.pos]
-            if c.field in _STATE_FIELDS:
-                _state(values, c, cell, i, err)
-                continue
-            if c.field in _TEXT_FIELDS:
-                values[c.field] = None if NOT_AVAILABLE.match(cell) else cell
-                continue
-            if LOST.search(cell):
-                lost = cell.strip("[]")
-                continue
-            try:
-                values[c.field] = parse_quantity(cell, c.unit, c.lo, c.hi)
-            except CellError as e:
-                err.add(i, f"column {c.label!r}: {e}; value dropped")
-        t = None
-        if values.get("t") is not None:
-            try:
-                t = parse_smi_time(values["t"])
-            except CellError as e:
-                err.add(i, f"column 'timestamp': {e}; row skipped")
-                continue
-        if values:
-            yield i, pos, t, values, lost, key_field
+        if c.field in _TEXT_FIELDS:
+            values[c.field] = None if NOT_AVAILABLE.match(cell) else cell
+            continue
+        if LOST.search(cell):
+            lost = cell.strip("[]")
+            continue
+        try:
+            values[c.field] = parse_quantity(cell, c.unit, c.lo, c.hi)
+        except CellError as e:
+            err.add(i, f"column {c.label!r}: {e}; value dropped")
+    t = None
+    if values.get("t") is not None:
+        try:
+            t = parse_smi_time(values["t"])
+        except CellError as e:
+            err.add(i, f"column 'timestamp': {e}; row skipped")
+            return None, None, None
+    return t, values, lost
 
 
 def _state(values: dict[str, Any], c: _Column, cell: str, line: int, err: Problems) -> None:

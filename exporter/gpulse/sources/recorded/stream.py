@@ -151,6 +151,11 @@ class LogStream:
         except OSError:
             return 0.0
 
+    @property
+    def lines_read(self) -> int:
+        """Lines of the file read so far (the report's progress counts them as rows)."""
+        return self._line_no
+
     def warnings(self) -> list[str]:
         """One line per kind of timestamp trouble, with counts and the first lines."""
         out = []

@@ -1,0 +1,155 @@
+"""The vectorised reader of nvidia-smi --query-gpu rows (pyarrow, the `report` extra).
+
+A batch of data rows is parsed by pyarrow's CSV reader and its cells checked and
+converted column by column in Arrow; only what is left, one dict per row, is made in
+Python. It takes a row only when every cell it uses is plain: a number in the strict
+form `-?digits[.digits]` with the column's unit or none, in its range; a timestamp
+`YYYY/MM/DD hh:mm:ss[.fff]`; text of printable ASCII. Every other row (a marker such as
+[N/A], a lost GPU, a wrong field count, a stray byte) is handed back to the row-by-row
+reader in smi_csv, which is the one that judges and reports it: the values of a row
+taken here are what that reader would have made of it, and the problems are its own.
+
+Without pyarrow, `reader()` is None and every row is read row by row.
+The row-by-row reader asks for this one once a run of rows fills a batch.
+"""
+from __future__ import annotations
+
+import io
+from typing import Any, Sequence
+
+from ..cells import NOT_AVAILABLE, UNITS, CellError, parse_smi_time
+
+# pyarrow, imported on the first full batch: a short log, and the exporter that never
+# reads one, do not pay its import (~0.3 s, ~70 MB)
+pa: Any = None
+pc: Any = None
+pcsv: Any = None
+_tried = False
+
+# Rows per batch: Arrow's fixed cost per call is paid once per this many rows, and the
+# batch is all of a log that is held at once (a few MB), whatever the file's size.
+BATCH = 32768
+# Fewer rows than this go row by row (a small log, a stretch between two headers).
+MIN_ROWS = 256
+
+_NUMBER = r"-?[0-9]+(?:\.[0-9]+)?"
+_TIME = r"^ *(?P<t>[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?) *$"
+_TEXT = r"^[ -~]*$"        # printable ASCII: str.strip() and Arrow's trim of spaces agree
+
+
+def _re2(s: str) -> str:
+    return "".join("\\" + ch if not ch.isalnum() else ch for ch in s)
+
+
+class _Reader:
+    def __init__(self, cols: Sequence[Any], ncells: int, text_fields: set[str]):
+        self.cols = cols
+        self.text_fields = text_fields
+        self.commas = ncells - 1
+        self.names = [f"c{i}" for i in range(ncells)]
+        self.read_opts = pcsv.ReadOptions(column_names=self.names, use_threads=False, block_size=1 << 24)
+        self.parse_opts = pcsv.ParseOptions(quote_char=False, double_quote=False, escape_char=False,
+                                            newlines_in_values=False, ignore_empty_lines=False)
+        self.convert_opts = pcsv.ConvertOptions(column_types={n: pa.string() for n in self.names},
+                                                include_columns=[self.names[p] for p in sorted({c.pos for c in cols})],
+                                                strings_can_be_null=False, quoted_strings_can_be_null=False)
+        self._bases: dict[str, float | None] = {}
+
+    def read(self, texts: list[str]) -> list[tuple[float | None, dict[str, Any]] | None]:
+        """Per row: (t, values) as smi_csv would make them, or None: read that row yourself."""
+        out: list[tuple[float | None, dict[str, Any]] | None] = [None] * len(texts)
+        # a field count, a byte or a line break Arrow would read otherwise: row by row
+        plain = [j for j, t in enumerate(texts) if t.count(",") == self.commas and t.isascii() and "\r" not in t]
+        if not plain:
+            return out
+        table = pcsv.read_csv(io.BytesIO("\n".join([texts[j] for j in plain]).encode("ascii")),
+                              self.read_opts, self.parse_opts, self.convert_opts)
+        good = None
+        fields: list[str] = []
+        columns: list[Any] = []
+        for c in self.cols:
+            cell = table.column(self.names[c.pos])
+            if c.field == "t":
+                value = pc.struct_field(pc.extract_regex(cell, _TIME), [0])
+                ok = pc.is_valid(value)
+            elif c.field in self.text_fields:
+                ok = pc.match_substring_regex(cell, _TEXT)
+                value = pc.utf8_trim(cell, " ")
+                value = pc.if_else(pc.match_substring_regex(value, NOT_AVAILABLE.pattern, ignore_case=True),
+                                   pa.scalar(None, pa.string()), value)
+            else:
+                unit = f"(?: *{_re2(c.unit)})?" if c.unit else ""
+                num = pc.cast(pc.struct_field(pc.extract_regex(cell, f"^ *(?P<v>{_NUMBER}){unit} *$"), [0]),
+                              pa.float64())
+                ok = pc.is_finite(num)       # null where the cell is no plain number
+                if c.lo is not None:
+                    ok = pc.and_(ok, pc.greater_equal(num, c.lo))
+                if c.hi is not None:
+                    ok = pc.and_(ok, pc.less_equal(num, c.hi))
+                if c.unit == "%":
+                    value = pc.divide(num, 100.0)       # as parse_quantity: exact for whole percents
+                elif c.unit is not None:
+                    value = pc.multiply(num, UNITS[c.unit][1])
+                else:
+                    value = num
+            good = ok if good is None else pc.and_(good, ok)
+            fields.append(c.field)
+            columns.append(value)
+        timed = "t" in fields
+        for j, ok, vals in zip(plain, pc.fill_null(good, False).to_pylist(), zip(*[c.to_pylist() for c in columns])):
+            if not ok:
+                continue
+            values = dict(zip(fields, vals))
+            if timed:
+                t = self._time(values["t"])
+                if t is not None:
+                    out[j] = (t, values)
+            else:
+                out[j] = (None, values)
+        return out
+
+    def _time(self, s: str) -> float | None:
+        """parse_smi_time of a plain timestamp; None when its date is no date (row by row)."""
+        head, dot, frac = s.partition(".")
+        base = self._bases.get(head, _UNSEEN)
+        if base is _UNSEEN:
+            try:
+                base = parse_smi_time(head)
+            except CellError:
+                base = None
+            if len(self._bases) > 100_000:
+                self._bases.clear()
+            self._bases[head] = base
+        if base is None:
+            return None
+        return base + int(frac) / 10 ** len(frac) if dot else base
+
+
+_UNSEEN = object()
+
+
+def reader(cols: Sequence[Any], ncells: int, state_fields: set[str], text_fields: set[str]) -> _Reader | None:
+    """A vectorised reader for rows under this header, or None: pyarrow is not
+    installed, or a column needs the row-by-row reader (clock-event states, a unit
+    the cells module does not know)."""
+    if not available():
+        return None
+    if any(c.field in state_fields or (c.field not in text_fields and c.unit is not None and c.unit not in UNITS)
+           for c in cols):
+        return None
+    return _Reader(cols, ncells, text_fields)
+
+
+def available() -> bool:
+    """Whether pyarrow (the report extra) is installed; imported on the first call."""
+    global pa, pc, pcsv, _tried
+    if not _tried:
+        _tried = True
+        try:
+            import pyarrow
+            import pyarrow.compute
+            import pyarrow.csv
+        except ImportError:          # the report extra is not installed: row by row
+            return False
+        pa, pc, pcsv = pyarrow, pyarrow.compute, pyarrow.csv
+    return pa is not None
