@@ -116,7 +116,7 @@ def from_logs(inputs_: list[str], fmt: str = "auto", names: list[str] | None = N
     _require_time(rec, f"{', '.join(shown)}: {_gpus(rec)} but no time between two readings of any GPU")
     run = source.run
     rec.source = f"{len(paths)} logs of workload {workload} ({run.format}): {', '.join(shown)}"
-    rec.epoch = run.timed and (run.start or 0) > 1e8
+    rec.epoch = run.facts.timed and (run.start or 0) > 1e8
     rec.clocks = {"reference": aligned.reference or None,
                   "nodes": [{"node": lg.node, "log": clean(p), "offset_seconds": round(lg.offset, 3),
                              "aligned": lg.aligned,

@@ -32,9 +32,10 @@ HEALTHY, SLOW, TAIL = 60.0, 420.0, 20.0
 
 def _corpus():
     require_data("traces/h100-8gpu/ckpt1000.csv")
-    import bench.lib.corpus.cases as cases
-    import bench.lib.corpus.smi as smi
-    return cases, smi
+    import importlib
+    # bench.lib.corpus's own `cases` is a function: the module by its full name
+    return (importlib.import_module("bench.lib.corpus.cases"),
+            importlib.import_module("bench.lib.corpus.smi"))
 
 
 def write_job(out: Path, slow: set[tuple[int, int]], seed: int, fmt: str = "instant",

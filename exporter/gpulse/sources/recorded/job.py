@@ -40,7 +40,7 @@ from ...analysis.activity import activity_of, spin_gate_watts
 from ...analysis.thresholds import value
 from ...model import DeviceInfo, gpu_sort_key
 from ..replay import ReplaySource
-from .records import LogError, LogFormatError, Record
+from .records import LogError, LogFormatError, Record, RunFacts
 from .stream import LogStream
 
 # Clock offsets are looked for within this many seconds either way.
@@ -348,13 +348,19 @@ class JobStream:
     # -- what has been learnt so far (LogStream's interface)
 
     @property
-    def found(self) -> dict[str, DeviceInfo]:
-        return {d.gpu: d for d in self.devices}
+    def facts(self) -> RunFacts:
+        """What the logs' readers have learnt so far, as one run's (LogStream.facts)."""
+        kinds = {s.facts.power_averaged for s in self.streams}
+        return RunFacts(found={d.gpu: d for d in self.devices},
+                        timed=all(s.facts.timed for s in self.streams),
+                        has_sm_active=any(s.facts.has_sm_active for s in self.streams),
+                        power_averaged=kinds.pop() if len(kinds) == 1 else None,
+                        nodes_found=list(self.nodes))
 
     @property
     def devices(self) -> list[DeviceInfo]:
         out = [dataclasses.replace(d, gpu=f"{lg.node}:{d.gpu}") if self.keyed else d
-               for lg, s in zip(self.logs, self.streams) for d in s.found.values()]
+               for lg, s in zip(self.logs, self.streams) for d in s.facts.found.values()]
         return sorted(out, key=lambda d: gpu_sort_key(d.gpu))
 
     @property
@@ -362,17 +368,8 @@ class JobStream:
         return tuple(lg.node for lg in self.logs)
 
     @property
-    def timed(self) -> bool:
-        return all(s.timed for s in self.streams)
-
-    @property
-    def has_sm_active(self) -> bool:
-        return any(s.has_sm_active for s in self.streams)
-
-    @property
-    def power_averaged(self) -> bool | None:
-        kinds = {s.power_averaged for s in self.streams}
-        return kinds.pop() if len(kinds) == 1 else None
+    def lines_read(self) -> int:
+        return sum(s.lines_read for s in self.streams)
 
     @property
     def errors(self) -> list[LogError]:
