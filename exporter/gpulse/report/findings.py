@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from ..analysis import imbalance as imbalance_of, load_balance, peer_deviation, stall_period
+from ..analysis import Episode, imbalance as imbalance_of, load_balance, peer_deviation, stall_period
 from ..analysis.period import families
 from ..analysis.thresholds import value
 from ..analysis.verdict import deviating, imbalance_explained, is_working, peer_wait, straggler_spans, work_runs
@@ -80,23 +80,40 @@ class Span:
     a: int                  # first tick
     b: int                  # last tick (inclusive)
     workload: str = ""
+    restart: bool = False   # a no_job gap between two segments: the job exited and came back
 
 
 @dataclass
-class StallEp:
-    start: float
-    end: float
-    stalled: float
+class Stall:
+    """One of the engine's stall episodes, inside the work of its group's segment
+    `segment`, with who waited: the members spin-waiting and those off the GPU."""
+    episode: Episode
     workload: str
     segment: int
     gpus: list[str]
     waiting: list[str] = field(default_factory=list)
     off: list[str] = field(default_factory=list)
-    open: bool = False      # cut by the end of the record, not ended by work
+
+    @property
+    def start(self) -> float:
+        return self.episode.start
 
     @property
     def duration(self) -> float:
-        return self.end - self.start
+        return self.episode.duration
+
+    @property
+    def end(self) -> float:
+        return self.episode.start + self.episode.duration
+
+    @property
+    def stalled(self) -> float:
+        return self.episode.stalled
+
+    @property
+    def open(self) -> bool:
+        """Cut by the end of the record, not ended by work (analysis.coidle)."""
+        return self.episode.open
 
 
 @dataclass
@@ -133,7 +150,7 @@ class Analysis:
         self.t0 = (rec.times[0] - self.iv) if rec.ticks else 0.0
         self.spans: list[Span] = []
         self.work_ticks: dict[str, list[int]] = {}
-        self.episodes: list[StallEp] = []
+        self.episodes: list[Stall] = []
         self.patterns: list[dict[str, Any]] = []
         self.stragglers: list[dict[str, Any]] = []
         self.gpu_stats: dict[str, dict[str, float]] = {}
@@ -212,7 +229,7 @@ class Analysis:
                 i += 1
         # a stall the end of the record cut (analysis.coidle, End of a log) belongs to
         # the work it interrupted, however idle its ticks read
-        cut = gr.episodes[-1] if gr.episodes and getattr(gr.episodes[-1], "open", False) else None
+        cut = gr.episodes[-1] if gr.episodes and gr.episodes[-1].open else None
         work: list[int] = []
         seg_work: list[tuple[int, int] | None] = []
         prev_end = -1
@@ -246,27 +263,24 @@ class Analysis:
         """Ticks a..b without a held workload: no data at all, or no job."""
         nodata = sum(1 for i in range(a, b + 1) if not covered[i])
         kind = "no_data" if nodata > (b - a + 1) / 2 else "no_job"
-        span = Span(kind, a, b, workload)
-        span.restart = restart  # type: ignore[attr-defined]
-        self.spans.append(span)
+        self.spans.append(Span(kind, a, b, workload, restart))
 
     # ------------------------------------------------------------ stalls
 
     def _stall_episodes(self, gr: GroupTrack, members: list[GpuTrack],
                         seg_work: list[tuple[int, int] | None]) -> None:
         windows = [(si, self.tick_start(w[0]), self.tick_end(w[1])) for si, w in enumerate(seg_work) if w]
-        merged: list[StallEp] = []
+        merged: list[Stall] = []
         for ep in gr.episodes:
             win = next((w for w in windows if w[1] <= ep.start < w[2]), None)
             if win is None:
                 continue            # start-up, exit: not a stall of the running job
-            merged.append(StallEp(ep.start, ep.start + ep.duration, getattr(ep, "stalled", ep.duration),
-                                  gr.workload, win[0], list(gr.gpus), open=getattr(ep, "open", False)))
+            merged.append(Stall(ep, gr.workload, win[0], list(gr.gpus)))
         for e in merged:
             self._who_waited(e, members)
         self.episodes.extend(merged)
 
-    def _who_waited(self, e: StallEp, members: list[GpuTrack]) -> None:
+    def _who_waited(self, e: Stall, members: list[GpuTrack]) -> None:
         """Members busy during the stall were spin-waiting; the rest were off the GPU."""
         ticks = [i for i in self._ticks_between(e.start, e.end)
                  if self.tick_start(i) >= e.start - 1e-6 and self.tick_end(i) <= e.end + 1e-6]
@@ -800,7 +814,7 @@ class Analysis:
             dur = self.tick_end(s.b) - self.tick_start(s.a)
             when = self._when(self.tick_start(s.a))
             before = len(out)
-            if s.kind == "no_job" and getattr(s, "restart", False):
+            if s.kind == "no_job" and s.restart:
                 out.append(Finding("gap", "medium",
                                    f"No job for {_secs(dur)} from {when}: the job exited and a new run started "
                                    f"afterwards — a crash and restart (or requeue), reported as a gap, not as a "
@@ -891,7 +905,7 @@ class Analysis:
                     "duration_seconds": round(self.tick_end(s.b) - self.tick_start(s.a), 3), "workload": s.workload}
             doc["phases"].append(item)
             if s.kind in ("no_job", "no_data"):
-                doc["gaps"].append({**item, "restart": bool(getattr(s, "restart", False))})
+                doc["gaps"].append({**item, "restart": bool(s.restart)})
         for e in sorted(self.episodes, key=lambda e: e.start):
             start, iso = self._time(e.start)
             doc["stall_episodes"].append({
