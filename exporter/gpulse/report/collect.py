@@ -28,6 +28,8 @@ NAN = float("nan")
 
 # The per-tick integrals kept for every GPU (seconds within the tick).
 FIELDS = ("busy", "active", "spin_wait", "idle", "sampled")
+# where the power readings' count and sum sit in the engine's cause-signal sums
+POWER_N, POWER_SUM = cause.SLOTS.index("power_n"), cause.SLOTS.index("power")
 # The engine's cumulative cause signals (analysis.cause) are kept every this many
 # seconds, not every tick: a straggler span is minutes long, so its ends move inwards
 # by at most this much (never outwards: the idle after a job is no part of its span),
@@ -51,7 +53,11 @@ class GpuTrack:
     cost_active: array = field(default_factory=lambda: array("f"))  # engine's windowed (hot, cold) cost
     cost_busy: array = field(default_factory=lambda: array("f"))
     lost_to: float = 0.0      # GPU-seconds its peers lost waiting for it (the engine's, booked)
+    # mean power of the tick's readings (W; NaN without one): what a sentence about a
+    # state (its peers' power while it was idle) is figured over
+    power: array = field(default_factory=lambda: array("f"))
     prev: tuple[float, ...] | None = None
+    prev_power: tuple[float, float] = (0.0, 0.0)   # the engine's power reading count and sum
     # analysis.cause vectors (len(cause.SLOTS) values each) at ticks signal_ticks,
     # and the one at the end of the run
     signals: array = field(default_factory=lambda: array("d"))
@@ -100,7 +106,7 @@ class GpuTrack:
         return list(self.signals[j * w:(j + 1) * w])
 
     def pad(self, n: int) -> None:
-        for name in FIELDS + ("dev_busy", "dev_active", "cost_active", "cost_busy"):
+        for name in FIELDS + ("dev_busy", "dev_active", "cost_active", "cost_busy", "power"):
             a = getattr(self, name)
             if len(a) < n:
                 a.extend([NAN] * (n - len(a)))
@@ -235,6 +241,10 @@ class Collector:
             g.cost_busy.append(cold)
             g.lost_to = v.lost_to
             g.prev = cur
+            n, w = v.cause_sums[POWER_N], v.cause_sums[POWER_SUM]
+            pn, pw = g.prev_power if n >= g.prev_power[0] else (0.0, 0.0)   # counted anew: re-adopted
+            g.power.append((w - pw) / (n - pn) if n > pn else NAN)
+            g.prev_power = (n, w)
             if i % self._every == 0:
                 g.signals.extend(cause.vector(v.cause_sums, tot, v.counters))
                 g.signal_ticks.append(i)

@@ -96,7 +96,7 @@ def as_json(j: Judgement, findings: list[Finding], headline: str) -> dict[str, A
         doc["stall_period_seconds"] = round(head["period_seconds"], 3)
     for st in sorted(j.stragglers, key=lambda s: -s["cost"]):
         doc["stragglers"].append({k: (round(v, 6) if isinstance(v, float) else _spans(v) if k == "spans" else v)
-                                  for k, v in st.items() if k not in ("key", "stats", "cause", "verdict")})
+                                  for k, v in st.items() if k not in ("key", "stats", "cause", "verdict", "idle_power")})
     for nd in sorted(j.straggler_nodes, key=lambda d: -d["cost"]):
         doc["straggler_nodes"].append({k: (round(v, 6) if isinstance(v, float) else _spans(v) if k == "spans" else v)
                                        for k, v in nd.items() if k not in ("keys", "others", "cause", "verdict", "signal")})

@@ -47,7 +47,10 @@ Causes
 """
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import math
+import re
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -60,6 +63,8 @@ from ..analysis.verdict import deviating, imbalance_explained, is_working, peer_
 from .collect import GpuTrack, GroupTrack, Recording
 
 WORK_BUSY = value("work_busy_ratio")
+# analysis.cause's power evidence over a whole span ("power 269 W vs peers 267 W")
+SPAN_POWER = re.compile(r"power \d+ W( vs peers \d+ W)?")
 
 
 @dataclass
@@ -518,8 +523,37 @@ class Judgement:
             nd["verdict"], nd["cause"] = v, v.cause
         for st in self.stragglers:
             gr = self.rec.groups.get(st["workload"])
-            v = self.rec.cause_of(st["key"], gr.gpus if gr else [], st["spans"])
+            peers = gr.gpus if gr else []
+            v = self.rec.cause_of(st["key"], peers, st["spans"])
+            st["idle_power"] = self._idle_power(st["key"], [p for p in peers if p != st["key"]], st["spans"]) \
+                if st["direction"] == "idler" else None
+            if v.cause == "off_gpu" and st["idle_power"] is not None:
+                # its peers wait while it is off the GPU: their power is figured over
+                # those ticks, not over the span, where its working ticks lift it to the
+                # mean of work and waiting (the item analysis.cause wrote as "power ...")
+                own, waiting, working = st["idle_power"]
+                item = f"power while it was idle {own:.0f} W vs peers {waiting:.0f} W (peers {working:.0f} W while it worked)"
+                v = dataclasses.replace(v, evidence=tuple(item if SPAN_POWER.fullmatch(e) else e for e in v.evidence))
             st["verdict"], st["cause"] = v, v.cause
+
+    def _idle_power(self, key: str, peers: list[str], spans: list[tuple[float, float]]
+                    ) -> tuple[float, float, float] | None:
+        """Over the ticks of `spans` in which GPU `key` was idle most of the tick: its
+        mean power and its peers'; and its peers' over the ticks in which it was not.
+        None where power was not recorded."""
+        rec = self.rec
+        g = rec.gpus[key]
+        others = [rec.gpus[p] for p in peers if p in rec.gpus]
+        idle: list[int] = []
+        busy: list[int] = []
+        for a, b in spans:
+            for i in range(bisect.bisect_right(rec.times, a + 1e-6), bisect.bisect_right(rec.times, b + 1e-6)):
+                if g.sampled[i] > 0:
+                    (idle if g.idle[i] >= 0.5 * g.sampled[i] else busy).append(i)
+        own = _nanmean([g.power[i] for i in idle])
+        waiting = _nanmean([o.power[i] for o in others for i in idle])
+        working = _nanmean([o.power[i] for o in others for i in busy])
+        return None if math.isnan(own) or math.isnan(waiting) or math.isnan(working) else (own, waiting, working)
 
     def imbalance_cause(self, spans: list[tuple[float, float]]) -> Verdict:
         """Why the load is uneven: the busiest GPU against the rest over `spans` (its

@@ -101,8 +101,16 @@ def _one_cause(j: Judgement, st: dict[str, Any], f: Finding,
     for item in same:
         pattern_findings.remove(item)
     same.sort(key=lambda x: -x[0]["count"])
-    f.text += (" The same cause shows as every GPU stalling together: "
-               + "; ".join(p["summary"] for p, _ in same) + ".")
+    if len(same) == 1:
+        f.text += f" The same cause shows as every GPU stalling together: {same[0][0]['summary']}."
+    else:
+        # several rhythms are told apart as such, and said to overlap where they do,
+        # so that their figures do not read as one pattern's
+        ranges = sorted((p["spans"][0][0], p["spans"][-1][1]) for p, _ in same)
+        overlap = any(b[0] < a[1] for a, b in zip(ranges, ranges[1:]))
+        f.text += (f" The same cause shows as every GPU stalling together, in {len(same)} separate rhythms"
+                   + (" that overlap in time" if overlap else "") + ": "
+                   + "; ".join(f"({chr(ord('a') + n)}) {p['summary']}" for n, (p, _) in enumerate(same)) + ".")
     order = {"high": 0, "medium": 1, "info": 2}
     f.severity = min([f.severity] + [pf.severity for _, pf in same], key=order.__getitem__)
     f.spans = union(f.spans + [s for _, pf in same for s in pf.spans])
@@ -128,7 +136,11 @@ def _straggler_words(j: Judgement, st: dict[str, Any], why: str) -> Finding:
     sev = "high" if st["cost"] >= value("straggler_high_gap_ratio") else "medium"
     spans = st["spans"]
     if st["direction"] == "idler":
-        power = (f" at idle-level power (spin-waiting {pct(peer_spin)} of the time)"
+        # the power figures are over the state the sentence names: the ticks it was idle
+        figures = st["idle_power"]
+        watts = (f"{figures[1]:.0f} W while it was idle, against {figures[2]:.0f} W while it worked; "
+                 if figures is not None else "")
+        power = (f" at idle-level power ({watts}spin-waiting {pct(peer_spin)} of the time)"
                  if peer_busy > 0 and peer_spin >= SPIN_WAITING * peer_busy else "")
         if why == "off_gpu":
             text = (f"{j.label(k)} was idle {pct(me['idle_fraction'])} {what} while "
