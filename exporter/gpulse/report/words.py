@@ -267,10 +267,10 @@ def _missing_words(j: Judgement) -> list[Finding]:
             if best is None or best[1] - best[0] < need:
                 continue
             a, b = ticks[best[0]], ticks[best[1] - 1]
-            secs = j.tick_end(b) - j.tick_start(a)
+            length = j.tick_end(b) - j.tick_start(a)
             to_end = b == ticks[-1]
             text = (f"{j.label(g.key)} stopped reporting at {when_of(j, j.tick_start(a))} while its peers "
-                    + ("went on, and never came back" if to_end else f"went on, for {secs(secs)}")
+                    + ("went on, and never came back" if to_end else f"went on, for {secs(length)}")
                     + ": lost, hung or fallen off the bus; its peers' numbers cover that time without it.")
             out.append(Finding("gpu_missing", "high" if to_end else "medium", text,
                                "check the node's kernel log for XID errors (79: fallen off the bus) and the "
