@@ -47,15 +47,15 @@ def field_schema(f: gcfg.Field) -> dict:
         s.update(type="string", enum=list(f.choices))
     elif parse is gcfg.parse_duration:
         s.update(type=["string", "number"], pattern=_DURATION)
-    elif parse is gcfg._parse_bool:
+    elif parse is gcfg.parse_bool:
         s.update(type="boolean")
-    elif parse is gcfg._parse_int:
+    elif parse is gcfg.parse_int:
         s.update(type="integer")
-    elif parse is gcfg._parse_float:
+    elif parse is gcfg.parse_float:
         s.update(type="number")
-    elif parse is gcfg._parse_list:
+    elif parse is gcfg.parse_list:
         s.update(type=["array", "string"], items={"type": "string"})
-    elif parse is gcfg._parse_str:
+    elif parse is gcfg.parse_str:
         s.update(type="string")
     else:
         raise SystemExit(f"{f.key}: no JSON Schema type known for parser {parse.__name__}; add it to {__file__}")
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     text = SCHEMA.read_text(encoding="utf-8")
     return write_or_check(SCHEMA, text, render(json.loads(text)), args.check,
-                          f"{SCHEMA.relative_to(ROOT)} is out of date with gpulse/config.py FIELDS: "
+                          f"{SCHEMA.relative_to(ROOT)} is out of date with gpulse/config/schema.py FIELDS: "
                           f"run python helm/sync_config_schema.py")
 
 

@@ -64,7 +64,7 @@ FLAG_ALIASES = {"web.config_file": ("--web.config.file",)}
 
 def _add_field(p: argparse.ArgumentParser, f: Field) -> None:
     helptext = f.help.replace("%", "%%") + (f" (default: {f.show(f.default)})" if f.default not in ("", ()) else "")
-    if f.parse.__name__ in ("_parse_bool", "_parse_auto_bool"):
+    if f.parse.__name__ in ("parse_bool", "parse_auto_bool"):
         p.add_argument(flag_name(f.key), dest=f.key, action=argparse.BooleanOptionalAction,
                        default=None, help=helptext)
     else:

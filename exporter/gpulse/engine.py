@@ -15,7 +15,7 @@ from typing import Any, Iterator, NamedTuple
 
 from statistics import median
 
-from .analysis import (Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
+from .analysis import (Episode, Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
                        load_balance, peer_deviation, spin_gate_watts)
 from .analysis import cause
 from .analysis.period import dominant_rhythm, stopped
@@ -62,6 +62,10 @@ class GpuView(NamedTuple):
     costs: tuple[float, float] | None = None
     # GPU-seconds its peers lost waiting for it while it was a straggler (booked)
     lost_to: float = 0.0
+    # its running gauge sums of the cause signals (analysis.cause.accumulate); with
+    # `totals` and `counters`, analysis.cause.vector makes its cumulative cause vector,
+    # which the report keeps to judge a straggler's span afterwards
+    cause_sums: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +85,14 @@ class GroupView:
     # GPU-seconds lost, cumulative, by (reason, cause): every pair of LOSS_KEYS
     lost: tuple[tuple[tuple[str, str], float], ...] = ()
     # the group's recent stall episodes and the start of a stall in progress, as the
-    # live page draws them (analysis.coidle.StallTracker)
-    episodes: tuple[Any, ...] = ()
+    # live page draws them (analysis.coidle.StallTracker); the last `pending` of the
+    # episodes may still merge with a later stall, the others are counted and final
+    episodes: tuple[Episode, ...] = ()
     open_since: float | None = None
+    pending: int = 0
+    # what a record ending at this tick adds to the counted episodes: the pending
+    # ones and the stall in progress as an open episode (StallTracker.ending_episodes)
+    ending: tuple[Episode, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +106,14 @@ class Snapshot:
     call_errors: dict[str, int]
     last_success_wall: float | None
     source_events: dict[tuple[str, str], int] = field(default_factory=dict)
-    health: dict[str, Any] = field(default_factory=dict)   # the sampler's, passed to analyze()
+    health: dict[str, Any] = field(default_factory=dict)   # the sampler's, set by the sampler
     # per GPU, (t, busy, active) of each recent tick, oldest first
     history: dict[str, tuple[tuple[float, float | None, float | None], ...]] = field(default_factory=dict)
     # per peer group (workload), (t, its cumulative sync-stall seconds) at each recent
     # tick on the same ticks: the live page's stall strip (stalls shorter than a tick)
     stall_history: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    # the source's power lags utilisation steps (Engine.power_averaged)
+    power_averaged: bool = False
 
 
 class _Gpu:
@@ -164,7 +175,7 @@ class Engine:
         self.gpus: dict[str, _Gpu] = {}
         self.trackers: dict[str, StallTracker] = {}
         self._rhythm: dict[str, tuple[int, tuple[float, float] | None]] = {}   # per group: (changes, rhythm)
-        self._episode_copies: dict[str, tuple[int, tuple[Any, ...]]] = {}     # per group: (changes, episodes)
+        self._episode_copies: dict[str, tuple[int, tuple[Episode, ...], int]] = {}   # per group: (changes, episodes, pending)
         self._stall_history: dict[str, deque[tuple[float, float]]] = {}       # per group, with the GPUs' history
         # per straggler candidate: (start of its deviating run, every group member's
         # cause signals then); the span's aggregates are now minus then
@@ -184,6 +195,9 @@ class Engine:
         self.source_events: dict[tuple[str, str], int] = {}
         self.last_success_wall: float | None = None
         self.t: float | None = None
+        # power_averaged() is published on every snapshot: judged again only after an edge
+        self._edge_looks = 0
+        self._power_judged: tuple[int, Any, bool] = (-1, None, False)   # (looks, self.gpus, verdict)
         self.set_devices(devices)
 
     # ------------------------------------------------------------------ ingest
@@ -273,6 +287,7 @@ class Engine:
             if (ps is not None and s.util is not None and ps.util is not None
                     and abs(s.util - ps.util) >= POWER_EDGE):
                 self._power_edge(g, s, ps, pps, gate_w)
+                self._edge_looks += 1
             act = activity_of(s, self.activity_mode, gate_w)
             util = s.util if s.util is not None else act
             if util is None:
@@ -323,6 +338,13 @@ class Engine:
         utilisation's own averaging window, not the power's."""
         if self.power_kind is False:
             return False
+        looks, gpus, verdict = self._power_judged
+        if looks != self._edge_looks or gpus is not self.gpus:   # _adopt makes a new dict
+            verdict = self._power_judge()
+            self._power_judged = (self._edge_looks, self.gpus, verdict)
+        return verdict
+
+    def _power_judge(self) -> bool:
         # each GPU judges its own edges and the median GPU decides, so that one GPU's
         # many steps (a straggler's) do not speak for the whole source
         judged = [g for g in self.gpus.values() if g.edges]
@@ -339,7 +361,7 @@ class Engine:
                 return a
         return g.src_attr
 
-    def analyze(self, wall: float, health: dict[str, Any] | None = None) -> Snapshot:
+    def analyze(self, wall: float) -> Snapshot:
         """The Snapshot of this tick, built whole: nothing changes it afterwards."""
         # 1. close the tick for every GPU
         window_ticks, history = self.window_ticks, self.history_ticks > 0
@@ -458,6 +480,7 @@ class Engine:
                     and max(active.values()) >= IMBALANCE_MIN_ACTIVE):
                 top = max(active.values())
                 lost[("imbalance", "")] += sum(top - x for x in active.values()) * self.cfg.analysis_interval
+            episodes, pending = self._episodes(workload, tracker)
             if history:
                 self._stall_history.setdefault(workload, deque(maxlen=self.history_ticks)).append(
                     (self.t or 0.0, tracker.stall_seconds))
@@ -474,8 +497,10 @@ class Engine:
                 stall_period=self._period(workload, tracker),
                 imbalance_explained=explained,
                 lost=() if idle_group else tuple(lost.items()),
-                episodes=self._episodes(workload, tracker),
+                episodes=episodes,
                 open_since=tracker.open_since,
+                pending=pending,
+                ending=tuple(tracker.ending_episodes()),
             ))
         for k in [k for k in self._marks if k not in deviations or self.gpus[k].persistence.since is None]:
             del self._marks[k]
@@ -513,20 +538,24 @@ class Engine:
                 cause=verdicts.get(k),
                 costs=dev[3] if dev else None,
                 lost_to=self._lost_to.get(k, 0.0),
+                cause_sums=tuple(g.signals),
             ))
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),
                         call_errors=dict(self.call_errors), source_events=dict(self.source_events),
-                        last_success_wall=self.last_success_wall, health=dict(health or {}),
+                        last_success_wall=self.last_success_wall,
                         history={k: tuple(g.history) for k, g in self.gpus.items()} if self.history_ticks else {},
-                        stall_history={w: tuple(h) for w, h in self._stall_history.items()})
+                        stall_history={w: tuple(h) for w, h in self._stall_history.items()},
+                        power_averaged=self.power_averaged())
 
-    def _episodes(self, workload: str, tracker: StallTracker) -> tuple[Any, ...]:
-        """The group's recent episodes, copied only when one came or changed."""
+    def _episodes(self, workload: str, tracker: StallTracker) -> tuple[tuple[Episode, ...], int]:
+        """The group's recent episodes and how many of them are pending, copied only
+        when one came or changed."""
         cached = self._episode_copies.get(workload)
         if cached is None or cached[0] != tracker.changes:
-            cached = self._episode_copies[workload] = (tracker.changes, tuple(tracker.recent_episodes()))
-        return cached[1]
+            eps = tuple(tracker.recent_episodes())
+            cached = self._episode_copies[workload] = (tracker.changes, eps, len(eps) - len(tracker.episodes))
+        return cached[1], cached[2]
 
     def signals(self, k: str) -> list[float]:
         """GPU k's cumulative cause signals now (analysis.cause.vector)."""

@@ -13,6 +13,7 @@ values stay on /metrics.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -171,6 +172,7 @@ class Sampler:
             self._progress_logged = (fraction, now)
 
     def _publish(self) -> None:
+        # the sampler's own health goes beside the engine's snapshot, not through the engine
         health = dict(durations=self.durations.copy(), polls_total=self.polls_total,
                       poll_failures_total=self.poll_failures_total)
-        self.snapshot = self.engine.analyze(wall=time.time(), health=health)
+        self.snapshot = dataclasses.replace(self.engine.analyze(wall=time.time()), health=health)

@@ -28,7 +28,7 @@ def test_every_section_is_a_frozen_dataclass():
     assert len(sections) == len(gcfg.SECTIONS) >= 8
     for cls in _classes():
         assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
-        assert cls.__module__ == "gpulse.config" and cls.__qualname__ == cls.__name__, cls   # a class statement
+        assert cls.__module__ == "gpulse.config.schema" and cls.__qualname__ == cls.__name__, cls   # a class statement
 
 
 def test_no_setting_is_typed_any():
@@ -41,7 +41,7 @@ def test_no_setting_is_typed_any():
 def test_annotation_is_what_the_parser_returns():
     """The type a setting is declared with is the type its raw value is read into."""
     hints = {f"{prefix}{name}": hint
-             for prefix, cls in [("", Config)] + [(f"{s}.", gcfg._SECTION_CLASSES[s]) for s in gcfg.SECTIONS]
+             for prefix, cls in [("", Config)] + [(f"{s}.", gcfg.SECTION_CLASSES[s]) for s in gcfg.SECTIONS]
              for name, hint in typing.get_type_hints(cls).items() if not dataclasses.is_dataclass(hint)}
     assert sorted(hints) == sorted(f.key for f in FIELDS)
     for f in FIELDS:

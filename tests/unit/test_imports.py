@@ -188,3 +188,42 @@ def test_routes_read_only_what_the_sampler_publishes():
              if m.startswith("gpulse.http") or m == "gpulse.collector"
              for n in ast.walk(ast.parse(p.read_text())) if isinstance(n, ast.Attribute) and n.attr in private]
     assert reach == []
+
+
+# What the engine publishes: the Snapshot and its views, and the driver that yields them.
+ENGINE_PUBLISHES = {"run_offline", "Snapshot", "GpuView", "GroupView"}
+ENGINE_STATE = {"trackers", "signals", "ingest", "analyze", "power_averaged"}
+
+
+def engine_reaches(modules: dict[str, Path]) -> list[str]:
+    """Places in `modules` that take anything from gpulse.engine besides what it
+    publishes, or name an engine (or call its methods) rather than a snapshot."""
+    out = []
+    for m, p in modules.items():
+        tree = ast.parse(p.read_text())
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and (n.module or "").rpartition(".")[2] == "engine":
+                out += [f"{p.name}:{n.lineno} imports {a.name}" for a in n.names if a.name not in ENGINE_PUBLISHES]
+            elif isinstance(n, ast.Name) and n.id in ("engine", "Engine"):
+                out.append(f"{p.name}:{n.lineno} names {n.id}")
+            elif (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ENGINE_STATE) or (
+                    isinstance(n, ast.Attribute) and n.attr == "trackers"):
+                out.append(f"{p.name}:{n.lineno} .{getattr(n, 'attr', None) or n.func.attr}")
+    return sorted(out)
+
+
+def test_engine_reach_check_sees_a_reach(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from ..engine import Engine, Snapshot\n"
+                   "def f(pairs):\n"
+                   "    for engine, snap in pairs:\n"
+                   "        engine.trackers\n"
+                   "        x.signals('0')\n")
+    assert engine_reaches({"bad": bad}) == ["bad.py:1 imports Engine", "bad.py:3 names engine",
+                                            "bad.py:4 .trackers", "bad.py:4 names engine", "bad.py:5 .signals"]
+
+
+def test_report_reads_only_what_the_snapshot_publishes():
+    """The report takes the engine's Snapshots from the driver and nothing else of it:
+    no engine object, none of its trackers or running sums."""
+    assert engine_reaches({m: p for m, p in MODULES.items() if _within(m, "gpulse.report")}) == []

@@ -21,7 +21,8 @@ def _run(cfg, polls: int, engine_kw=None):
     for i in range(polls):
         eng.ingest(src.poll(i * STEP), wall=1e9 + i * STEP)
         if i % 10 == 9:
-            snaps.append(eng.analyze(wall=1e9 + i * STEP, health={"polls_total": i + 1}))
+            # as the sampler publishes it: its own health beside the engine's snapshot
+            snaps.append(dataclasses.replace(eng.analyze(wall=1e9 + i * STEP), health={"polls_total": i + 1}))
     return eng, snaps
 
 

@@ -270,15 +270,22 @@ class StallTracker:
         return Episode(self._open_start - w, length + w, self._open_len + w, open=True)
 
     def final_episodes(self) -> list[Episode]:
-        """Every episode of a record that ends now: the counted ones, those still
-        pending that count, and the open one (merged with its neighbour by the same
-        rule as a closed one)."""
+        """Every episode of a record that ends now: the counted ones, then
+        ending_episodes()."""
+        return list(self.episodes) + self.ending_episodes()
+
+    def ending_episodes(self) -> list[Episode]:
+        """What a record ending now adds to the counted episodes: those still pending
+        that count, and the open one (merged with its neighbour by the same rule as a
+        closed one)."""
+        if not self._pending and self._open_start is None:
+            return []
         p = list(self._pending)
         ep = self.open_episode()
         if ep is not None:
             p.append(ep)
             _merge_tail(p)
-        return list(self.episodes) + [e for e in p if self.counts(e.duration)]
+        return [e for e in p if self.counts(e.duration)]
 
     def recent_episodes(self) -> list[Episode]:
         """Counted episodes plus those still waiting to be final that will count (for

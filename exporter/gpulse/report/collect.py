@@ -1,11 +1,13 @@
-"""Drive the exporter's Engine over a whole run and keep what the report needs.
+"""Keep what the report needs of the engine's Snapshots over a whole run.
 
 The engine keeps only a window and a bounded history (it is built to run for
-months). A post-mortem needs the whole run, so after every analysis tick this
-module copies the tick's share of each GPU's integrals (the difference of the
-cumulative `GpuView.totals`), the engine's own peer deviations, and per peer group
-the holding state, the tick's sync-stall seconds, the windowed imbalance and every
-new stall episode. Nothing is recomputed: these are the engine's numbers.
+months). A post-mortem needs the whole run, so from every analysis tick's Snapshot
+this module copies the tick's share of each GPU's integrals (the difference of the
+cumulative `GpuView.totals`), the engine's own peer deviations and costs, every so
+often its cause signals, and per peer group the holding state, the tick's sync-stall
+seconds, the windowed imbalance and every newly counted stall episode; from the last
+Snapshot, the episodes the end of the record makes final. Nothing is recomputed:
+these are the engine's numbers, and the Snapshot is all this module reads of it.
 
 Storage is compact (`array('f')`, 4 bytes a value), so a 4-hour, 64-GPU run at 1 s
 ticks costs about 30 MB.
@@ -18,15 +20,16 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from ..analysis import cause
-from ..analysis.coidle import Episode
-from ..engine import Engine, Snapshot
+from ..analysis import Episode, cause
+from ..engine import Snapshot
 from ..model import gpu_sort_key
 
 NAN = float("nan")
 
 # The per-tick integrals kept for every GPU (seconds within the tick).
 FIELDS = ("busy", "active", "spin_wait", "idle", "sampled")
+# where the power readings' count and sum sit in the engine's cause-signal sums
+POWER_N, POWER_SUM = cause.SLOTS.index("power_n"), cause.SLOTS.index("power")
 # The engine's cumulative cause signals (analysis.cause) are kept every this many
 # seconds, not every tick: a straggler span is minutes long, so its ends move inwards
 # by at most this much (never outwards: the idle after a job is no part of its span),
@@ -50,7 +53,11 @@ class GpuTrack:
     cost_active: array = field(default_factory=lambda: array("f"))  # engine's windowed (hot, cold) cost
     cost_busy: array = field(default_factory=lambda: array("f"))
     lost_to: float = 0.0      # GPU-seconds its peers lost waiting for it (the engine's, booked)
+    # mean power of the tick's readings (W; NaN without one): what a sentence about a
+    # state (its peers' power while it was idle) is figured over
+    power: array = field(default_factory=lambda: array("f"))
     prev: tuple[float, ...] | None = None
+    prev_power: tuple[float, float] = (0.0, 0.0)   # the engine's power reading count and sum
     # analysis.cause vectors (len(cause.SLOTS) values each) at ticks signal_ticks,
     # and the one at the end of the run
     signals: array = field(default_factory=lambda: array("d"))
@@ -99,7 +106,7 @@ class GpuTrack:
         return list(self.signals[j * w:(j + 1) * w])
 
     def pad(self, n: int) -> None:
-        for name in FIELDS + ("dev_busy", "dev_active", "cost_active", "cost_busy"):
+        for name in FIELDS + ("dev_busy", "dev_active", "cost_active", "cost_busy", "power"):
             a = getattr(self, name)
             if len(a) < n:
                 a.extend([NAN] * (n - len(a)))
@@ -120,8 +127,7 @@ class GroupTrack:
     episodes: list[Episode] = field(default_factory=list)     # every episode, in order
     prev_stall: float = 0.0
     lost: dict[tuple[str, str], float] = field(default_factory=dict)   # the engine's, cumulative
-    tracker: Any = None
-    seen: int = 0
+    seen: int = 0                        # episodes counted by the group's tracker, taken
     last_members: tuple[str, ...] = ()   # the engine's member list at the latest tick
 
     def pad(self, n: int) -> None:
@@ -192,15 +198,14 @@ class Recording:
 
 
 class Collector:
-    """Feed it every (engine, snapshot) pair run_offline yields."""
+    """Feed it every Snapshot of a run, in order, then call end() with the last."""
 
     def __init__(self, rec: Recording, node_and_gpu: Callable[[str], tuple[str, str]]):
         self.rec = rec
         self.node_and_gpu = node_and_gpu
-        self._last_t: float | None = None
         self._every = max(1, math.ceil(SIGNALS_EVERY_SECONDS / rec.interval - 1e-9))
 
-    def add(self, engine: Engine, snap: Snapshot) -> None:
+    def add(self, snap: Snapshot) -> None:
         rec = self.rec
         i = rec.ticks
         # ticks are evenly spaced on the source timeline even across gaps, where the
@@ -237,14 +242,20 @@ class Collector:
             g.cost_busy.append(cold)
             g.lost_to = v.lost_to
             g.prev = cur
-            if i % self._every == 0 and k in engine.gpus:
-                g.signals.extend(engine.signals(k))
+            n, w = v.cause_sums[POWER_N], v.cause_sums[POWER_SUM]
+            pn, pw = g.prev_power if n >= g.prev_power[0] else (0.0, 0.0)   # counted anew: re-adopted
+            g.power.append((w - pw) / (n - pn) if n > pn else NAN)
+            g.prev_power = (n, w)
+            if i % self._every == 0:
+                g.signals.extend(cause.vector(v.cause_sums, tot, v.counters))
                 g.signal_ticks.append(i)
+        added = False
         for gv in snap.groups:
             gr = rec.groups.get(gv.workload)
             if gr is None:
                 gr = rec.groups[gv.workload] = GroupTrack(gv.workload)
                 gr.pad(i)
+                added = True
             if gv.gpus != gr.last_members:   # sorted only when the membership moves
                 gr.gpus = sorted(set(gr.gpus) | set(gv.gpus), key=gpu_sort_key)
                 gr.last_members = gv.gpus
@@ -256,61 +267,49 @@ class Collector:
             gr.imbalance.append(NAN if gv.imbalance is None or gv.imbalance_explained else gv.imbalance)
             if gv.lost:
                 gr.lost = dict(gv.lost)
-            self._take_episodes(engine, gr)
+            # the counted episodes that came since the last tick (the snapshot keeps
+            # only the latest few hundred)
+            new = gv.stalls_total - gr.seen
+            if new > 0:
+                gr.episodes.extend(gv.episodes[:len(gv.episodes) - gv.pending][-new:])
+                gr.seen = gv.stalls_total
         # tracks the snapshot did not reach (a GPU or group gone) are padded to this tick;
         # when it reached them all, none is short
         n = i + 1
         if len(snap.gpus) != len(rec.gpus):
             for g in rec.gpus.values():
                 g.pad(n)
-        if len(snap.groups) != len(rec.groups):
+        if len(snap.groups) != len(rec.groups) or added:
+            here = {gv.workload for gv in snap.groups}
             for gr in rec.groups.values():
                 gr.pad(n)
+                if gr.workload not in here:   # the job ended: its tracker, if it comes back, counts anew
+                    gr.seen = 0
 
-    @staticmethod
-    def _take_episodes(engine: Engine, gr: GroupTrack) -> None:
-        """Copy the episodes the group's tracker closed since the last tick (its own
-        deque keeps only the latest few hundred)."""
-        tracker = engine.trackers.get(gr.workload)
-        if tracker is None:
-            return
-        if tracker is not gr.tracker:
-            gr.tracker, gr.seen = tracker, 0
-        new = tracker.stalls_total - gr.seen
-        if new > 0:
-            gr.episodes.extend(list(tracker.episodes)[-new:])
-            gr.seen = tracker.stalls_total
+    def end(self, last: Snapshot) -> None:
+        """The record ends at the last snapshot: the episodes it makes final (those
+        pending in case a later stall merged with them, and a stall the end cut, an
+        open episode: analysis.coidle), and each GPU's cause signals at the end."""
+        rec = self.rec
+        for gv in last.groups:
+            rec.groups[gv.workload].episodes.extend(gv.ending)
+        rec.power_averaged = last.power_averaged
+        for v in last.gpus:
+            rec.gpus[v.info.gpu].signals_end = cause.vector(v.cause_sums, v.totals, v.counters)
 
 
-def collect(pairs: Iterable[tuple[Engine, Snapshot]], rec: Recording,
+def collect(snapshots: Iterable[Snapshot], rec: Recording,
             node_and_gpu: Callable[[str], tuple[str, str]],
             progress: Callable[[float], None] | None = None) -> Recording:
+    """The Recording of a run's snapshots (engine.run_offline's, every tick in order)."""
     c = Collector(rec, node_and_gpu)
-    engine = None
-    for n, (engine, snap) in enumerate(pairs):
-        c.add(engine, snap)
+    snap = None
+    for n, snap in enumerate(snapshots):
+        c.add(snap)
         if progress is not None and n % 50 == 0 and snap.t is not None:   # cheap: Progress throttles
             progress(snap.t)
-    if engine is not None:
-        for gr in rec.groups.values():
-            _take_pending(engine, gr)
-        rec.power_averaged = engine.power_averaged()
-        for k, g in rec.gpus.items():
-            if k in engine.gpus:
-                g.signals_end = engine.signals(k)
+    if snap is not None:
+        c.end(snap)
     if rec.ticks and not any(g.sampled[i] > 0 for g in rec.gpus.values() for i in range(rec.ticks)):
         rec.notes.append("no GPU delivered two samples in a row: nothing to integrate")
     return rec
-
-
-def _take_pending(engine: Engine, gr: GroupTrack) -> None:
-    """At the end of the run the tracker's pending episodes (kept open in case a
-    later stall merges with them) are final, and so is a stall the end of the record
-    cut (an open episode, analysis.coidle)."""
-    tracker = engine.trackers.get(gr.workload)
-    if tracker is None or tracker is not gr.tracker or not hasattr(tracker, "recent_episodes"):
-        return
-    counted = len(tracker.episodes)
-    final = getattr(tracker, "final_episodes", tracker.recent_episodes)
-    gr.episodes.extend(e for e in final()[counted:]
-                       if tracker.counts(e.duration))

@@ -62,7 +62,7 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
 
     try:
         pairs = run_offline(source, cfg)
-        collect(pairs, rec, node_and_gpu, tick)
+        collect((snap for _, snap in pairs), rec, node_and_gpu, tick)
     except SourceError as e:
         raise ReportError(str(e)) from None
     _require_time(rec, f"{path}: {_gpus(rec)} but no time between two readings of any GPU (a single snapshot, "
@@ -110,7 +110,7 @@ def from_logs(inputs_: list[str], fmt: str = "auto", names: list[str] | None = N
             if progress is not None and source.run is not None:
                 progress(f"analysed {100.0 * source.run.fraction:.0f} % of {len(paths)} logs")
 
-        collect(run_offline(source, cfg), rec, _node_and_gpu, tick)
+        collect((snap for _, snap in run_offline(source, cfg)), rec, _node_and_gpu, tick)
     except SourceError as e:
         raise ReportError(str(e)) from None
     _require_time(rec, f"{', '.join(shown)}: {_gpus(rec)} but no time between two readings of any GPU")
@@ -150,7 +150,7 @@ def from_source(source: Any, cfg: Any, label: str, until: float | None = None) -
                     activity=_engine_activity(cfg, getattr(source, "has_sm_active", False)),
                     window=cfg.analysis_window)
     rec.epoch = False
-    collect(run_offline(source, cfg, until=until), rec, lambda k: (cfg.node_name, k))
+    collect((snap for _, snap in run_offline(source, cfg, until=until)), rec, lambda k: (cfg.node_name, k))
     return rec
 
 
@@ -185,7 +185,7 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
     # the report's title: the server, and the matchers when there are any
     rec = Recording(source=url if sel == "{}" else f"{url} {sel}", interval=step, idle_threshold=cfg.idle_threshold,
                     activity=_engine_activity(cfg, True), window=cfg.analysis_window)
-    collect(run_offline(source, cfg), rec, source.node_and_gpu)
+    collect((snap for _, snap in run_offline(source, cfg)), rec, source.node_and_gpu)
     _require_time(rec, f"the gpulse series matching {sel} have fewer than two scrapes between "
                        f"{_iso(start)} and {_iso(end)}: nothing to analyse")
     # what a straggler's cause would need and Prometheus does not hold: said where the

@@ -204,7 +204,7 @@ def test_sighup_reload_of_an_alias_bomb_keeps_serving(tmp_path):
 
 # ---------------------------------------------------------------- numbers
 
-NUMERIC = [f for f in FIELDS if f.parse.__name__ in ("parse_duration", "_parse_float")]
+NUMERIC = [f for f in FIELDS if f.parse.__name__ in ("parse_duration", "parse_float")]
 
 
 @pytest.mark.parametrize("field", NUMERIC, ids=[f.key for f in NUMERIC])

@@ -133,13 +133,13 @@ def _example(field):
         return next((c for c in field.choices if c != field.default), field.default)
     if field.parse is gcfg.parse_duration:
         return "250ms" if (field.lo or 0) <= 0.25 <= (field.hi or 1e9) and field.default != 0.25 else f"{field.hi:g}s"
-    if field.parse is gcfg._parse_bool:
+    if field.parse is gcfg.parse_bool:
         return not field.default
-    if field.parse is gcfg._parse_int:
+    if field.parse is gcfg.parse_int:
         return int(field.hi) if field.hi is not None else 1234567
-    if field.parse is gcfg._parse_float:
+    if field.parse is gcfg.parse_float:
         return field.hi if field.hi is not None and field.hi != field.default else 0.125
-    if field.parse is gcfg._parse_list:
+    if field.parse is gcfg.parse_list:
         return ["example.com/a", "b"]
     return "/tmp/example"
 

@@ -72,7 +72,7 @@ def recording(source, step):
     cfg = test_config(source="sim", sample_interval=step, analysis_interval=step, history=10,
                       analysis_window=max(30.0, 2 * step))
     rec = Recording("test", step, cfg.idle_threshold, "sm_active", cfg.analysis_window)
-    return collect(run_offline(source, cfg), rec, source.node_and_gpu)
+    return collect((snap for _, snap in run_offline(source, cfg)), rec, source.node_and_gpu)
 
 
 def as_grids(data, start, end):

@@ -138,7 +138,7 @@ def test_range_source_over_two_nodes_names_the_idle_gpu():
     src = PromRangeSource(counters(levels, 180, reset_at=90), 1000.0, 1180.0, 1.0)
     cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)
     rec = Recording("test", 1.0, cfg.idle_threshold, "sm_active", cfg.analysis_window)
-    collect(run_offline(src, cfg), rec, src.node_and_gpu)
+    collect((snap for _, snap in run_offline(src, cfg)), rec, src.node_and_gpu)
     doc = analyse(rec).as_json()
     assert [(g["node"], g["gpu"], g["workload"]) for g in doc["gpus"]] == \
         [("a", "0", "train"), ("a", "1", "train"), ("b", "0", "train"), ("b", "1", "train")]
@@ -189,7 +189,7 @@ def test_a_slow_node_of_a_workload_is_named_once_as_the_node():
     src = PromRangeSource(counters(levels, 300), 1000.0, 1300.0, 1.0)
     cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)
     rec = Recording("test", 1.0, cfg.idle_threshold, "sm_active", cfg.analysis_window)
-    collect(run_offline(src, cfg), rec, src.node_and_gpu)
+    collect((snap for _, snap in run_offline(src, cfg)), rec, src.node_and_gpu)
     doc = analyse(rec).as_json()
     [nd] = doc["straggler_nodes"]
     assert (nd["node"], nd["workload"], nd["direction"], nd["gpus"]) == ("c", "train", "busier", 2)
