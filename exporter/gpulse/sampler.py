@@ -49,7 +49,7 @@ class Sampler:
 
     def start(self) -> None:
         """Open the source (SourceError propagates: fatal) and start polling."""
-        self.source.clock = self.clock
+        self.source.loop_clock = self.clock
         devices = self.source.open()
         self.engine = Engine(self.cfg, devices, self.source.name, self.attributor, self.source.sample_spacing,
                              util_window=self.source.util_window, power_kind=self.source.power_averaged)

@@ -99,7 +99,7 @@ class Source(abc.ABC):
     power_averaged: bool | None = None
     #: the time the loop that drives it runs on (clock.py), set before open(): a
     #: source that stamps samples with its own reading of time asks this clock
-    clock: Any = WallClock()
+    loop_clock: Any = WallClock()
 
     @abc.abstractmethod
     def open(self) -> list[DeviceInfo]:
