@@ -8,7 +8,6 @@ import pytest
 from gpulse.clock import ClockError, VirtualClock, WallClock, clock_from_env
 from gpulse.drive import Driver, run_offline
 from gpulse.engine import Engine
-from gpulse.sampler import Sampler
 from gpulse.sources.sim import SimSource
 from testing.config import test_config
 
@@ -77,24 +76,3 @@ def test_a_poll_that_raises_is_counted_live_and_ends_an_offline_run():
     assert len(list(driver.run())) == 2 and (driver.polls_total, driver.poll_failures_total) == (30, 1)
     with pytest.raises(RuntimeError, match="driver fell over"):
         list(run_offline(Broken(cfg), cfg, until=2.0))
-
-
-def test_the_sampler_in_virtual_time_confirms_a_straggler_and_holds_its_last_snapshot():
-    """The live sampler thread on a virtual clock: minutes of verdict in the time
-    the CPU takes; then ready no more, alive, never stale, the verdict served."""
-    cfg = _cfg()
-    sampler = Sampler(cfg, SimSource(cfg), clock=VirtualClock(wall0=1e9, until=300.0))
-    sampler.start()
-    try:
-        sampler._thread.join(60)
-        assert not sampler.alive and sampler.held
-        h = sampler.health()
-        assert h["alive"] and not h["stale"] and "virtual clock is spent" in h["not_ready"]
-        snap = sampler.snapshot
-        assert snap.wall == pytest.approx(1e9 + 300.1)
-        assert [(v.info.gpu, v.straggler is not None) for v in snap.gpus] == [
-            ("0", False), ("1", False), ("2", False), ("3", True)]
-        assert snap.gpus[3].cause.cause == "throttling"
-        assert snap.health["polls_total"] == 3001   # 0, 0.1, ..., 300 s
-    finally:
-        sampler.stop()
