@@ -1,7 +1,7 @@
 """One corpus case (bench/lib/corpus) through every detector but promtool.
 
 `observe(case_name, path, node)` replays the log through the real engine
-(`gpulse.engine.run_offline` over `ReplaySource`, what `gpulse serve --source replay`
+(`gpulse.drive.run_offline` over `ReplaySource`, what `gpulse serve --source replay`
 runs) and keeps, per analysis tick, what the live gauges say, and at every scrape
 instant what Prometheus would scrape:
 
@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT / "exporter"), str(ROOT)]   # gpulse, testing/
 from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402
-from gpulse.engine import run_offline  # noqa: E402
+from gpulse.drive import run_offline  # noqa: E402
 from gpulse.sources.recorded import read_log  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
 from bench.dashboards_scale import Prometheus, backfill_rules, need  # noqa: E402
 from gpulse.analysis.thresholds import value as threshold  # noqa: E402
-from gpulse.engine import run_offline  # noqa: E402
+from gpulse.drive import run_offline  # noqa: E402
 from gpulse.export import replay_config  # noqa: E402
 from gpulse.palette import SPIN_WEIGHT  # noqa: E402
 from testing.grafana_queries import (choices, fixed_values, format_value, panel_queries,  # noqa: E402

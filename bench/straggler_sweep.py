@@ -13,7 +13,7 @@ alerts name, on synchronous training jobs with one slow GPU or node.
    waiting for it), computed from the timeline; a case is positive at cost >= 5 %.
 2. For every case, with the real code:
    - live:   each node's log through `gpulse export --input LOG --node N --workload W`
-             (engine.run_offline over the replay source, rendered by the real
+             (drive.run_offline over the replay source, rendered by the real
              collector at every 15 s scrape): the first scrape in which
              `gpulse_gpu_straggler` reads 1 (and any `gpulse_node_straggler` series
              naming a node), the `gpulse_gpu_straggler_cause` it shows longest;

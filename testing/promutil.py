@@ -95,7 +95,7 @@ def scrape_sim(scenario: str, seconds: float, scrape: float = 15.0, node: str = 
     import time
 
     from gpulse.collector import encode
-    from gpulse.engine import run_offline
+    from gpulse.drive import run_offline
     from gpulse.export import _Series, _scrape
     from gpulse.sources.sim import SimSource
     from testing.config import test_config

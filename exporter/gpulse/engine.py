@@ -3,15 +3,16 @@
     ingest(PollResult)  — integrate new samples into per-GPU counters and state runs
     analyze(wall)       — close the tick: windows, peer groups, stalls, balance → Snapshot
 
-No threads and no clock of its own (the caller passes wall time), so the same engine
-runs live under the sampler thread, offline over a replayed log as fast as the CPU
-allows (`run_offline`), in the post-mortem report and in the benchmarks.
+No threads and no clock of its own (the caller passes wall time): the one loop that
+drives it (drive.py) runs it live under the sampler thread, and offline over a
+replayed log as fast as the CPU allows (`drive.run_offline`), in the post-mortem
+report and in the benchmarks.
 """
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
 
 from statistics import median
 
@@ -599,80 +600,3 @@ class Engine:
 
 def _attr_label_names(a: dict[str, str]) -> list[str]:
     return list(ATTRIBUTION_LABELS) + sorted(n for n in a if n.startswith("label_"))
-
-
-def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult | None]:
-    """Split a poll at a source-time boundary: samples (and recorded instants) with
-    t <= boundary, and the rest. Each side carries the gauges and counters of its own
-    last instant, so no value read after the boundary is charged before it."""
-    if all(smp.t <= boundary for r in result.readings for smp in r.samples):
-        return result, None      # the common case offline: the whole poll is before the boundary
-    later = []
-    early_readings = []
-    for r in result.readings:
-        cut = next((i for i, smp in enumerate(r.samples) if smp.t > boundary), None)
-        if cut is None:
-            early_readings.append(r)
-            continue
-        if r.instants is None:
-            early_readings.append(Reading(r.gpu, r.samples[:cut], r.gauges, r.counters, r.up, r.error,
-                                          r.attribution, r.holds_workload))
-            later.append(Reading(r.gpu, r.samples[cut:], {}, {}, r.up, r.error, r.attribution,
-                                 r.holds_workload))
-            continue
-        ic = next((i for i, x in enumerate(r.instants) if x[0] > boundary), len(r.instants))
-        before, after = r.instants[:ic], r.instants[ic:]
-        early_readings.append(Reading(r.gpu, r.samples[:cut], before[-1][1] if before else {},
-                                      before[-1][2] if before else {}, r.up, r.error, r.attribution,
-                                      r.holds_workload, before))
-        later.append(Reading(r.gpu, r.samples[cut:], r.gauges, r.counters, r.up, r.error, r.attribution,
-                             r.holds_workload, after))
-    early = PollResult(early_readings, result.devices, result.call_errors, result.events)
-    return early, (PollResult(later) if later else None)
-
-
-def run_offline(source: Any, cfg: Any, until: float | None = None,
-                attributor: Any = None, poll_step: float | None = None,
-                wall0: float = 0.0, history: bool = False) -> Iterator[tuple[Engine, Snapshot]]:
-    """Drive a source in virtual time as fast as the CPU allows.
-
-    Polls with `now` advancing by `poll_step` (default cfg.sample_interval) from 0 and
-    yields (engine, snapshot) at every analysis tick of the *source* timeline, splitting
-    polls that span several ticks (a replay returns big chunks), so windows mean the
-    same as live. Stops at `until` (virtual seconds) or when a finite source finishes.
-    The engine sees wall time wall0 + virtual time (a replay at speed 1 anchored at
-    its recorded start then stamps snapshots as a live exporter would have).
-    `history` keeps the per-GPU tick history the live page draws (tests that compare
-    the page's data with the other views); nothing else offline reads it.
-    """
-    devices = source.open()
-    engine = Engine(cfg, devices, source.name, attributor, source.sample_spacing, history=history,
-                    util_window=source.util_window, power_kind=source.power_averaged)
-    step = poll_step or cfg.sample_interval
-    now = 0.0
-    next_tick: float | None = None
-    try:
-        while until is None or now <= until:
-            pending: PollResult | None = source.poll(now)
-            while pending is not None:
-                if next_tick is None:
-                    ts = [smp.t for r in pending.readings for smp in r.samples]
-                    if ts:
-                        next_tick = min(ts) + cfg.analysis_interval
-                if next_tick is None:
-                    engine.ingest(pending, wall=wall0 + now)
-                    break
-                part, pending = _split(pending, next_tick)
-                engine.ingest(part, wall=wall0 + now)
-                if pending is not None:
-                    yield engine, engine.analyze(wall=wall0 + now)
-                    next_tick += cfg.analysis_interval
-            if engine.t is not None and next_tick is not None and engine.t >= next_tick:
-                yield engine, engine.analyze(wall=wall0 + now)
-                next_tick += cfg.analysis_interval
-            if source.finished:
-                yield engine, engine.analyze(wall=wall0 + now)
-                return
-            now += step
-    finally:
-        source.close()

@@ -4,7 +4,7 @@
     promtool tsdb create-blocks-from openmetrics run.om data/
 
 The log is replayed through the same engine `gpulse serve --source replay` runs
-(engine.run_offline in virtual time, at replay speed 1 and with the engine's wall
+(drive.run_offline in virtual time, at replay speed 1 and with the engine's wall
 clock anchored at the recorded start, so every timestamp is the recorded one) and
 each snapshot is rendered by the collector that serves /metrics. A scrape at time T
 returns the snapshot of the latest analysis tick at or before T, so the output holds,
@@ -36,7 +36,8 @@ from prometheus_client.samples import Sample
 
 from .collector import encode, live_families, snapshot_families
 from .config import FIELD_BY_KEY, ConfigError, load_config, parse_duration
-from .engine import Snapshot, run_offline
+from .drive import run_offline
+from .engine import Snapshot
 from .safetext import terminal
 from .sources.base import SourceError
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 from typing import Any
 
+from .clock import ClockError, clock_from_env
 from .collector import Exposition
 from .sampler import Sampler
 from .http.app import App
@@ -67,7 +69,11 @@ class Runtime:
             raise RuntimeStartError(f"attribution needs the [kube] extra: {e}") from None
         except ValueError as e:   # ConfigError: attribution settings that cannot work
             raise RuntimeStartError(str(e)) from None
-        self.sampler = Sampler(cfg, source, self.attributor)
+        try:
+            clock = clock_from_env(os.environ)   # the wall clock, or virtual time under test
+        except ClockError as e:
+            raise RuntimeStartError(str(e)) from None
+        self.sampler = Sampler(cfg, source, self.attributor, clock)
         ah = self.attributor.health if self.attributor is not None else None
         self.exposition = Exposition(cfg.node_name, lambda: self.sampler.snapshot, self.sampler.health, ah)
         self.app = App(cfg, self.sampler, self.exposition)

@@ -1,4 +1,4 @@
-"""The background thread that polls the source and publishes snapshots.
+"""The background thread that runs the drive loop (drive.py) live and publishes snapshots.
 
     every sample_interval:    source.poll() → engine.ingest()
     every analysis_interval:  engine.analyze() → publish Snapshot (one reference swap)
@@ -13,12 +13,12 @@ values stay on /metrics.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
-import time
 from typing import Any
 
+from .clock import VirtualClock, WallClock
+from .drive import Driver
 from .engine import Engine, Snapshot
 from .sources.base import Source
 
@@ -31,52 +31,32 @@ PROGRESS_STEP = 0.10
 PROGRESS_EVERY_S = 60.0
 PROGRESS_MIN_S = 1.0
 
-# Buckets for the poll+ingest duration histogram (seconds).
-DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-class Histogram:
-    """Cumulative histogram state owned by the sampler thread; copied into snapshots."""
-
-    __slots__ = ("counts", "sum", "count")
-
-    def __init__(self) -> None:
-        self.counts = [0] * len(DURATION_BUCKETS)
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, v: float) -> None:
-        for i, b in enumerate(DURATION_BUCKETS):
-            if v <= b:
-                self.counts[i] += 1
-        self.sum += v
-        self.count += 1
-
-    def copy(self) -> dict[str, Any]:
-        return {"buckets": list(zip(DURATION_BUCKETS, self.counts)), "sum": self.sum, "count": self.count}
-
-
 class Sampler:
-    def __init__(self, cfg: Any, source: Source, attributor: Any = None):
+    def __init__(self, cfg: Any, source: Source, attributor: Any = None,
+                 clock: WallClock | VirtualClock | None = None):
         self.cfg = cfg
         self.source = source
         self.attributor = attributor
+        self.clock = clock or WallClock()
         self.engine: Engine | None = None
+        self.driver: Driver | None = None
         self.snapshot: Snapshot | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.durations = Histogram()
-        self.started_mono = time.monotonic()
-        self.last_success_mono: float | None = None
-        self.polls_total = 0
-        self.poll_failures_total = 0
-        self._progress_logged = (0.0, self.started_mono)   # (fraction, time) of the last line
+        self.held = False   # a virtual clock ran out: the last snapshot is served as it is
+        self.started = self.clock.now()
+        self._progress_logged = (0.0, self.started)   # (fraction, time) of the last line
 
     def start(self) -> None:
         """Open the source (SourceError propagates: fatal) and start polling."""
+        self.source.loop_clock = self.clock
         devices = self.source.open()
         self.engine = Engine(self.cfg, devices, self.source.name, self.attributor, self.source.sample_spacing,
                              util_window=self.source.util_window, power_kind=self.source.power_averaged)
+        # a source that buffers samples itself (NVML) is not woken more often than it needs
+        interval = max(self.cfg.sample_interval, self.source.poll_interval or 0.0)
+        self.driver = Driver(self.source, self.engine, self.clock, interval, keep_going=True,
+                             health=self._snapshot_health)
         log.info("source %s: %d GPU entities", self.source.name, len(devices))
         self._thread = threading.Thread(target=self._run, name="gpulse-sampler", daemon=True)
         self._thread.start()
@@ -97,11 +77,13 @@ class Sampler:
     def health(self) -> dict[str, Any]:
         """Live sampler health for the scrape path: plain attribute reads, no locks.
         `not_ready` is why /readyz answers 503, or None."""
-        now = time.monotonic()
-        ref = self.last_success_mono if self.last_success_mono is not None else self.started_mono
-        since = now - ref
+        now = self.clock.now()
+        last = self.driver.last_success if self.driver else None
+        since = now - (last if last is not None else self.started)
         stale = since > self.cfg.stale_after
-        if self.snapshot is None:
+        if self.held:
+            not_ready = "the virtual clock is spent (GPULSE_VIRTUAL_CLOCK); serving its last snapshot"
+        elif self.snapshot is None:
             not_ready = "waiting for the first snapshot"
         elif stale:
             ended = " (the source has finished)" if self.source.finished else ""
@@ -111,48 +93,26 @@ class Sampler:
         return {
             "stale": stale,
             "seconds_since_success": since,
-            "alive": self.alive or self.source.finished,
+            "alive": self.alive or self.source.finished or self.held,
             "not_ready": not_ready,
         }
 
     def _run(self) -> None:
-        cfg = self.cfg
-        assert self.engine is not None
-        # a source that buffers samples itself (NVML) is not woken more often than it needs
-        interval = max(cfg.sample_interval, self.source.poll_interval or 0.0)
-        next_poll = time.monotonic()
-        next_analysis = next_poll + cfg.analysis_interval
-        while not self._stop.is_set():
-            t0 = time.monotonic()
-            try:
-                result = self.source.poll(t0)
-            except Exception as e:  # a source must not raise; if it does, keep going
-                self.poll_failures_total += 1
-                log.error("source poll failed: %s", e, exc_info=log.isEnabledFor(logging.DEBUG))
-                result = None
-            # the engine is this thread's alone: readers get the published Snapshot
-            if result is not None:
-                self.engine.ingest(result, wall=time.time())
-                if any(r.up for r in result.readings):
-                    self.last_success_mono = time.monotonic()
-            self.polls_total += 1
-            self.durations.observe(time.monotonic() - t0)
-            now = time.monotonic()
-            if now >= next_analysis or self.snapshot is None:
-                self._publish()
-                next_analysis = max(next_analysis + cfg.analysis_interval, now)
+        assert self.driver is not None
+        # the engine is this thread's alone: readers get the published Snapshot
+        for snap in self.driver.run(self._stop):
+            self.snapshot = snap
             self._log_progress()
-            if self.source.finished:
-                self._publish()
-                log.info("source %s finished after %d polls; serving the final values, stale after %gs "
-                         "(/readyz then answers 503)", self.source.name, self.polls_total, cfg.stale_after)
-                return
-            next_poll += interval
-            delay = next_poll - time.monotonic()
-            if delay < 0:            # fell behind (slow poll): skip, don't burst
-                next_poll = time.monotonic()
-                delay = 0
-            self._stop.wait(delay)
+        if self.source.finished:
+            log.info("source %s finished after %d polls; serving the final values, stale after %gs "
+                     "(/readyz then answers 503)", self.source.name, self.driver.polls_total, self.cfg.stale_after)
+        elif self.clock.spent:
+            # a virtual clock ran out (clock.py): one snapshot of all that was polled,
+            # then /readyz says so, as it does for a finished replay; the time of the
+            # clock stands still, so it never turns stale
+            self.snapshot = self.driver.analyze()
+            self.held = True
+            log.info("virtual clock spent after %d polls; serving the last snapshot", self.driver.polls_total)
 
     def _log_progress(self) -> None:
         """One line per PROGRESS_STEP of a source that reports `progress` (0..1 of
@@ -161,7 +121,7 @@ class Sampler:
         if fraction is None or self.source.finished:
             return
         last, at = self._progress_logged
-        now = time.monotonic()
+        now = self.clock.now()
         if fraction < last:                      # a looping replay started a new pass
             last = 0.0
         crossed = int(fraction / PROGRESS_STEP) > int(last / PROGRESS_STEP)
@@ -171,8 +131,7 @@ class Sampler:
             log.info("source %s: %.0f%% done", self.source.name, 100 * fraction)
             self._progress_logged = (fraction, now)
 
-    def _publish(self) -> None:
-        # the sampler's own health goes beside the engine's snapshot, not through the engine
-        health = dict(durations=self.durations.copy(), polls_total=self.polls_total,
-                      poll_failures_total=self.poll_failures_total)
-        self.snapshot = dataclasses.replace(self.engine.analyze(wall=time.time()), health=health)
+    def _snapshot_health(self) -> dict[str, Any]:
+        d = self.driver
+        return dict(durations=d.durations.copy(), polls_total=d.polls_total,
+                    poll_failures_total=d.poll_failures_total)

@@ -1,7 +1,7 @@
 """One simulated run, four views, one verdict.
 
 A `--source sim` scenario runs through the exporter's engine in virtual time
-(`engine.run_offline`, with the page history a live exporter keeps), anchored so its
+(`drive.run_offline`, with the page history a live exporter keeps), anchored so its
 last snapshot is a minute ago. From that one run:
 - /metrics: the collector's exposition of the last snapshot, what a scrape returns;
 - the live page's data: `/api/heatmap`'s document (`LivePage.snapshot`) of the same;

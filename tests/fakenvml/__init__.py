@@ -50,8 +50,10 @@ def build() -> Path:
     return LIB
 
 
-def env(scenario: Path | str | None = None, stats: Path | str | None = None) -> dict[str, str]:
-    """Environment for a child process that should load the fake library."""
+def env(scenario: Path | str | None = None, stats: Path | str | None = None,
+        clock: Path | str | None = None) -> dict[str, str]:
+    """Environment for a child process that should load the fake library; `clock`: the
+    file a virtual clock writes its time to (testing/virtualclock.py), for the fake to follow."""
     build()
     e = {"LD_LIBRARY_PATH": str(BUILD) + (os.pathsep + os.environ["LD_LIBRARY_PATH"]
                                           if os.environ.get("LD_LIBRARY_PATH") else "")}
@@ -59,6 +61,8 @@ def env(scenario: Path | str | None = None, stats: Path | str | None = None) -> 
         e["FAKENVML_SCENARIO"] = str(scenario)
     if stats is not None:
         e["FAKENVML_STATS"] = str(stats)
+    if clock is not None:
+        e["FAKENVML_CLOCK"] = str(clock)
     return e
 
 

@@ -3,7 +3,7 @@
  * nvidia-ml-py (pynvml) loads through its ordinary ctypes path.
  *
  * Behaviour comes from a scenario file named by $FAKENVML_SCENARIO (see
- * README.md next to this file). Scenario time t runs in real time from the
+ * README.md next to this file). Scenario time t runs in real time (or the time in $FAKENVML_CLOCK) from the
  * moment nvmlInit takes the reference count from 0 to 1, so a test process can
  * init/shutdown several times with a different scenario each time.
  *
@@ -230,7 +230,21 @@ static unsigned long long device_calls;
 static unsigned long long util_samples_out;   /* utilisation samples handed to callers */
 static long long stats_start_us, stats_written_us;
 
+/* The time: the real clock, or with FAKENVML_CLOCK the µs since the epoch written in
+ * that file (by an exporter on a virtual clock, GPULSE_VIRTUAL_CLOCK_FILE), so the
+ * scenario follows the exporter's time however fast it runs. */
 static long long now_us(void) {
+    const char *path = getenv("FAKENVML_CLOCK");
+    if (path && *path) {
+        static long long last;
+        FILE *f = fopen(path, "r");
+        long long v;
+        if (f) {
+            if (fscanf(f, "%lld", &v) == 1) last = v;
+            fclose(f);
+        }
+        return last;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000;

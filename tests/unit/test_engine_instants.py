@@ -4,7 +4,8 @@ cause signals sum every instant's gauges once, at their recorded rate."""
 from __future__ import annotations
 
 from gpulse.analysis import cause
-from gpulse.engine import Engine, _split
+from gpulse.drive import _split
+from gpulse.engine import Engine
 from gpulse.model import DeviceInfo, PollResult, Reading, Sample
 from testing.config import test_config
 

@@ -11,7 +11,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
 from gpulse.collector import PROCESS_MAX_AGE, Exposition, _render, _Static, live_families
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.sources import make_source
 from testing.config import test_config
 

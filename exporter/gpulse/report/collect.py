@@ -301,7 +301,7 @@ class Collector:
 def collect(snapshots: Iterable[Snapshot], rec: Recording,
             node_and_gpu: Callable[[str], tuple[str, str]],
             progress: Callable[[float], None] | None = None) -> Recording:
-    """The Recording of a run's snapshots (engine.run_offline's, every tick in order)."""
+    """The Recording of a run's snapshots (drive.run_offline's, every tick in order)."""
     c = Collector(rec, node_and_gpu)
     snap = None
     for n, snap in enumerate(snapshots):

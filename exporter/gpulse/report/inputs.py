@@ -1,7 +1,7 @@
 """Turn a recorded log or a Prometheus range into a Recording, through the Engine.
 
 Both paths build an ordinary gpulse Config (so the analysis settings mean what they
-mean for `gpulse serve`), open a Source, and let engine.run_offline drive it in
+mean for `gpulse serve`), open a Source, and let drive.run_offline drive it in
 virtual time; collect.py keeps the per-tick results.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 from ..config import ConfigError, load_config
-from ..engine import run_offline
+from ..drive import run_offline
 from ..safetext import clean
 from ..sources.base import SourceError
 from ..sources import prom

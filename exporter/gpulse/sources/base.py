@@ -10,6 +10,7 @@ import abc
 from typing import Any
 
 from ..analysis.coidle import UTIL_WINDOW
+from ..clock import WallClock
 from ..model import DeviceInfo, PollResult
 
 
@@ -96,6 +97,9 @@ class Source(abc.ABC):
     #: whether the power the source reads is an average over about a second (True),
     #: an instant (False), or unknown (None: Engine.power_averaged judges from the data)
     power_averaged: bool | None = None
+    #: the time the loop that drives it runs on (clock.py), set before open(): a
+    #: source that stamps samples with its own reading of time asks this clock
+    loop_clock: Any = WallClock()
 
     @abc.abstractmethod
     def open(self) -> list[DeviceInfo]:

@@ -27,7 +27,7 @@ from bench.cause_matrix import live_cause  # noqa: E402
 
 from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402
-from gpulse.engine import run_offline  # noqa: E402
+from gpulse.drive import run_offline  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 
 CASES = ("pai-throttled-power-avg", "pai-link-width-avg")

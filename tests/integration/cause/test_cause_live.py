@@ -1,8 +1,9 @@
 """One straggler, three views, one cause.
 
 For every straggler-cause sim scenario (sources/sim.py):
-- the live exporter: a `gpulse serve --source sim` process, whose /metrics carries
-  gpulse_gpu_straggler_cause for the straggler once the model has confirmed it;
+- the live exporter: a `gpulse serve --source sim` process in virtual time
+  (testing/virtualclock.py), whose /metrics carries gpulse_gpu_straggler_cause for
+  the straggler once the model has confirmed it;
 - the report: `gpulse report` (a subprocess) on a recording of the same scenario,
   written as dcgm-exporter CSV (one row per GPU and collection, 100 ms apart with
   jitter, every field a dcgm-exporter with the default counters collects), so the
@@ -24,7 +25,6 @@ import random
 import re
 import subprocess
 import sys
-import time
 
 import jsonschema
 import pytest
@@ -35,8 +35,9 @@ from testing.promutil import add_scrape
 from gpulse.analysis.cause import REMEDIES
 from gpulse.analysis.thresholds import value
 from gpulse.catalog import THROTTLE_REASONS
+from testing import virtualclock
 from testing.config import test_config
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.report.render import web_asset
 from gpulse.sources.dcgm.fields import _THROTTLE_BITS
 from gpulse.sources.replay import ReplaySource
@@ -57,6 +58,9 @@ SCRAPE = 15.0
 # long enough for the alert: the group must have held its workload
 # straggler_settle_seconds of 5 minutes, then the 1 m hold
 RECORD_SECONDS = 5 * 60 + 120.0
+# virtual seconds each live exporter runs: the analysis window fills, then the
+# straggler deviates straggler_min_span_seconds before it is confirmed, and a margin
+SPAN = 2 * value("straggler_min_span_seconds") + 60
 SCHEMA = json.loads(web_asset("findings.schema.json"))
 
 FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
@@ -96,25 +100,17 @@ def record_dcgm(path, scenario: str, seconds: float = RECORD_SECONDS, seed: int 
 
 @pytest.fixture(scope="module")
 def live():
-    """One exporter per scenario, all at once; {scenario: /metrics text once every
-    straggler has its cause (or, for imbalance, after the confirmation time)}."""
+    """One exporter per scenario, all at once, each on a virtual clock of SPAN
+    seconds; {scenario: /metrics text once its clock is spent}."""
     procs = {sc: Gpulse("--source", "sim", "--sim.scenario", sc, "--sim.gpus", str(GPUS),
-                        "--node-name", NODE) for sc in (*CASES, "imbalance")}
+                        "--node-name", NODE, env=virtualclock.env(SPAN)) for sc in (*CASES, "imbalance")}
     try:
-        # the model confirms a straggler after straggler_min_span_seconds of
-        # deviation, which starts once the analysis window has taken it in
-        deadline = time.monotonic() + value("straggler_min_span_seconds") + 300
         texts: dict[str, str] = {}
-        while len(texts) < len(CASES) and time.monotonic() < deadline:
-            for sc in CASES:
-                if sc not in texts:
-                    text = procs[sc].metrics()
-                    if "gpulse_gpu_straggler_cause{" in text:
-                        texts[sc] = text
-            time.sleep(1)
-        missing = [sc for sc in CASES if sc not in texts]
+        for sc, p in procs.items():
+            virtualclock.wait_spent(p.url, 300)   # a bound on CPU: six exporters share the machine
+            texts[sc] = p.metrics()
+        missing = [sc for sc in CASES if "gpulse_gpu_straggler_cause{" not in texts[sc]]
         assert not missing, f"no straggler cause from {missing}: {procs[missing[0]].output()[-2000:]}"
-        texts["imbalance"] = procs["imbalance"].metrics()
         yield texts
     finally:
         for p in procs.values():

@@ -22,7 +22,7 @@ from realtrace import alibaba_job, real_levels, write_smi_log
 
 from gpulse.analysis.cause import REMEDIES
 from testing.config import test_config
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.sources.replay import ReplaySource

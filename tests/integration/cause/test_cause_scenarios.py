@@ -4,7 +4,7 @@ import pytest
 
 from gpulse.analysis.thresholds import value
 from testing.config import test_config
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.sources.sim import SCENARIOS, SimSource
 
 

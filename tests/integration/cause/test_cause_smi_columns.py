@@ -27,7 +27,7 @@ import pytest
 from realtrace import add_columns, hot_straggler, real_levels, write_smi_log
 
 from gpulse.analysis.cause import REMEDIES
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.sources.replay import ReplaySource

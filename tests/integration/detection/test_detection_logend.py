@@ -20,7 +20,7 @@ from realtrace import START, real_levels, stall_schedule, training, write_smi_lo
 
 from gpulse.analysis.thresholds import value
 from testing.config import test_config
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.report.render import web_asset

@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 
 from gpulse.collector import snapshot_families
 from testing.config import test_config
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.sources.replay import ReplaySource

@@ -24,7 +24,7 @@ smi = sys.modules["bench.lib.corpus.smi"]
 from gpulse.analysis.coidle import UTIL_WINDOW, StallTracker, Run  # noqa: E402
 from gpulse.analysis.thresholds import value  # noqa: E402
 from testing.config import test_config  # noqa: E402
-from gpulse.engine import run_offline  # noqa: E402
+from gpulse.drive import run_offline  # noqa: E402
 from gpulse.report.findings import analyse  # noqa: E402
 from gpulse.report.inputs import from_log  # noqa: E402
 from gpulse.sources.recorded import read_log  # noqa: E402

@@ -25,7 +25,7 @@ import bench.lib.corpus as corpus  # noqa: E402
 from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402
-from gpulse.engine import run_offline  # noqa: E402
+from gpulse.drive import run_offline  # noqa: E402
 from gpulse.report.findings import analyse  # noqa: E402
 from gpulse.report.inputs import from_log  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402

@@ -35,7 +35,7 @@ from bench.detection_corpus import observe  # noqa: E402
 
 from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
-from gpulse.engine import run_offline  # noqa: E402
+from gpulse.drive import run_offline  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 from testing.config import test_config  # noqa: E402
 

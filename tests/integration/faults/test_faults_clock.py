@@ -88,7 +88,7 @@ def test_wall_clock_steps_under_the_live_sampler():
     the monotonic clock), and timestamps follow the wall clock."""
     offset = [0.0]
     fake_time = types.SimpleNamespace(monotonic=time.monotonic, time=lambda: time.time() + offset[0])
-    with mock.patch("gpulse.sampler.time", fake_time):
+    with mock.patch("gpulse.clock.time", fake_time):
         with Live(analysis_interval="0.2s", analysis_window="2s", sim__gpus=4) as live:
             prev = _scrape_counters(live.url)
             for step in (0.0, -3600.0, +7200.0, -1800.0):

@@ -191,7 +191,7 @@ def test_gzip_when_asked(gpulse_proc, tmp_path, accept):
 def test_gzip_body_is_compressed_once_per_snapshot():
     from gpulse.collector import Exposition
     from testing.config import test_config
-    from gpulse.engine import run_offline
+    from gpulse.drive import run_offline
     from gpulse.sources import make_source
 
     cfg = test_config(source="sim", sim__gpus=2)

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import require_data
 from testing.config import test_config
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.sources.recorded import read_log
 from gpulse.sources.replay import ReplaySource
 

@@ -67,7 +67,7 @@ def job():
 
 def recording(source, step):
     from testing.config import test_config
-    from gpulse.engine import run_offline
+    from gpulse.drive import run_offline
     from gpulse.report.collect import Recording, collect
     cfg = test_config(source="sim", sample_interval=step, analysis_interval=step, history=10,
                       analysis_window=max(30.0, 2 * step))

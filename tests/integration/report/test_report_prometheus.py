@@ -133,7 +133,7 @@ def test_range_source_over_two_nodes_names_the_idle_gpu():
     from gpulse.report.collect import Recording, collect
     from gpulse.report.findings import analyse
     from gpulse.sources.prom import PromRangeSource
-    from gpulse.engine import run_offline
+    from gpulse.drive import run_offline
     levels = {("a", "0"): 0.95, ("a", "1"): 0.95, ("b", "0"): 0.95, ("b", "1"): 0.05}
     src = PromRangeSource(counters(levels, 180, reset_at=90), 1000.0, 1180.0, 1.0)
     cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)
@@ -184,7 +184,7 @@ def test_a_slow_node_of_a_workload_is_named_once_as_the_node():
     from gpulse.report.collect import Recording, collect
     from gpulse.report.findings import analyse
     from gpulse.sources.prom import PromRangeSource
-    from gpulse.engine import run_offline
+    from gpulse.drive import run_offline
     levels = {(n, g): (0.75 if n == "c" else 0.5) for n in "abcd" for g in "01"}
     src = PromRangeSource(counters(levels, 300), 1000.0, 1300.0, 1.0)
     cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)

@@ -2,7 +2,7 @@
 import pytest
 
 from testing.config import test_config
-from gpulse.engine import run_offline
+from gpulse.drive import run_offline
 from gpulse.sources.sim import SimSource
 
 

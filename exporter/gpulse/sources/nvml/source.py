@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import time
 from typing import Any
 
 import pynvml
@@ -262,7 +261,7 @@ class NvmlSource(Source):
                 raise SourceError(msg) from None
             log.warning("%s; retrying with backoff (--nvml.wait)", msg)
             self._lib_error = msg
-            self._reinit_at = time.monotonic() + self._reinit_backoff
+            self._reinit_at = self.loop_clock.now() + self._reinit_backoff
             return []
         return self.devices()
 
@@ -280,7 +279,7 @@ class NvmlSource(Source):
             raise
         # the first read takes the driver's last second of samples, so power and
         # utilisation are known at once
-        start_us = int((time.time() - self.read_interval) * 1e6)
+        start_us = int((self.loop_clock.wall() - self.read_interval) * 1e6)
         old = {s.entity.info.uuid or s.entity.key: s for s in previous or ()}
         states = []
         for e in entities:
@@ -342,7 +341,7 @@ class NvmlSource(Source):
         counters = now + self.cfg.sample_interval / 2 >= self._next_counters
         if counters:
             self._next_counters = _next_tick(self._next_counters, self.counter_interval, now)
-        wall = time.time()
+        wall = self.loop_clock.wall()
         if self.xid is not None:
             self.xid.drain(now)
         readings = []
@@ -451,7 +450,7 @@ class NvmlSource(Source):
         info = e.info
         found = discover_index(self.caller, e.index, info.driver, info.cuda_version)
         st.entity = found[0]
-        start_us = int(time.time() * 1e6)
+        start_us = int(self.loop_clock.wall() * 1e6)
         extra = [_State(f, start_us) for f in found[1:]]
         if found[0].info != info or extra:
             at = self.states.index(st) + 1
