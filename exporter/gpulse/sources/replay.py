@@ -91,11 +91,13 @@ class ReplaySource(Source):
 
     @property
     def progress(self) -> float | None:
-        """How far through the current pass (0..1), for the sampler's progress log:
-        characters read of the file's size (the log is streamed, not counted ahead)."""
+        """How far through the current pass (0..1), for the sampler's progress log: the
+        share of the file handed out as records (the log is streamed, not counted ahead;
+        a reader's read-ahead batch does not count)."""
         stream = self._stream
-        size = getattr(stream, "size", 0) if stream is not None else 0
-        return min(1.0, stream.chars_read / size) if size else None
+        if stream is None or not getattr(stream, "size", 0):
+            return None
+        return stream.fraction
 
     # -- reading the stream
 

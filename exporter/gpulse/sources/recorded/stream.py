@@ -25,6 +25,7 @@ only differences matter to the analysis.
 """
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import math
@@ -54,6 +55,8 @@ GAP_FREE_S = 3600.0
 # GPU entities one log may name (a whole cluster's worth); rows of more are skipped, so
 # per-GPU state, the engine and the report's picture stay bounded whatever the file says.
 MAX_GPUS = 4096
+# how often a line's place in the file is kept for `fraction` (progress of a replay)
+MARK_LINES = 256
 
 
 class LogStream:
@@ -94,7 +97,11 @@ class LogStream:
         except OSError as e:
             raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
         self._line_no = 0
-        self.chars_read = 0                # ~bytes for these ASCII logs: progress of a replay
+        self.chars_read = 0                # ~bytes for these ASCII logs
+        # (line, chars read through it) every MARK_LINES lines not yet handed out: a reader
+        # may read ahead by a whole batch, so progress counts what was consumed, not read
+        self._marks: collections.deque[tuple[int, int]] = collections.deque()
+        self._consumed = 0
         try:
             self.format, self._all_lines = self._detect(fmt)
         except LogFormatError:
@@ -141,15 +148,12 @@ class LogStream:
 
     @property
     def fraction(self) -> float:
-        """Share of the file read so far (0 when the size is unknown)."""
+        """Share of the file handed out as records so far (0 when the size is unknown),
+        to within MARK_LINES lines: what a replay or report has got through, however far
+        the format's reader has read ahead."""
         if self.done:
             return 1.0
-        if not self.size or self._fh.closed:
-            return 0.0
-        try:
-            return min(1.0, os.lseek(self._fh.fileno(), 0, os.SEEK_CUR) / self.size)
-        except OSError:
-            return 0.0
+        return min(1.0, self._consumed / self.size) if self.size else 0.0
 
     @property
     def lines_read(self) -> int:
@@ -187,6 +191,8 @@ class LogStream:
                 return
             self._line_no += 1
             self.chars_read += len(line)
+            if self._line_no % MARK_LINES == 0:
+                self._marks.append((self._line_no, self.chars_read))
             if len(line) > MAX_LINE and not line.endswith(("\n", "\r")):
                 raise self.err.fatal(self._line_no, f"a line longer than {MAX_LINE >> 20} MiB characters: "
                                                      "not a text log")
@@ -203,6 +209,9 @@ class LogStream:
                     self.start = rec.t
                 self.end = rec.t
                 n += 1
+                marks = self._marks
+                while marks and marks[0][0] <= rec.line:
+                    self._consumed = marks.popleft()[1]
                 yield rec
             if not n:
                 first_err = self.err.items[0] if self.err.items else None
