@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 
 from statistics import median
 
-from .analysis.activity import WorkLevel, work_levels
 from .analysis import (Episode, Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
                        load_balance, peer_deviation, spin_gate_watts)
 from .analysis import cause
@@ -123,7 +122,7 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history", "spacing", "persistence", "prev_sample", "prev2_sample", "edges", "sharp", "signals", "work")
+                 "history", "spacing", "persistence", "prev_sample", "prev2_sample", "edges", "sharp", "signals")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -149,7 +148,6 @@ class _Gpu:
         self.prev2_sample: Sample | None = None
         self.edges = 0
         self.sharp = 0
-        self.work = WorkLevel()                # its sustained working power, for averaged power
         # running gauge sums of the cause signals (analysis.cause.accumulate), one update per reading
         self.signals = cause.new_vector()
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
@@ -297,15 +295,7 @@ class Engine:
                 continue
             if act is None:
                 act = util
-            share = act
-            if self.power_kind is not False:
-                # averaged power: the active integral takes the linear share (analysis.activity)
-                g.work.add(s, gate_w)
-                levels = work_levels(gate_w, g.idle_floor, g.work)
-                if levels is not None:
-                    share = activity_of(s, self.activity_mode, gate_w, levels)
-                    share = act if share is None else share
-            integrate_sample(g.tick, dt, util, share, self.idle_thr)
+            integrate_sample(g.tick, dt, util, act, self.idle_thr)
             if g.holds_hint is not None:
                 holds = g.holds_hint
             else:

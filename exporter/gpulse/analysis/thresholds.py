@@ -102,10 +102,6 @@ _TABLE = (
               "power that follows fewer than this share of the edges sharply on the median GPU is an average (nvidia-smi power.draw: 1 s); an edge counts where its busy side draws working power (at or above the spin gate)"),
     Threshold("power_edges_min_count", 20, "count",
               "edges needed before judging whether power is averaged"),
-    Threshold("spin_power_factor", 2.0, "factor",
-              "a GPU spin-waiting in a collective draws about this multiple of its idle power floor (the averaged-power share's zero)"),
-    Threshold("work_power_quantile", 0.9, "ratio",
-              "a GPU's sustained working power is this quantile of its power while busy above the spin gate (the averaged-power share's one)"),
     Threshold("spin_wait_share_ratio", 0.5, "ratio",
               "peers that spend this share of their busy time spin-waiting wait at idle-level power"),
     # -- stragglers and imbalance ----------------------------------------------
