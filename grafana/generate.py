@@ -17,6 +17,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# the dashboards read names and thresholds from this checkout's gpulse (rulenames,
+# thresholds), installed or not, as prometheus/generate.py does
+sys.path.insert(1, str(HERE.parent / "exporter"))
 
 from gpulse_dashboards import build_all  # noqa: E402
 from gpulse_dashboards.common import SDK_DIST, SDK_VERSION, SdkMissing  # noqa: E402
