@@ -18,7 +18,7 @@ import yaml
 
 from testing import ROOT
 from testing.daemons import Gpulse, require_binary, require_data
-from testing.fakedcgm import FakeDcgmExporter
+from testing.fakedcgm import node_exporter
 from testing.grafana_queries import (choices, fixed_values, format_value, panel_queries, parse_duration_ms,
                                      substitute, variable_defaults)
 from testing.promutil import Prometheus
@@ -106,7 +106,7 @@ class Stack:
         require_binary("prometheus")
         capture = require_data("captures/dcgm-exporter/l4-gpu-operator.prom").read_text()
         self.procs: list[Gpulse] = []
-        self.dcgm = FakeDcgmExporter(capture)
+        self.dcgm = node_exporter(capture)
         self.prom: Prometheus | None = None
         try:
             self.procs = [
@@ -134,7 +134,7 @@ class Stack:
             self.prom.stop()
         for g in self.procs:
             g.stop()
-        self.dcgm.close()
+        self.dcgm.stop()
 
 
 def load(uid: str) -> dict:

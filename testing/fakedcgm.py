@@ -1,7 +1,7 @@
 """dcgm-exporter as the tests and benchmarks meet it: the real captures under
-../shared/data and texts made from them, and two stand-in dcgm-exporter servers:
-`FaultyDcgmExporter`, with switches for the ways an endpoint goes wrong, and
-`FakeDcgmExporter`, a real capture as a node's exporter serves it over a run."""
+../shared/data and texts made from them, and the one stand-in dcgm-exporter server,
+`DcgmExporter`: a text, or a real capture as a node's exporter serves it over a run
+(`node_exporter`), with switches for the ways an endpoint goes wrong."""
 from __future__ import annotations
 
 import http.server
@@ -9,6 +9,8 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable
+from http import HTTPStatus
 
 from gpulse.sources.dcgm import DcgmMapper, parse_exposition
 from testing.daemons import free_port, require_data
@@ -51,12 +53,16 @@ DCGM_FI_DEV_GPU_UTIL{gpu="0",UUID="GPU-aaaa",device="nvidia0",modelName="NVIDIA 
 """
 
 
-class FaultyDcgmExporter:
-    """A stand-in dcgm-exporter on 127.0.0.1 serving whatever `body` holds, with
-    switches for the ways an endpoint goes wrong."""
+class DcgmExporter:
+    """A stand-in dcgm-exporter on 127.0.0.1, keep-alive HTTP/1.1 as dcgm-exporter
+    (Go net/http) speaks. `body` is what it serves: a text, the same every time, or
+    a function of the request's number (from 1) for an exposition that moves over a
+    run (`NodeCapture`); the requests numbered in `failing` are answered 503. The
+    other switches are the ways an endpoint goes wrong."""
 
-    def __init__(self, body: str):
+    def __init__(self, body: str | Callable[[int], str], failing: Iterable[int] = ()):
         self.body = body
+        self.failing = frozenset(failing)
         self.delay = 0.0          # before answering
         self.trickle = 0.0        # between chunks of the body
         self.trickle_bytes = 512  # the size of those chunks
@@ -71,11 +77,17 @@ class FaultyDcgmExporter:
         self._server = None
         self.start()
 
+    def answer(self, n: int) -> tuple[int, str]:
+        """The status and body of the n-th request."""
+        if n in self.failing:
+            return 503, ""
+        return self.status, self.body(n) if callable(self.body) else self.body
+
     def start(self):
         owner = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"     # keep-alive, as dcgm-exporter (Go net/http) speaks
+            protocol_version = "HTTP/1.1"
 
             def setup(self):
                 owner.connections += 1
@@ -85,10 +97,11 @@ class FaultyDcgmExporter:
             def do_GET(self):
                 owner.requests += 1
                 time.sleep(owner.delay)
-                data = owner.body.encode()
+                status, text = owner.answer(owner.requests)
+                data = text.encode()
                 framing = "Connection: close\r\n" if owner.close_delimited else f"Content-Length: {len(data)}\r\n"
-                head = (f"HTTP/1.1 {owner.status} OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-                        f"{framing}\r\n").encode()
+                head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+                        f"Content-Type: text/plain; version=0.0.4\r\n{framing}\r\n").encode()
                 self.close_connection = owner.close_delimited
                 if owner.trickle_head:
                     data = head + data
@@ -140,43 +153,26 @@ EXTRA_DCGM_FIELDS = (
 )
 
 
-class FakeDcgmExporter:
-    """Serves a real dcgm-exporter capture (plus EXTRA_DCGM_FIELDS) over HTTP.
-    Two early requests get 503, so the exporter's error counter exists; after
-    that it answers, so the node's series do not flap in and out."""
+class NodeCapture:
+    """A real dcgm-exporter capture as a node's exporter serves it over a run, the
+    body of a `DcgmExporter` (`node_exporter`): the capture plus EXTRA_DCGM_FIELDS,
+    some of them moving with the request's number. Two early requests (`FAILING`)
+    get 503, so the exporter's error counter exists; after that it answers, so the
+    node's series do not flap in and out."""
 
     FAILING = (3, 4)
 
     def __init__(self, capture: str):
-        labels = re.search(r"^DCGM_\w+(\{[^}]*\})", capture, re.M).group(1)
-        self.capture, self.labels, self.requests = capture, labels, 0
-        outer = self
+        self.capture = capture
+        self.labels = re.search(r"^DCGM_\w+(\{[^}]*\})", capture, re.M).group(1)
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                outer.requests += 1
-                if outer.requests in outer.FAILING:
-                    self.send_error(503)
-                    return
-                body = outer.body(outer.requests).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/metrics"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def body(self, n: int) -> str:
+    def __call__(self, n: int) -> str:
         values = (72, n // 3, 0, 2.0e9 + 1e7 * (n % 5), 1.9e9, 13 if n > 2 else 0, 1)
         extra = "".join(f"{name}{self.labels} {v}\n" for name, v in zip(EXTRA_DCGM_FIELDS, values))
         return self.capture.rstrip("\n") + "\n" + extra
 
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+
+def node_exporter(body: NodeCapture | str) -> DcgmExporter:
+    """A node's dcgm-exporter serving a capture (or a `NodeCapture` of it) over a run."""
+    body = NodeCapture(body) if isinstance(body, str) else body
+    return DcgmExporter(body, failing=body.FAILING)

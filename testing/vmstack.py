@@ -25,9 +25,9 @@ import yaml
 
 from testing import ROOT
 from testing.daemons import Daemon, Gpulse, free_port, require_binary, require_data, wait_http
-from testing.dashstack import (DCGM_NODE, STALL_JOB, STALL_NODE, STRAGGLER_JOB, STRAGGLER_NODE, FakeDcgmExporter,
-                               job_map)
+from testing.dashstack import DCGM_NODE, STALL_JOB, STALL_NODE, STRAGGLER_JOB, STRAGGLER_NODE, job_map
 from testing.dashstack import Stack as PrometheusStack
+from testing.fakedcgm import node_exporter
 from testing.promutil import Receiver, alertmanager_config, prometheus_config
 
 
@@ -164,7 +164,7 @@ class Stack:
         self.started = time.monotonic()
         self.first_seen: dict[int, dict[frozenset, float]] = {}
         self.receiver, self.prom_receiver = Receiver(), Receiver()
-        self.dcgm = FakeDcgmExporter(capture)
+        self.dcgm = node_exporter(capture)
         self.procs: list[Gpulse] = []
         self.daemons: list[Daemon] = []
         self.vm: VictoriaMetrics | None = None
@@ -224,7 +224,7 @@ class Stack:
             d.stop()
         for g in self.procs:
             g.stop()
-        self.dcgm.close()
+        self.dcgm.stop()
         self.receiver.close()
         self.prom_receiver.close()
 

@@ -30,7 +30,8 @@ import yaml
 
 import testing.daemons
 from conftest import ROOT, Gpulse, free_port, require_data
-from testing.dashstack import DCGM_NODE, FakeDcgmExporter
+from testing.dashstack import DCGM_NODE
+from testing.fakedcgm import NodeCapture, node_exporter
 from testing.promutil import Receiver
 from testing.vmstack import VictoriaMetrics, alertmanager
 
@@ -48,16 +49,16 @@ def shipped_expr(alert: str, severity: str) -> str:
     raise AssertionError(f"no {alert} ({severity}) in {RULE_FILE}")
 
 
-class XidDcgmExporter(FakeDcgmExporter):
+class XidCapture(NodeCapture):
     """The real capture, with the last XID dcgm-exporter reports set by the test."""
 
     def __init__(self, capture: str, xid: int):
         self.xid = xid
         super().__init__(capture)
 
-    def body(self, n: int) -> str:
+    def __call__(self, n: int) -> str:
         return re.sub(r"^(DCGM_FI_DEV_XID_ERRORS\{[^}]*\}) \S+$", lambda m: f"{m.group(1)} {self.xid}",
-                      super().body(n), flags=re.M)
+                      super().__call__(n), flags=re.M)
 
 
 def gpulse_on(port: int, *args: str) -> Gpulse:
@@ -171,7 +172,8 @@ def xid_alerts(vm: VictoriaMetrics) -> list[dict]:
 
 def test_live_restart_stays_quiet_until_a_real_xid(stack):
     vm, (p1, p2) = stack
-    dcgm = XidDcgmExporter(require_data("captures/dcgm-exporter/l4-gpu-operator.prom").read_text(), xid=13)
+    xid = XidCapture(require_data("captures/dcgm-exporter/l4-gpu-operator.prom").read_text(), xid=13)
+    dcgm = node_exporter(xid)
     args = ("--source", "dcgm", "--dcgm.url", dcgm.url, "--node-name", DCGM_NODE)
     seen: set[tuple[str, str, str]] = set()     # (instance, xid, state) of any XID alert
     g = None
@@ -193,9 +195,9 @@ def test_live_restart_stays_quiet_until_a_real_xid(stack):
         # a real XID: dcgm-exporter reports 31, then 13 again. 13's count grows
         # (1 -> 2) and pages; 31 is a first XID on a GPU watched for under 10
         # minutes, which does not (see the runbook), in either engine
-        dcgm.xid = 31
+        xid.xid = 31
         g.wait_metrics(lambda t: 'xid="31"' in t, "XID 31 counted")
-        dcgm.xid = 13
+        xid.xid = 13
         g.wait_metrics(lambda t: re.search(r'gpulse_gpu_xid_errors_total\{[^}]*xid="13"[^}]*\} 2\.0', t),
                        "XID 13 counted twice")
         deadline = time.monotonic() + WAIT_S
@@ -211,4 +213,4 @@ def test_live_restart_stays_quiet_until_a_real_xid(stack):
     finally:
         if g is not None:
             g.stop()
-        dcgm.close()
+        dcgm.stop()

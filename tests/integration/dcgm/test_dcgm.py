@@ -9,7 +9,7 @@ from conftest import free_port
 from testing.config import test_config
 from gpulse.sources.base import SourceError
 from gpulse.sources.dcgm import DcgmSource
-from testing.fakedcgm import H100, L4, MIG_TEXT, FaultyDcgmExporter, capture, l4_with, map_text
+from testing.fakedcgm import H100, L4, MIG_TEXT, DcgmExporter, capture, l4_with, map_text
 
 # ---------------------------------------------------------------- the live endpoint
 
@@ -19,7 +19,7 @@ def exporter():
     started = []
 
     def make(body):
-        e = FaultyDcgmExporter(body)
+        e = DcgmExporter(body)
         started.append(e)
         return e
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import require_binary, require_data
 from testing.config import test_config
 from gpulse.sources.dcgm import DcgmSource
-from testing.fakedcgm import FaultyDcgmExporter
+from testing.fakedcgm import DcgmExporter
 
 L4 = "captures/dcgm-exporter/l4-gpu-operator.prom"
 
@@ -53,8 +53,8 @@ def working_l4(**override: str) -> str:
 def endpoint():
     started = []
 
-    def make(body: str) -> FaultyDcgmExporter:
-        e = FaultyDcgmExporter(body)
+    def make(body: str) -> DcgmExporter:
+        e = DcgmExporter(body)
         started.append(e)
         return e
 

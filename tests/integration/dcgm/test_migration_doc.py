@@ -12,7 +12,7 @@ import yaml
 
 from conftest import ROOT, require_binary, require_data
 from gpulse.sources.dcgm import FIELDS as DCGM_FIELDS
-from testing.fakedcgm import FaultyDcgmExporter
+from testing.fakedcgm import DcgmExporter
 
 DOC = (ROOT / "docs" / "migrating-from-dcgm-exporter.md").read_text()
 METRICS_DOC = (ROOT / "docs" / "metrics.md").read_text()
@@ -122,8 +122,8 @@ def test_what_to_enable_gives_real_work_and_the_cause_signals(gpulse_proc):
     values = {"DCGM_FI_PROF_SM_ACTIVE": "0.5", "DCGM_FI_DEV_POWER_MGMT_LIMIT": "72",
               "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "4"}
     extra = "".join(f"{f}{labels} {values.get(f, '0')}\n" for f in fields)
-    default = FaultyDcgmExporter(text)
-    enabled = FaultyDcgmExporter(text + extra)
+    default = DcgmExporter(text)
+    enabled = DcgmExporter(text + extra)
     try:
         plain = gpulse_proc("--source", "dcgm", "--dcgm.url", default.url, "--dcgm.interval", "200ms")
         g = gpulse_proc("--source", "dcgm", "--dcgm.url", enabled.url, "--dcgm.interval", "200ms")
@@ -151,7 +151,7 @@ def test_the_rows_metrics_are_served_from_the_real_default_output(gpulse_proc):
     """gpulse --source dcgm, fed the L4's default output: each row of a field in it
     names metrics that are really exposed."""
     text = require_data(CAPTURES[0]).read_text()
-    ex = FaultyDcgmExporter(text)
+    ex = DcgmExporter(text)
     try:
         g = gpulse_proc("--source", "dcgm", "--dcgm.url", ex.url, "--dcgm.interval", "200ms")
         rows = field_rows()
