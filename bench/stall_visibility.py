@@ -75,11 +75,18 @@ def episodes(log: Path, node: str) -> tuple[list[Episode], tuple[float, float]]:
 
     cfg = replay_config(str(log), node=node)
     source = ReplaySource(cfg)
-    engine = None
-    for engine, _snap in run_offline(source, cfg):
-        pass
-    eps = [Episode(e.start, e.start + e.duration, e.stalled)
-           for tracker in engine.trackers.values() for e in tracker.episodes]
+    found, counted, snap = [], {}, None
+    for _, snap in run_offline(source, cfg):
+        for gv in snap.groups:
+            # the episodes counted since the last tick: the snapshot keeps only the latest
+            # few hundred, the last `pending` of them not final yet
+            new = gv.stalls_total - counted.get(gv.workload, 0)
+            if new > 0:
+                found += gv.episodes[:len(gv.episodes) - gv.pending][-new:]
+            counted[gv.workload] = gv.stalls_total
+    if snap is not None:    # what the end of the record makes final
+        found += [e for gv in snap.groups for e in gv.ending]
+    eps = [Episode(e.start, e.start + e.duration, e.stalled) for e in found]
     return sorted(eps, key=lambda e: e.start), (source.run.start, source.run.end)
 
 
