@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "exporter")]     # bench.lib, testing/; gpulse
 
 from bench.lib.corpus.causes import CAUSES, CauseCase, build, expected  # noqa: E402
+from bench.lib.verdicts import NONE, finding_cause  # noqa: E402
 from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402
@@ -49,24 +50,7 @@ from gpulse.drive import run_offline  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
 
 DETECTORS = ("report", "live")
-NONE = "none"               # no straggler (or imbalance) finding for the case at all
 LIVE_EVERY = 5.0            # seconds of log time between the live gauge reads
-
-
-def _finding_cause(doc: dict, gpu: str) -> str:
-    """The cause findings.json gives the case's straggler (or, gpu "", its imbalance)."""
-    if not gpu:
-        return next((f.get("cause", NONE) for f in doc["findings"] if f["kind"] == "imbalance"), NONE)
-    for s in doc.get("stragglers", []):
-        if str(s.get("gpu")) == gpu and s.get("cause"):
-            return s["cause"]
-    for f in doc["findings"]:
-        if f["kind"] != "straggler":
-            continue
-        gpus = {str(g) for g in f.get("gpus", [])} | ({str(f["gpu"])} if "gpu" in f else set())
-        if gpu in gpus or (not gpus and f["text"].startswith(f"GPU {gpu} ")):
-            return f.get("cause", NONE)
-    return NONE
 
 
 def report_cause(c: CauseCase) -> tuple[str, dict]:
@@ -77,8 +61,8 @@ def report_cause(c: CauseCase) -> tuple[str, dict]:
             raise SystemExit(f"gpulse report failed on {c.path} (exit {rc})")
         doc = json.loads((Path(out) / "findings.json").read_text(encoding="utf-8"))
     f = next((f for f in doc["findings"] if f["kind"] == ("straggler" if c.gpu else "imbalance")
-              and f.get("cause") is not None and (not c.gpu or _finding_cause(doc, c.gpu) == f["cause"])), {})
-    return _finding_cause(doc, c.gpu), {"evidence": f.get("evidence"), "missing": f.get("missing"),
+              and f.get("cause") is not None and (not c.gpu or finding_cause(doc, c.gpu) == f["cause"])), {})
+    return finding_cause(doc, c.gpu), {"evidence": f.get("evidence"), "missing": f.get("missing"),
                                         "remedy": f.get("remedy"), "schema": doc.get("schema")}
 
 

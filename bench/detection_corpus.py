@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "exporter"), str(ROOT)]   # gpulse, testing/
 
+from bench.lib.verdicts import series_key  # noqa: E402
 from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402
@@ -65,10 +66,6 @@ class Observed:
     live: Verdict
     series: dict[str, list]                   # series text -> value per scrape (None = absent)
     scrapes: int
-
-
-def _labels(d: dict) -> str:
-    return ",".join(f'{k}="{v}"' for k, v in sorted(d.items()))
 
 
 class _Persist:
@@ -140,11 +137,11 @@ def observe(path: str, node: str) -> Observed:
             for fam in snapshot_families(snap):
                 for smp in fam.samples:
                     if smp.name in KEEP:
-                        vals[smp.name + "{" + _labels(smp.labels) + "}"] = smp.value
+                        vals[series_key(smp.name, smp.labels)] = smp.value
             for gpu, ts in rows_t.items():
                 k = bisect.bisect_right(ts, (snap.t or start)) - 1
                 if k >= 0:
-                    vals[f'{BASELINE_METRIC}{{{_labels({"node": node, "gpu": gpu})}}}'] = rows_u[gpu][k]
+                    vals[series_key(BASELINE_METRIC, {"node": node, "gpu": gpu})] = rows_u[gpu][k]
             for key, val in vals.items():
                 col = series.setdefault(key, [None] * n)
                 col.extend([None] * (n - len(col)))

@@ -78,7 +78,7 @@ sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
 from bench.lib.proc import cpu_seconds, free_port, rss_bytes, wait_ready  # noqa: E402
 from bench.lib.dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
-from bench.lib.dashboards_data import _write as write_families  # noqa: E402
+from bench.lib.dashboards_data import write_families  # noqa: E402
 from bench.dashboards_scale import (BLOCK_S, VARIABLES, WINDOW_S, Prometheus, backfill_rules, du,  # noqa: E402
                               load_windows, need, requests_for, rule_levels, run, sizes_and_hours,
                               timed, wait_loaded)
@@ -194,7 +194,7 @@ class Dcgm:
             rng = random.Random(n * 7919 + t0)
             for g in range(GPUS_PER_NODE):
                 labels = self._labels(n, g)
-                util = [self.cluster._util(n, g, t, rng) for t in times]
+                util = [self.cluster.gpu_util(n, g, t, rng) for t in times]
                 for name, kind, captured in self.families:
                     vals = [self._value(name, captured, busy, active, t, n, g) for t, (busy, active) in zip(times, util)]
                     lines[name].append("".join(f"{name}{{{labels}}} {v:.6g} {t}\n" for v, t in zip(vals, times)))

@@ -57,10 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "exporter")]     # bench.lib, testing/; gpulse
 
 from bench.lib.corpus import sweep  # noqa: E402
-from bench.cause_matrix import _finding_cause  # noqa: E402
 from bench.dashboards_scale import Prometheus, need  # noqa: E402
 from bench.detection import RULES, SHIPPED, first_firing, write_test_file  # noqa: E402
-from bench.detection_corpus import SCRAPE, _labels, report_doc  # noqa: E402
+from bench.detection_corpus import SCRAPE, report_doc  # noqa: E402
+from bench.lib.verdicts import finding_cause, series_key  # noqa: E402
 
 DETECTORS = ("report", "live", "alerts")
 GPU_ALERT, NODE_ALERT = "GpulseStragglerGPU", "GpulseStragglerNode"
@@ -96,7 +96,7 @@ class Scrapes:
                 if name == "gpulse_build_info":
                     continue        # its python_version says nothing of the run
                 d = dict(_LABEL.findall(labels or ""))
-                key = name + "{" + _labels(d) + "}"
+                key = series_key(name, d)
                 raw.setdefault(key, {})[float(ts)] = float(value)
                 self.labels[key] = (name, d)
         times = sorted({t for pts in raw.values() for t in pts})
@@ -160,7 +160,7 @@ def report_named(doc: dict, case: sweep.SweepCase) -> tuple[set[str], dict[str, 
             continue
         key = f"{node}/{s['gpu']}"
         named.add(key)
-        causes[key] = _finding_cause(doc, str(s["gpu"])) if one else (s.get("cause") or "none")
+        causes[key] = finding_cause(doc, str(s["gpu"])) if one else (s.get("cause") or "none")
     for nd in doc.get("straggler_nodes", []):     # a slow node, named once as the node
         named.add(str(nd["node"]))
     return named, causes

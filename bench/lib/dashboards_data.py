@@ -112,7 +112,7 @@ class Cluster:
             parts.append(f'workload="{job.name}"')
         return ",".join(parts)
 
-    def _util(self, n: int, g: int, t: int, rng: random.Random) -> tuple[float, float]:
+    def gpu_util(self, n: int, g: int, t: int, rng: random.Random) -> tuple[float, float]:
         """(busy, active) fractions of one GPU over the scrape interval ending at t."""
         job = self.jobs[n]
         noise = (rng.random() - 0.5) * 0.04
@@ -180,7 +180,7 @@ class Cluster:
             fam.setdefault(name, []).append("".join([prefix + tail for tail in tails]))
             count[0] += 1
             count[1] += len(values)
-        _write(out, fam)
+        write_families(out, fam)
         return count[0], count[1]
 
     def write_json_window(self, t0: int, t1: int) -> Iterator[bytes]:
@@ -213,7 +213,7 @@ class Cluster:
             series: dict[str, list[float]] = {}
             busy_l, active_l = [], []
             for t in times:
-                b, a = (max(0.0, min(1.0, x)) for x in self._util(n, g, t, rng))
+                b, a = (max(0.0, min(1.0, x)) for x in self.gpu_util(n, g, t, rng))
                 busy_l.append(b)
                 active_l.append(a)
                 power = 70 + a * 560 + max(0.0, b - a) * 80
@@ -351,7 +351,7 @@ def _family_of(sample_name: str) -> tuple[str, str]:
     return sample_name, "gauge"
 
 
-def _write(out: Path, fam: dict[str, list[str]]) -> None:
+def write_families(out: Path, fam: dict[str, list[str]]) -> None:
     """Families in order, each one contiguous (histograms: all three kinds of
     sample together), then # EOF."""
     by_family: dict[str, list[str]] = {}

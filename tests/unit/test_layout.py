@@ -84,3 +84,23 @@ def test_tests_import_bench_as_a_package():
     found = sorted(str(p.relative_to(ROOT)) for p in TESTS.rglob("*.py")
                    if re.search(r"sys\.path.*[\"']bench[\"']", p.read_text()))
     assert found == []
+
+
+def shared_private_imports(paths) -> list[str]:
+    """`from bench.x import _name` (or testing.x, or relative) in a benchmark or a
+    stand-in: what two of them share has a public home (bench/lib/, testing/)."""
+    out = []
+    for p in paths:
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] in
+                                                     ("bench", "testing")):
+                out += [f"{p.name}:{node.lineno} {a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_benchmarks_share_no_private_names(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from bench.cause_matrix import _finding_cause\nfrom .cases import _frame, LEAD\n")
+    assert [s.split(" ", 1)[1] for s in shared_private_imports([bad])] == ["_finding_cause", "_frame"]
+    assert shared_private_imports([*(ROOT / "bench").rglob("*.py"), *(ROOT / "testing").rglob("*.py")]) == []

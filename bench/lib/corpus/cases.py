@@ -124,14 +124,14 @@ H100_RUNS = ("ckpt1", "ckpt10", "ckpt50", "ckpt100", "ckpt500", "ckpt1000")
 LEAD, STARTUP, TAIL = 10.0, 60.0, 20.0
 
 
-def _frame(tl: Timeline, train_end: float) -> None:
+def job_exit(tl: Timeline, train_end: float) -> None:
     """Job exit at train_end: GPU 0 frees its memory first, the rest within a second."""
     for g in range(tl.gpus):
         tl.add(g, train_end, train_end + (0.0 if g == 0 else 0.3 + 0.05 * g), IDLE)
         tl.add(g, train_end + 2.0, tl.end, OFF)
 
 
-def _startup(tl: Timeline, a: float, length: float = STARTUP) -> float:
+def start_up(tl: Timeline, a: float, length: float = STARTUP) -> float:
     for g in range(tl.gpus):
         tl.add(g, a, a + length, LOAD)
     return a + length
@@ -157,7 +157,7 @@ def stall_case(name: str, seed: int, gpus: int, period: float, length: float, ji
     rng = random.Random(seed)
     end = LEAD + STARTUP + healthy + stalled + TAIL
     tl = Timeline(gpus, end)
-    a = _startup(tl, LEAD)
+    a = start_up(tl, LEAD)
     onset = a + healthy
     _noisy_compute(tl, rng, a, onset)
     t = onset + rng.uniform(0.013, 0.087)          # off the 100 ms grid
@@ -171,16 +171,16 @@ def stall_case(name: str, seed: int, gpus: int, period: float, length: float, ji
         t += period
     for g in range(gpus):
         tl.add(g, tl.seg[g][-1][1], stop, COMPUTE)
-    _frame(tl, stop)
+    job_exit(tl, stop)
     return tl
 
 
 def balanced(seed: int, gpus: int = 8, train: float = 900.0) -> Timeline:
     rng = random.Random(seed)
     tl = Timeline(gpus, LEAD + STARTUP + train + TAIL)
-    a = _startup(tl, LEAD)
+    a = start_up(tl, LEAD)
     _noisy_compute(tl, rng, a, a + train)
-    _frame(tl, a + train)
+    job_exit(tl, a + train)
     return tl
 
 
@@ -188,13 +188,13 @@ def one_pause(seed: int, gpus: int = 8, train: float = 900.0, pause: float = 90.
     """One checkpoint: rank 0 off the GPU, the others spin-waiting, once."""
     rng = random.Random(seed)
     tl = Timeline(gpus, LEAD + STARTUP + train + TAIL)
-    a = _startup(tl, LEAD)
+    a = start_up(tl, LEAD)
     mid = a + train / 2 + rng.uniform(0.0, 0.1)
     _noisy_compute(tl, rng, a, mid)
     for g in range(gpus):
         tl.add(g, mid, mid + pause, IDLE if g == 0 else SPIN)
     _noisy_compute(tl, rng, mid + pause, a + train)
-    _frame(tl, a + train)
+    job_exit(tl, a + train)
     return tl
 
 
@@ -202,22 +202,22 @@ def restart(seed: int, gpus: int = 8, train: float = 400.0, gap: float = 120.0) 
     """The job exits, nothing runs for `gap`, a new one starts up and trains."""
     rng = random.Random(seed)
     tl = Timeline(gpus, LEAD + 2 * STARTUP + 2 * train + gap + TAIL)
-    a = _startup(tl, LEAD)
+    a = start_up(tl, LEAD)
     _noisy_compute(tl, rng, a, a + train)
     for g in range(gpus):
         tl.add(g, a + train, a + train + gap, OFF)
-    b = _startup(tl, a + train + gap)
+    b = start_up(tl, a + train + gap)
     _noisy_compute(tl, rng, b, b + train)
-    _frame(tl, b + train)
+    job_exit(tl, b + train)
     return tl
 
 
 def long_startup(seed: int, gpus: int = 8, train: float = 600.0) -> Timeline:
     rng = random.Random(seed)
     tl = Timeline(gpus, LEAD + 240.0 + train + TAIL)
-    a = _startup(tl, LEAD, 240.0)
+    a = start_up(tl, LEAD, 240.0)
     _noisy_compute(tl, rng, a, a + train)
-    _frame(tl, a + train)
+    job_exit(tl, a + train)
     return tl
 
 
@@ -226,7 +226,7 @@ def seed_imbalance(seed: int, train: float = 1500.0) -> Timeline:
     holds 15)."""
     rng = random.Random(seed)
     tl = Timeline(4, LEAD + STARTUP + train + TAIL)
-    a = _startup(tl, LEAD)
+    a = start_up(tl, LEAD)
     for g in range(4):
         t = a
         while t < a + train:
@@ -234,7 +234,7 @@ def seed_imbalance(seed: int, train: float = 1500.0) -> Timeline:
             level = 0.99 if g < 2 else rng.uniform(0.08, 0.14)
             tl.add(g, t, min(a + train, t + run), PART, level)
             t += run
-    _frame(tl, a + train)
+    job_exit(tl, a + train)
     return tl
 
 
@@ -261,7 +261,7 @@ def pai_job(job: int, max_train: float, scale: float = PAI_SCALE, allreduce: flo
     rows, iters, workers = pai_rows(job)
     last = {w: 500.0 for w in workers}
     tl = Timeline(len(workers), LEAD + STARTUP + max_train + TAIL)
-    t = _startup(tl, LEAD)
+    t = start_up(tl, LEAD)
     stop = t + max_train
     for k, it in enumerate(iters):
         last.update(rows[it])                      # a missing worker keeps its last time
@@ -276,7 +276,7 @@ def pai_job(job: int, max_train: float, scale: float = PAI_SCALE, allreduce: flo
                 tl.add(g, t + bw, t + step * (1 + allreduce), SPIN)
             t += step * (1 + allreduce)
     end = min(t, stop)
-    _frame(tl, end)
+    job_exit(tl, end)
     return tl, {"workers": len(workers), "train_end": end}
 
 

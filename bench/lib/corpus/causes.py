@@ -64,7 +64,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .cases import (DATA, H100, LEAD, Truth, _frame, _startup, levels,
+from .cases import (DATA, H100, LEAD, Truth, job_exit, start_up, levels,
                     pai_rows, seed_imbalance, truth_of)
 from .smi import COMPUTE, IDLE, SPIN, Extra, Levels, Timeline, write_log
 
@@ -234,7 +234,7 @@ def pai_window(cold: bool = False, scale: float = SCALE, allreduce: float = 0.05
     iters = [it for it in iters if FIRST <= it <= LAST]
     slow: list[tuple[float, float]] = []
     tl = Timeline(len(workers), float("inf"))     # the end is known once the steps are laid out
-    t = _startup(tl, LEAD)
+    t = start_up(tl, LEAD)
     for k, it in enumerate(iters):
         last.update(rows[it])
         reps = (iters[k + 1] - it) if k + 1 < len(iters) else 1
@@ -258,7 +258,7 @@ def pai_window(cold: bool = False, scale: float = SCALE, allreduce: float = 0.05
                     slow.append((t, end))
             t = end
     tl.end = t + 2.0 + 20.0                      # exit, then an idle tail
-    _frame(tl, t)
+    job_exit(tl, t)
     return tl, slow
 
 

@@ -45,7 +45,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .cases import DATA, LEAD, STARTUP, _frame, _startup, levels  # noqa: F401 (DATA: for the bench)
+from .cases import DATA, LEAD, STARTUP, job_exit, start_up, levels  # noqa: F401 (DATA: for the bench)
 from .causes import Capture, Health, capture
 from .smi import COMPUTE, IDLE, SPIN, Levels, Timeline, write_log
 
@@ -143,12 +143,12 @@ class _Columns(Health):
         return [*vals, "4" if narrow else "16", "16"]
 
 
-def _steps(case: SweepCase, rng: random.Random) -> tuple[list[Timeline], list[tuple[float, float]], float]:
+def lay_out(case: SweepCase, rng: random.Random) -> tuple[list[Timeline], list[tuple[float, float]], float]:
     """Lay the job out: per node a Timeline; the steps (start, end); the onset."""
     end = LEAD + STARTUP + HEALTHY + SLOW + TAIL
     tls = [Timeline(GPUS, end) for _ in range(case.nodes)]
     for tl in tls:
-        t = _startup(tl, LEAD)
+        t = start_up(tl, LEAD)
     c = rng.uniform(1.0, 2.5)
     jit = 0.08 if case.cause == "jitter8" else JITTER
     first, onset, stop = t, t + HEALTHY, t + HEALTHY + SLOW
@@ -177,11 +177,11 @@ def _steps(case: SweepCase, rng: random.Random) -> tuple[list[Timeline], list[tu
         t = e
     for tl in tls:
         tl.end = t + 2.0 + TAIL
-        _frame(tl, t)
+        job_exit(tl, t)
     return tls, steps, onset
 
 
-def _work(tl: Timeline, gpu: int, steps: list[tuple[float, float]]) -> list[float]:
+def step_work(tl: Timeline, gpu: int, steps: list[tuple[float, float]]) -> list[float]:
     """Per step, the time the GPU spends before it enters the collective (everything
     in the step but spin-waiting), read from the timeline's segments."""
     seg = tl.seg[gpu]
@@ -214,7 +214,7 @@ def _worst_window(diff: list[float], steps: list[tuple[float, float]]) -> float:
 def truth(case: SweepCase, tls: list[Timeline], steps: list[tuple[float, float]]) -> None:
     """Fill the case's costs and labels from its timelines."""
     keys = [(n, g) for n in range(case.nodes) for g in range(GPUS)]
-    work = {k: _work(tls[k[0]], k[1], steps) for k in keys}
+    work = {k: step_work(tls[k[0]], k[1], steps) for k in keys}
     med = statistics.median
     cost, node_cost = {}, {}
     for k in keys:
@@ -239,7 +239,7 @@ def build(case: SweepCase, out: Path, lv: Levels | None = None, cap: Capture | N
     lv, cap = lv or levels(), cap or capture()
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(case.seed)
-    tls, steps, onset = _steps(case, rng)
+    tls, steps, onset = lay_out(case, rng)
     truth(case, tls, steps)
     # the rows' times are counted from the first poll (write_log starts within POLL of 0)
     case.onset = onset

@@ -103,7 +103,7 @@ def test_report_and_pager_share_one_imbalance_threshold(tmp_path, lv):
     # (1 - 0.6) / 1 = 0.4 over every window and over the whole run, between the pager's
     # 0.3 and the 0.5 the report used to ask for
     tl = smi.Timeline(4, 10.0 + 60.0 + 360.0 + 20.0)
-    a = cases._startup(tl, 10.0)
+    a = cases.start_up(tl, 10.0)
     stop = a + 360.0
     for g in range(4):
         t = a
@@ -114,7 +114,7 @@ def test_report_and_pager_share_one_imbalance_threshold(tmp_path, lv):
                 tl.add(g, t, t + 1.2, smi.COMPUTE)
                 tl.add(g, t + 1.2, t + 2.0, smi.IDLE)
             t += 2.0
-    cases._frame(tl, stop)
+    cases.job_exit(tl, stop)
     path = tmp_path / "imbalance-0.4.csv"
     smi.write_log(str(path), tl, lv, "instant", 5)
     doc = analyse(from_log(str(path))).as_json()

@@ -63,7 +63,7 @@ def write_job(out: Path, slow: set[tuple[int, int]], seed: int, fmt: str = "inst
     tls = [Shifted(o) for o in offsets]
     t = 0.0
     for tl in tls:
-        t = cases._startup(tl, cases.LEAD)
+        t = cases.start_up(tl, cases.LEAD)
     onset, stop = t + HEALTHY, t + HEALTHY + SLOW
     ranks = [(n, g) for n in range(NODES) for g in range(GPUS)]
     c = rng.uniform(1.0, 2.0)
@@ -87,7 +87,7 @@ def write_job(out: Path, slow: set[tuple[int, int]], seed: int, fmt: str = "inst
     paths = []
     for n, tl in enumerate(tls):
         tl.end = t + 2.0 + TAIL + offsets[n]
-        cases._frame(tl, t)          # on the node's clock: Shifted.add moves it
+        cases.job_exit(tl, t)          # on the node's clock: Shifted.add moves it
         path = out / f"train-n{n}.csv"
         smi.write_log(str(path), tl, lv, fmt, seed * 10 + n)
         paths.append(path)

@@ -25,7 +25,7 @@ CASES = {c.name: c for c in sweep.cases()}
 
 def _label(name: str) -> sweep.SweepCase:
     c = CASES[name]
-    tls, steps, onset = sweep._steps(c, random.Random(c.seed))
+    tls, steps, onset = sweep.lay_out(c, random.Random(c.seed))
     sweep.truth(c, tls, steps)
     c.onset = onset
     return c
@@ -66,8 +66,8 @@ def test_the_straggler_moves_across_gpu_indices():
 
 def test_jitter_changes_the_slowest_rank_every_step():
     c = CASES["control-jitter8"]
-    tls, steps, _ = sweep._steps(c, random.Random(c.seed))
-    work = [sweep._work(tls[0], g, steps) for g in range(sweep.GPUS)]
+    tls, steps, _ = sweep.lay_out(c, random.Random(c.seed))
+    work = [sweep.step_work(tls[0], g, steps) for g in range(sweep.GPUS)]
     slowest = [max(range(sweep.GPUS), key=lambda g: work[g][s]) for s in range(len(steps))]
     assert len(set(slowest)) == sweep.GPUS
     assert max(slowest.count(g) for g in range(sweep.GPUS)) < 0.25 * len(steps)
