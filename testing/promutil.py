@@ -2,7 +2,7 @@
 test targets every second with the shipped exporter alert rules, for checks on alert
 conditions; the example configuration (prometheus/examples/) pointed at test ports and
 an Alertmanager, and a webhook `Receiver` for what Alertmanager sends; and a simulated
-run scraped in virtual time (`scrape_sim`), with the alerts the shipped rules fire on
+run scraped in virtual time (`scrape_run`, `scrape_sim`), with the alerts the shipped rules fire on
 it in the real promtool (`promtool_firing`)."""
 from __future__ import annotations
 
@@ -86,27 +86,41 @@ def add_scrape(series: dict[str, list], snap, n: int) -> None:
             col.append(s.value)
 
 
-def scrape_sim(scenario: str, seconds: float, scrape: float = 15.0, node: str = "n1", gpus: int = 8):
-    """A `--source sim` run through the engine in virtual time (with the live page's
-    history), anchored so its last snapshot is a minute ago, scraped every `scrape`
-    seconds: (its Config, the last snapshot, the scrapes as OpenMetrics, the first
-    and last scrape time, the promtool input series {series: values})."""
+class Attributed:
+    """A source whose readings all carry `workload`, as attribution would give them."""
+
+    def __init__(self, source, workload: str):
+        self.source, self.workload = source, workload
+
+    def poll(self, now: float):
+        res = self.source.poll(now)
+        for r in res.readings:
+            r.attribution = {**(r.attribution or {}), "workload": self.workload}
+        return res
+
+    def __getattr__(self, name: str):
+        return getattr(self.source, name)
+
+
+def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 60.0, workload: str = ""):
+    """A run of `source` through the engine in virtual time (with the live page's
+    history), anchored so its last snapshot is `ago` seconds before now, scraped every
+    `scrape` seconds: (the last snapshot, the scrapes as OpenMetrics, the first and
+    last scrape time, the promtool input series {series: values})."""
     import math
     import time
 
     from gpulse.collector import encode
     from gpulse.drive import run_offline
     from gpulse.export import _Series, _scrape
-    from gpulse.sources.sim import SimSource
-    from testing.config import test_config
 
-    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=gpus, node_name=node)
-    wall0 = math.floor(time.time()) - seconds - 60
+    wall0 = math.floor(time.time() - seconds - ago)
     store = _Series()
     series: dict[str, list] = {}
     t = first = served = None
     n = 0
-    for _engine, snap in run_offline(SimSource(cfg), cfg, until=seconds, wall0=wall0, history=True):
+    for _engine, snap in run_offline(Attributed(source, workload) if workload else source, cfg, until=seconds,
+                                     wall0=wall0, history=True):
         if t is None:
             t = first = math.ceil(snap.wall / scrape) * scrape
         while served is not None and t < snap.wall:
@@ -117,7 +131,18 @@ def scrape_sim(scenario: str, seconds: float, scrape: float = 15.0, node: str = 
         served = snap
     for col in series.values():
         col.extend([None] * (n - len(col)))
-    return cfg, served, encode(store.metrics(), openmetrics=True), first, t - scrape, series
+    return served, encode(store.metrics(), openmetrics=True), first, t - scrape, series
+
+
+def scrape_sim(scenario: str, seconds: float, scrape: float = 15.0, node: str = "n1", gpus: int = 8):
+    """A `--source sim` run scraped in virtual time (`scrape_run`), its last snapshot a
+    minute ago: (its Config, the last snapshot, the scrapes as OpenMetrics, the first
+    and last scrape time, the promtool input series {series: values})."""
+    from gpulse.sources.sim import SimSource
+    from testing.config import test_config
+
+    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=gpus, node_name=node)
+    return (cfg, *scrape_run(cfg, SimSource(cfg), seconds, scrape))
 
 
 def promtool_firing(workdir: Path, series: dict[str, list], checks: list[tuple[float, str]],
