@@ -105,12 +105,12 @@ class Attributed:
 def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 60.0, workload: str = ""):
     """A run of `source` through the engine in virtual time (with the live page's
     history), anchored so its last snapshot is `ago` seconds before now, scraped every
-    `scrape` seconds: (the last snapshot, the scrapes as OpenMetrics, the first and
-    last scrape time, the promtool input series {series: values})."""
+    `scrape` seconds: (the last snapshot, the scrapes as metric families with their
+    samples' timestamps, the first and last scrape time, the promtool input series
+    {series: values})."""
     import math
     import time
 
-    from gpulse.collector import encode
     from gpulse.drive import run_offline
     from gpulse.export import _Series, _scrape
 
@@ -131,18 +131,20 @@ def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 6
         served = snap
     for col in series.values():
         col.extend([None] * (n - len(col)))
-    return served, encode(store.metrics(), openmetrics=True), first, t - scrape, series
+    return served, store.metrics(), first, t - scrape, series
 
 
 def scrape_sim(scenario: str, seconds: float, scrape: float = 15.0, node: str = "n1", gpus: int = 8):
     """A `--source sim` run scraped in virtual time (`scrape_run`), its last snapshot a
     minute ago: (its Config, the last snapshot, the scrapes as OpenMetrics, the first
     and last scrape time, the promtool input series {series: values})."""
+    from gpulse.collector import encode
     from gpulse.sources.sim import SimSource
     from testing.config import test_config
 
     cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=gpus, node_name=node)
-    return (cfg, *scrape_run(cfg, SimSource(cfg), seconds, scrape))
+    served, families, first, last, series = scrape_run(cfg, SimSource(cfg), seconds, scrape)
+    return cfg, served, encode(families, openmetrics=True), first, last, series
 
 
 def promtool_firing(workdir: Path, series: dict[str, list], checks: list[tuple[float, str]],

@@ -34,7 +34,7 @@ from testing.promutil import Receiver, alertmanager_config, prometheus_config
 class VictoriaMetrics:
     """victoria-metrics + vmagent + vmalert. `url` serves the Prometheus query API.
     Without targets no vmagent runs, without rules no vmalert: victoria-metrics alone,
-    for series imported with their timestamps (`import_openmetrics`) and rules
+    for series imported with their timestamps (`import_families`) and rules
     evaluated over them in virtual time (`replay`)."""
 
     def __init__(self, tmp: Path, targets: list[str] | None, rules_dir: Path | None, alertmanager_url: str = "",
@@ -102,18 +102,20 @@ class VictoriaMetrics:
     # a Prometheus HTTP API call (POST, as Grafana sends them); the result list
     api = PrometheusStack.api
 
-    def import_openmetrics(self, data: bytes, **labels: str) -> None:
-        """OpenMetrics as `gpulse export` writes it (timestamps in seconds), each series
-        with `labels` added as a scrape adds job and instance, into victoria-metrics."""
-        extra = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    def import_families(self, families, **labels: str) -> None:
+        """Metric families whose samples carry their timestamps (`promutil.scrape_run`),
+        each series with `labels` added as a scrape adds job and instance, into
+        victoria-metrics."""
+        def text(v: str) -> str:
+            return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
         lines = []
-        for line in data.decode().splitlines():
-            if not line or line[0] == "#":
-                continue
-            head, value, ts = line.rsplit(" ", 2)
-            name, brace, rest = head.partition("{")
-            head = f"{name}{{{extra},{rest}" if brace and rest != "}" else f"{name}{{{extra}}}"
-            lines.append(f"{head} {value} {round(float(ts) * 1000)}")
+        for fam in families:
+            for s in fam.samples:
+                sel = ",".join(f'{k}="{text(v)}"' for k, v in {**labels, **s.labels}.items())
+                v = float(s.value)
+                value = "NaN" if v != v else "+Inf" if v == float("inf") else "-Inf" if v == -float("inf") else repr(v)
+                lines.append(f"{s.name}{{{sel}}} {value} {round(s.timestamp * 1000)}")
         r = requests.post(self.url + "/api/v1/import/prometheus", data="\n".join(lines) + "\n", timeout=120)
         assert r.status_code == 204, r.text
         self.flush()

@@ -28,12 +28,12 @@ SCRAPE = 1.0          # the dashboards' test datasource interval (testing/dashst
 
 
 def recorded(source_name: str, node: str, workload: str = "", **settings):
-    """(OpenMetrics, first and last scrape) of a node run in virtual time."""
+    """(metric families, first and last scrape) of a node run in virtual time."""
     from gpulse.sources import make_source
 
     cfg = test_config(source=source_name, node_name=node, **settings)
-    _, om, first, last, _ = scrape_run(cfg, make_source(cfg), SECONDS, SCRAPE, ago=5.0, workload=workload)
-    return om, first, last
+    _, families, first, last, _ = scrape_run(cfg, make_source(cfg), SECONDS, SCRAPE, ago=5.0, workload=workload)
+    return families, first, last
 
 
 class Store:
@@ -50,8 +50,8 @@ class Store:
             dcgm.stop()
         self.vm = VictoriaMetrics(tmp, None, None, external_labels={"cluster": "local"})
         try:
-            for i, (node, (om, _, _)) in enumerate(runs):
-                self.vm.import_openmetrics(om, job="gpulse", instance=f"127.0.0.1:{9400 + i}")
+            for i, (node, (families, _, _)) in enumerate(runs):
+                self.vm.import_families(families, job="gpulse", instance=f"127.0.0.1:{9400 + i}")
             start = min(first for _, (_, first, _) in runs)
             self.at = max(last for _, (_, _, last) in runs)
             _, variant = rule_dirs(tmp)
