@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT / "grafana"))
 sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
 from bench.lib.proc import cpu_seconds, free_port  # noqa: E402
+from gpulse.rulenames import NODE_CELLS_15S  # noqa: E402
 from bench.lib.dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
 from testing.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
                                      panel_queries, substitute, variable_defaults)
@@ -134,8 +135,9 @@ def rule_levels() -> list[list[tuple[str, dict]]]:
     return out
 
 
-def backfill_rules(prom: Prometheus, start: int, end: int, work: Path) -> None:
-    for i, rules in enumerate(rule_levels()):
+def backfill_rules(prom: Prometheus, start: int, end: int, work: Path,
+                   levels: list[list[tuple[str, dict]]] | None = None) -> None:
+    for i, rules in enumerate(rule_levels() if levels is None else levels):
         groups: dict[str, list[dict]] = {}
         for interval, r in rules:
             groups.setdefault(interval, []).append(r)
@@ -187,7 +189,14 @@ def load_windows(write, start: int, end: int, data: Path, scratch: Path, tag: st
     return out
 
 
-NODE_RECORD = "node:gpulse_gpu_cell_seconds:increase15s"
+NODE_RECORD = NODE_CELLS_15S
+
+
+def node_record_rules() -> list[list[tuple[str, dict]]]:
+    """The shipped rules that read the node cell sums alone (the nodes overview's
+    worst-first rank), as rule_levels gives them."""
+    return [[(iv, r) for iv, r in level if NODE_RECORD in r["expr"] and "gpulse_gpu_" not in
+             r["expr"].replace(NODE_RECORD, "")] for level in rule_levels()][1:]
 
 
 def write_node_records(om: Path, nodes: int, w0: int, w1: int) -> tuple[int, int]:
@@ -224,6 +233,9 @@ def build(gpus: int, hours: float, work: Path, scratch: Path,
               f"{time.monotonic() - t0:.0f} s", flush=True)
         prom = Prometheus(data, work)
         prom.start()
+        t0 = time.monotonic()
+        backfill_rules(prom, start, end, work, [level for level in node_record_rules() if level])
+        print(f"  the rules that read them backfilled in {time.monotonic() - t0:.0f} s", flush=True)
         return prom, start, end, series
     series = max(n for n, _ in load_windows(lambda om, w0, w1: cluster.write_window(om, w0, w1), start, end,
                                             data, scratch, f"gpulse-{gpus}"))
@@ -309,8 +321,10 @@ def reuse(work: Path) -> tuple[Prometheus, int, int, int]:
     start, end = min(m["minTime"] for m in metas) // 1000, max(m["maxTime"] for m in metas) // 1000
     prom = Prometheus(work / "data", work)
     prom.start()
-    scraped = int(float(requests.get(f"{prom.url}/api/v1/query", timeout=120, params={
-        "query": 'count({__name__=~"[^:]+"})', "time": end - 60}).json()["data"]["result"][0]["value"][1]))
+    # none in a store of --node-records (records only): count() of nothing is no sample
+    counted = requests.get(f"{prom.url}/api/v1/query", timeout=120, params={
+        "query": 'count({__name__=~"[^:]+"})', "time": end - 60}).json()["data"]["result"]
+    scraped = int(float(counted[0]["value"][1])) if counted else 0
     print(f"  reusing {work}: {scraped} scraped series, {(end - start) / 3600:g} h", flush=True)
     return prom, start, end, scraped
 
@@ -433,7 +447,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", default="", metavar="REV",
                     help="also time the dashboards as generated at git revision REV, on the same data")
     ap.add_argument("--node-records", action="store_true",
-                    help="load only the nodes overview's data (each node's 15 s cell sums, --gpus / 8 nodes), not "
+                    help="load only the nodes overview's data (each node's 15 s cell sums, --gpus / 8 nodes, and the worst-first rank the shipped rules record from them), not "
                     "every series: the overview at fleet size in minutes; give --only for its targets")
     args = ap.parse_args(argv)
     sizes = sizes_and_hours(args, "dashboards_scale")

@@ -46,7 +46,8 @@ helm = need("helm_python")
 CHART = ROOT / "helm" / "gpulse"
 
 
-RULES = ROOT / "prometheus" / "rules"
+# the rule files the chart's default variant (prometheusRule.variant: prometheus) equals
+RULES = ROOT / "prometheus" / "rules-prometheus"
 
 
 DASHBOARDS = ROOT / "grafana" / "dashboards"
@@ -194,8 +195,9 @@ def _validate_once(text: str) -> None:
 
 # ------------------------------------------------------------------ the values matrix
 
-# the chart's rule files: prometheus/rules and its vmalert variant with the thresholds
-# the chart sets left as @{name} (prometheus/generate.py)
+# the chart's rule files: prometheus/rules and its variants (prometheus/tools/variants.py),
+# one folder per prometheusRule.variant, with the thresholds the chart sets left as
+# @{name} (prometheus/generate.py)
 CHART_RULES = ROOT / "prometheus" / "chart"
 _spec = importlib.util.spec_from_file_location("prometheus_generate", ROOT / "prometheus" / "generate.py")
 generate = importlib.util.module_from_spec(_spec)
@@ -215,8 +217,9 @@ def an_alert_to_tune() -> tuple[str, str, float]:
 
 
 def rules_with(variant: str, **changed: float) -> list[dict]:
-    """Every rule `make rules` (and `make rules-variants` for vmalert) writes with the
-    threshold table changed so: what the chart must render for those values."""
+    """Every rule `make rules` (and `make rules-variants` for the chart's variant
+    `variant`) writes with the threshold table changed so: what the chart must render
+    for those values."""
     import dataclasses
     sys.path.insert(0, str(ROOT / "prometheus" / "tools"))
     import variants
@@ -226,7 +229,8 @@ def rules_with(variant: str, **changed: float) -> list[dict]:
     out = []
     for text in generate.generate(table).values():
         doc = yaml.safe_load(text)
-        doc = variants.transform(doc, "vmalert") if variant == "vmalert" else doc
+        form = generate.CHART_VARIANTS[variant]
+        doc = doc if form is None else variants.transform(doc, form)
         out += [r for g in doc["groups"] for r in g["rules"]]
     return out
 

@@ -34,6 +34,9 @@ GPU_CELLS_1M = cells("node_gpu", CELLS_1M)
 GPU_CELLS_15S = cells("node_gpu", INCREASE_15S)
 NODE_CELLS_15S = cells("node", INCREASE_15S)
 WORKLOAD_CELLS_15S = cells("workload", INCREASE_15S)
+# each node's distance from its cluster's median node in active share, per minute
+# (gpulse.node.rank): what the nodes overview ranks its rows by, worst first
+NODE_ACTIVE_DISTANCE_1M = "node:gpulse_gpu_active:median_distance1m"
 
 # -- GPUs of groups that hold a workload, and their peer comparison --------------
 HELD_ACTIVE_5M = "workload_gpu:gpulse_gpu_active:ratio_rate5m"

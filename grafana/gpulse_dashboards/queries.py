@@ -27,6 +27,7 @@ from gpulse.palette import SPIN_WEIGHT
 from gpulse.rulenames import (CELL_SECONDS, CELLS_1M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
                               GPU_BUSY_DEV_5M as BUSY_PEER_DEV, GPU_BUSY_GAP_5M as BUSY_PEER_GAP,
                               GPU_PEER_WAIT_5M as PEER_WAIT, INCREASE_15S as INCREMENTS,
+                              NODE_ACTIVE_DISTANCE_1M as NODE_DISTANCE,
                               WNODE_DEV_5M as NODE_PEER_DEV, WNODE_PEER_WAIT_5M as NODE_PEER_WAIT, cells)
 
 # What makes a GPU a straggler, as the GpulseStragglerGPU alert judges it: it
@@ -215,7 +216,20 @@ def _rank(share: str, by: str, peers: str) -> str:
     group by node, gpu) for the same reason."""
     median = f"on ({peers}) group_left () quantile by ({peers}) (0.5, {share})" if peers \
         else f"scalar(quantile(0.5, {share}))"
-    return f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(abs({share} - {median}), 1))))'
+    return _rank_of(f"abs({share} - {median})", by)
+
+
+def _rank_of(distance: str, by: str) -> str:
+    """The `rank` label of _rank from each row's distance from its peers (0..1)."""
+    return f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max({distance}, 1))))'
+
+
+def _recorded_node_rank(sel: str) -> str:
+    """_rank of the nodes from the gpulse.node.rank records: each node's distance
+    from its cluster's median node, minute by minute, averaged over the range (one
+    point a minute per node, where the share over the range reads every node's
+    15 s sums, twice, for the share and for its median)."""
+    return _rank_of(f'avg_over_time({{__name__="{NODE_DISTANCE}", {sel}}}[$__range] @ end())', "cluster, node")
 
 
 def _recorded_share(level: str, sel: str, by: str) -> str:
@@ -269,15 +283,19 @@ def gpu_rows(sel: str) -> str:
 def node_rows(sel: str) -> str:
     """Overview: one row per node, the mean over its GPUs, from the node-level
     records (no query sums a large cluster's GPUs); worst first ranks the nodes
-    by their distance from the median node, from the same records (the other
-    "Cells from" choices, which sum the GPUs anyway, from their own data: _share)."""
+    by their distance from the median node, recorded from the same records
+    minute by minute (_recorded_node_rank; the other "Cells from" choices, which
+    sum the GPUs anyway, from their own data: _share)."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
+    one, many = recorded_branches("node", nat)
+    # the ranked records last but one: their data passes two `or`s, not four, and
+    # the natural order's default (many evaluations per cell) still one
     return last_is_default((
         _ranked(cell_ratio(rk, "node"), "node", _rank(_share(rk, "node"), "node", ""), "node"),
-        _ranked(recorded_cells("node", rk), "cluster, node",
-                _rank(_recorded_share("node", rk, "cluster, node"), "cluster, node", ""), "node"),
         cell_ratio(nat, "node"),
-        *recorded_branches("node", nat)))
+        one,
+        _ranked(recorded_cells("node", rk), "cluster, node", _recorded_node_rank(rk), "node"),
+        many))
 
 
 # Whether the node filter holds every node (`node`'s All value, `.*`) gates the

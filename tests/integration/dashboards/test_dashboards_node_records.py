@@ -28,6 +28,10 @@ def test_node_records_feed_the_nodes_overview(tmp_path):
     prom = ds.Prometheus(data, tmp_path, retention="100y")
     prom.start()
     try:
+        # the shipped rules that read the node sums: worst first's recorded rank
+        levels = [level for level in ds.node_record_rules() if level]
+        assert levels, "no shipped rule reads the node cell sums"
+        ds.backfill_rules(prom, T0, T0 + 3600, tmp_path, levels)
         reqs = {where.rsplit("order=", 1)[1]: (expr, step) for where, expr, _, step, _ in
                 ds.requests_for("gpulse-cluster-heatmap", 3600 * 1000) if ONLY in where}
         assert set(reqs) == {"natural", ".+"}
@@ -43,7 +47,10 @@ def test_node_records_feed_the_nodes_overview(tmp_path):
         assert len(cells) >= NODES * 150 and all(0 <= v <= 1 for v in cells)
         assert min(cells) < 0.15 < max(cells)       # a stall column among working cells
         # worst first: the same rows, the nodes furthest from the median active share
-        # over the panel's range first (the rank rounds the distance to 1/999)
+        # first (the rank rounds the distance to 1/999). The rank is the recorded
+        # distance minute by minute, averaged; every node here keeps its share but in
+        # the stall columns, where all drop alike, so it orders as the share over the
+        # range does
         share = requests.get(prom.url + "/api/v1/query", timeout=60, params={"time": T0 + 3000, "query": (
             f'sum by (node) (sum_over_time({ds.NODE_RECORD}{{signal="active"}}[1h]))'
             f' / sum by (node) (sum_over_time({ds.NODE_RECORD}{{signal="sampled"}}[1h]))')}).json()["data"]["result"]

@@ -283,7 +283,8 @@ def test_chart_links_to_the_rule_and_dashboard_folders():
 def test_prometheusrule_groups_equal_the_rule_files(chart):
     manifests = docs(render(chart, api_versions=OPERATOR_API))
     rendered = rules_by_source(manifests)
-    expected = {f"prometheus/rules/{f.name}": yaml.safe_load(f.read_text())["groups"] for f in rule_files()}
+    expected = {f"prometheus/rules-prometheus/{f.name}": yaml.safe_load(f.read_text())["groups"]
+                for f in rule_files()}
     assert rendered == expected
     names = [d["metadata"]["name"] for d in by_kind(manifests, "PrometheusRule")]
     assert len(set(names)) == len(names)
