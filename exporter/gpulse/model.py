@@ -9,6 +9,7 @@ analysis, so the two never need to agree with the wall clock.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -118,8 +119,16 @@ class PollResult:
     events: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
+_DIGITS = re.compile(r"(\d+)")
+
+
+def natural_key(name: str) -> tuple:
+    """The one natural order of names: 'node-2' before 'node-10'."""
+    return tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in _DIGITS.split(name) if p)
+
+
 def gpu_sort_key(gpu: str) -> tuple:
     """The one order of GPU names: '2' < '10'; MIG '0/1' right after GPU 0; host-prefixed
-    names ('node-1:0') after plain ones."""
+    names ('node-1:0') after plain ones, hosts in natural order ('n2:0' before 'n10:0')."""
     host, _, rest = gpu.rpartition(":")
-    return (host,) + tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in rest.split("/"))
+    return (natural_key(host),) + tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in rest.split("/"))

@@ -16,11 +16,12 @@ import math
 from typing import Any
 
 from .. import palette
+from ..model import natural_key
 from .clock import elapsed
 from .findings import Analysis
 from .font import ADVANCE, HEIGHT, ascii_text, text_width
 from .png import Canvas
-from .render import Picture, elapsed_tick, natural_key, ordered, row_height, straggler_badge
+from .render import Picture, elapsed_tick, ordered, row_height, straggler_badge
 
 PNG_MAX_WIDTH = 2000          # heatmap columns in the PNG
 MIN_PLOT = 1200               # px: short runs get wider columns, so the picture is never a thumbnail

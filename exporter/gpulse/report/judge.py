@@ -60,6 +60,7 @@ from ..analysis.cause import Verdict
 from ..analysis.period import families
 from ..analysis.thresholds import value
 from ..analysis.verdict import deviating, imbalance_explained, is_working, peer_wait, straggler_spans, work_runs
+from ..model import gpu_sort_key
 from .collect import GpuTrack, GroupTrack, Recording
 
 WORK_BUSY = value("work_busy_ratio")
@@ -286,7 +287,7 @@ class Judgement:
                 if p is not None:
                     periods.append(p)
             offs = [tuple(e.off) for e in fam if e.off]
-            common_off = max(set(offs), key=offs.count) if offs else ()
+            common_off = max(dict.fromkeys(offs), key=offs.count) if offs else ()   # ties: the first seen
             spinners = [e for e in fam if e.waiting]
             covered = sum(b - a for a, b in union(spans))
             self.patterns.append({
@@ -517,7 +518,7 @@ class Judgement:
             # the node's cause: its GPUs' one verdict when they agree (a power-capped
             # rack), else the first GPU's against the other nodes'
             verdicts = [self.rec.cause_of(k, [p for p in peers if p not in nd["keys"]] + [k], nd["spans"])
-                        for k in sorted(nd["keys"])]
+                        for k in sorted(nd["keys"], key=gpu_sort_key)]
             causes = {v.cause for v in verdicts}
             v = verdicts[0] if len(causes) == 1 else next((v for v in verdicts if v.cause != "unknown"), verdicts[0])
             nd["verdict"], nd["cause"] = v, v.cause

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from .. import palette
 from ..analysis import imbalance as imbalance_of
 from ..analysis.cause import describe
+from ..model import natural_key
 from ..pages import b64, page_style, render_page, web_asset
 from ..safetext import script_json
 from . import heatmap
@@ -34,11 +35,6 @@ MIN_ROW = 9                  # px: the smallest row whose label is still legible
 
 def row_height(rows: int) -> int:
     return max(MIN_ROW, min(18, 640 // max(rows, 1)))
-
-
-def natural_key(s: str) -> tuple:
-    """'node-2' before 'node-10'."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
 
 
 def gpu_work_score(stats: dict[str, Any]) -> float | None:

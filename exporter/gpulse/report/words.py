@@ -15,6 +15,7 @@ from typing import Any
 
 from ..analysis.thresholds import value
 from ..analysis.verdict import imbalance_explained
+from ..model import gpu_sort_key
 from .clock import clock_of
 from .judge import WORK_BUSY, Judgement, union
 
@@ -211,7 +212,7 @@ def _pattern_words(j: Judgement, p: dict[str, Any]) -> Finding | None:
         return None
     who = ""
     if p["off_gpu"]:
-        all_keys = sorted({k for gr in j.rec.groups.values() for k in gr.gpus})
+        all_keys = sorted({k for gr in j.rec.groups.values() for k in gr.gpus}, key=gpu_sort_key)
         waiting = [k for k in all_keys if k not in p["off_gpu"]]
         ranks = ", ".join(j.rec.gpus[k].gpu for k in p["off_gpu"] if k in j.rec.gpus)
         who = (f"; during them {j.labels(p['off_gpu'])} work{'s' if len(p['off_gpu']) == 1 else ''} off "

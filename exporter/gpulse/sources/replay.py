@@ -64,6 +64,7 @@ class ReplaySource(Source):
         self._count_on = CountOn()
         # the loop period, measured on the first pass
         self._first: dict[str, float] = {}
+        self._first_gpu: str | None = None
         self._last: dict[str, float] = {}
         self._steps: list[float] = []
 
@@ -184,6 +185,12 @@ class ReplaySource(Source):
         taken: list[Record] = []
         if self.speed == 0:
             while len(taken) < self.CHUNK and not self._finished:
+                ahead, i = self._ahead, self._ahead_i
+                if i < len(ahead):      # what open() read ahead: in one slice
+                    k = min(len(ahead), i + self.CHUNK - len(taken))
+                    taken += ahead[i:k]
+                    self._ahead_i = k
+                    continue
                 if self._peek() is None:
                     if not self._wrap():
                         break
@@ -217,18 +224,27 @@ class ReplaySource(Source):
         # each record's gauges and counters as of its own instant: a chunk covers ~26 s
         # of an 8-GPU log at 100 ms, and its last values are no reading of the rest
         instants: dict[str, list] = {}
+        latest, all_gauges, all_counters = self._latest, self._gauges, self._counters
         for rec in taken:
             r = rec.reading
-            self._latest[r.gpu] = rec
-            gauges = self._gauges.setdefault(r.gpu, {})
-            counters = self._counters.setdefault(r.gpu, {})
+            gpu = r.gpu
+            latest[gpu] = rec
+            gauges = all_gauges.get(gpu)
+            if gauges is None:
+                gauges = all_gauges[gpu] = {}
+                all_counters[gpu] = {}
+            counters = all_counters[gpu]
             if r.gauges:
                 gauges.update(r.gauges)
             if r.counters:
-                counters.update(self._count_on.counters(r.gpu, r.counters))
+                counters.update(self._count_on.counters(gpu, r.counters))
             if r.error is None:
-                samples.setdefault(r.gpu, []).extend(r.samples)
-                instants.setdefault(r.gpu, []).append((rec.t, dict(gauges), dict(counters)))
+                got = samples.get(gpu)
+                if got is None:
+                    got = samples[gpu] = []
+                    instants[gpu] = []
+                got += r.samples
+                instants[gpu].append((rec.t, dict(gauges), dict(counters)))
         out = []
         for gpu in self._devices:
             last = self._latest.get(gpu)
@@ -246,11 +262,16 @@ class ReplaySource(Source):
     # -- the loop period
 
     def _measure(self, r: Record) -> None:
-        self._first.setdefault(r.gpu, r.t)
-        prev = self._last.get(r.gpu)
-        self._last[r.gpu] = r.t
-        if prev is not None and r.gpu == next(iter(self._first)) and r.t > prev and len(self._steps) < PERIOD_STEPS:
-            self._steps.append(r.t - prev)
+        gpu, t = r.gpu, r.t
+        if gpu not in self._first:
+            self._first[gpu] = t
+            if self._first_gpu is None:
+                self._first_gpu = gpu
+        last = self._last
+        prev = last.get(gpu)
+        last[gpu] = t
+        if prev is not None and gpu == self._first_gpu and t > prev and len(self._steps) < PERIOD_STEPS:
+            self._steps.append(t - prev)
 
     def _loop_period(self) -> float:
         """Length of one pass: the longest per-GPU span plus one typical step, so each GPU's

@@ -31,14 +31,13 @@ import dataclasses
 import glob
 import heapq
 import os
-import re
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from ...analysis.activity import activity_of, spin_gate_watts
 from ...analysis.thresholds import value
-from ...model import DeviceInfo, gpu_sort_key
+from ...model import DeviceInfo, gpu_sort_key, natural_key
 from ..replay import ReplaySource
 from .records import LogError, LogFormatError, Record, RunFacts
 from .stream import LogStream
@@ -155,7 +154,7 @@ def align(logs: list[NodeLog], fmt: str = "auto", idle_threshold: float = value(
 
 
 def _align(logs: list[NodeLog], edges: dict[str, tuple[list[float], list[float]]]) -> Alignment:
-    order = sorted(edges, key=_natural)
+    order = sorted(edges, key=natural_key)
     ref = next((n for n in order if edges[n][0] or edges[n][1]), "")
     out = Alignment(list(logs), ref)
     if not ref:
@@ -182,11 +181,6 @@ def job_name(nodes: list[str]) -> str:
     common = os.path.commonprefix(nodes)
     cut = max(common.rfind(c) for c in "-_.")
     return (common[:cut] if cut > 0 else common).rstrip("-_.0123456789") or "job"
-
-
-def _natural(s: str) -> tuple:
-    """Natural order of node names ('n2' before 'n10'), as the report's rows."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
 
 
 def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan: float | None
@@ -422,10 +416,9 @@ class JobStream:
             if lg.offset:
                 rec = rec.moved(-lg.offset)
             r = rec.reading
-            rec.reading = dataclasses.replace(
+            yield Record(dataclasses.replace(
                 r, gpu=prefix + r.gpu,
-                attribution={**(r.attribution or {}), **attribution} if attribution else r.attribution)
-            yield rec
+                attribution={**(r.attribution or {}), **attribution} if attribution else r.attribution), rec.line)
 
 
 class JobReplay(ReplaySource):

@@ -25,22 +25,23 @@ class LogError:
         return f"{self.path}:{self.line}: {self.message}" if self.line else f"{self.path}: {self.message}"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Record:
     """One GPU at one recorded instant: the Reading a live source would have returned
     for it (its one sample in `samples`; `up` False and `error` set when the log says
-    the GPU could not be read), and the line of the log it came from."""
+    the GPU could not be read), and the line of the log it came from. `t` and `gpu`
+    are the reading's, kept at hand: the stream asks for them several times a row."""
 
     reading: Reading
-    line: int = 0
+    line: int
+    t: float = field(compare=False, repr=False)
+    gpu: str = field(compare=False, repr=False)
 
-    @property
-    def t(self) -> float:
-        return self.reading.samples[0].t
-
-    @property
-    def gpu(self) -> str:
-        return self.reading.gpu
+    def __init__(self, reading: Reading, line: int = 0):
+        self.reading = reading
+        self.line = line
+        self.t = reading.samples[0].t
+        self.gpu = reading.gpu
 
     @property
     def sample(self) -> Sample:

@@ -82,12 +82,13 @@ def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | Non
         if power is not None:
             break
     v["power"] = power
-    sample = Sample(t=t, util=v.get("util"), power_w=power, memory_used_bytes=v.get("mem_used"))
     gauges: dict[str, Any] = {g: x for k, g in gauge_keys if (x := v[k]) is not None}
     counters: dict[str, Any] = {}
     if rare:
         _rare_fields(gpu, t, v, gauges, counters, reasons)
-    return Record(Reading(gpu, [sample], gauges, counters, up=lost is None, error=lost), line)
+    # positional: one call per row, and keywords cost a dataclass's __init__ more
+    return Record(Reading(gpu, [Sample(t, v.get("util"), power, v.get("mem_used"))], gauges, counters,
+                          lost is None, lost), line)
 
 
 _POWER_KEYS = ("power", "power_avg", "power_inst")

@@ -39,6 +39,8 @@ _SMI_FIELDS: dict[str, tuple[str, str | None, float | None, float | None]] = {
     "name": ("model", None, None, None), "gpu_name": ("model", None, None, None),
     "pci.bus_id": ("pci", None, None, None), "gpu_bus_id": ("pci", None, None, None),
     "driver_version": ("driver", None, None, None),
+    # no nvidia-smi field: what a wrapper adds to name the node (see _host_prefix)
+    "hostname": ("host", None, None, None),
     "utilization.gpu": ("util", "%", 0, 100),
     "power.draw": ("power", "W", 0, 10000),
     "power.draw.average": ("power_avg", "W", 0, 10000),
@@ -74,7 +76,7 @@ for _prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
         _SMI_FIELDS[f"{_prefix}.{_name}"] = ("thr_state:" + _reason, None, None, None)
     _SMI_FIELDS[f"{_prefix}.active"] = ("thr_mask", None, None, None)
 _STATE_FIELDS = {f for f, *_ in _SMI_FIELDS.values() if f.startswith("thr_state:")} | {"thr_mask"}
-_TEXT_FIELDS = {"t", "index", "uuid", "model", "pci", "driver", "remap_pending"} | _STATE_FIELDS
+_TEXT_FIELDS = {"t", "index", "uuid", "model", "pci", "driver", "host", "remap_pending"} | _STATE_FIELDS
 # which power.draw column the rows' power comes from (smi_record takes the first) ->
 # whether it is an average: power.draw is the 1 s average on recent drivers and the
 # instant on older ones, so the data decide (None)
@@ -96,12 +98,15 @@ class _Column:
     label: str
 
 
-def _smi_header(cells: list[str], line: int, err: Problems) -> list[_Column] | None:
-    """Columns gpulse uses from a --query-gpu header; None when the line is no header."""
+def _smi_header(cells: list[str], line: int, err: Problems, prefix: bool = False) -> list[_Column] | None:
+    """Columns gpulse uses from a --query-gpu header; None when the line is no header.
+    prefix: the first cell is a host's name written before every line (_host_prefix)."""
     if not any(_smi_column_known(c) for c in cells):
         return None
-    cols = []
+    cols = [_Column(0, "host", None, None, None, "hostname")] if prefix else []
     for pos, raw in enumerate(cells):
+        if prefix and pos == 0:
+            continue
         label = raw.strip()
         m = _HEADER_CELL.match(label)
         if not m or m.group(1).split(".")[0].lower() not in _SMI_PREFIXES:
@@ -127,6 +132,22 @@ def _smi_header(cells: list[str], line: int, err: Problems) -> list[_Column] | N
             continue
         cols.append(_Column(pos, fld, unit, lo, hi, label))
     return cols
+
+
+def _second_is_column(text: str) -> bool:
+    parts = text.split(",", 2)
+    return len(parts) > 1 and _smi_column_known(parts[1])
+
+
+def _host_prefix(cells: list[str], lines: "_peekable") -> bool:
+    """Whether a header line and the line after it were both written after the host's
+    name, as `nvidia-smi --query-gpu=... --format=csv -lms 100 | sed "s/^/$(hostname), /"`
+    (or a wrapper doing the same) writes every line: the header's first cell is no
+    column and the next line's first cell is that same name. Such a first cell is the
+    node's name, as a `hostname` column's would be."""
+    first = cells[0]
+    return (bool(first) and len(cells) > 1 and not _smi_column_known(first)
+            and any(_smi_column_known(c) for c in cells[1:]) and lines.next_text().split(",", 1)[0].strip() == first)
 
 
 def _rows_per_poll(times: list[float]) -> int:
@@ -203,12 +224,15 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
                 position += 1
         batch.clear()
 
+    host_first = False         # the rows start with the host's name, not a digit
+    numbered = _peekable(enumerate(lines, 1))
     try:
-        for i, raw in enumerate(lines, 1):
+        for i, raw in numbered:
             text = raw.strip()
             if not text:
                 continue
-            if cols is not None and text[0].isdigit():      # a data row: no header starts with a digit
+            # a data row: no header starts with a digit, nor has a host's name before a value
+            if cols is not None and (text[0].isdigit() or host_first and not _second_is_column(text)):
                 batch.append((i, text))
                 if len(batch) >= smi_fast.BATCH:
                     yield from flush()
@@ -216,8 +240,9 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
             if batch:
                 yield from flush()
             cells = [c.strip() for c in text.split(",")]
-            if cols is None or _smi_column_known(cells[0]):
-                hdr = _smi_header(cells, i, err)
+            prefix = _host_prefix(cells, numbered)
+            if cols is None or _smi_column_known(cells[0]) or prefix:
+                hdr = _smi_header(cells, i, err, prefix)
                 if hdr is None:
                     if cols is None:
                         raise err.fatal(i, f"unknown header {text[:80]!r}: expected an nvidia-smi "
@@ -232,6 +257,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
                     run.timed = "t" in has
                     run.power_averaged = next((avg for f, avg in _POWER_AVERAGED if f in has), None)
                     key_field = next((k for k in ("index", "uuid", "pci") if k in has), None)
+                    host_first = any(c.field == "host" and c.pos == 0 for c in cols)
                     fast = None
                     continue
             out = row(i, text)
@@ -244,6 +270,30 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
         raise
     if batch:
         yield from flush()
+
+
+class _peekable:
+    """(line number, text) pairs, with a look at the next non-empty text."""
+
+    def __init__(self, it: Iterator[tuple[int, str]]):
+        self._it = it
+        self._held: list[tuple[int, str]] = []
+
+    def __iter__(self) -> "_peekable":
+        return self
+
+    def __next__(self) -> tuple[int, str]:
+        return self._held.pop(0) if self._held else next(self._it)
+
+    def next_text(self) -> str:
+        for item in self._held:
+            if item[1].strip():
+                return item[1]
+        for item in self._it:
+            self._held.append(item)
+            if item[1].strip():
+                return item[1]
+        return ""
 
 
 def _row_values(cols: list[_Column], cells: list[str], i: int,
@@ -311,6 +361,7 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
     reasons = ReasonTime()
     instant = -1
     last_index = None
+    nodes = run.nodes_found
     for line, pos, t, values, lost, key_field in itertools.chain(ahead, rows):
         if key_field == "index":
             raw_idx = values.get("index")
@@ -326,6 +377,14 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             gpu = names.setdefault(ident, str(len(names)))
         else:
             gpu = str(pos % n_per_poll)
+        host = values.get("host")
+        if host:
+            # the node the row names: one log of several nodes (a merged log) keys the GPUs
+            # of every node but the first by it, as dcgm-exporter's Hostname does
+            if host not in nodes:
+                nodes.append(host)
+            if host != nodes[0]:
+                gpu = f"{host}:{gpu}"
         if t is None:
             # no clock in the log: one instant per round of GPUs, `interval` apart
             idx = int(gpu.split("/")[0]) if gpu.isdecimal() else pos

@@ -276,20 +276,43 @@ class LogStream:
     def _in_order(self, recs: Iterable[Record]) -> Iterator[Record]:
         """Time order within REORDER_S of recorded time; then one record per GPU and
         instant (a repeated timestamp is a duplicated row)."""
+        # while the records come in time order (nearly always), the window is a queue in
+        # that order, which is what the heap would hand out, at the same moments; the
+        # first record out of order turns it into the heap
+        queue: collections.deque[Record] | None = collections.deque()
         heap: list[tuple[float, int, Record]] = []
         latest = -math.inf
         last: dict[str, float] = {}
         failed: LogFormatError | None = None
+        seq = 0
         try:
-            for seq, r in enumerate(recs):
-                heapq.heappush(heap, (r.t, seq, r))
-                latest = max(latest, r.t)
+            for r in recs:
+                t = r.t
+                if queue is not None:
+                    if t >= latest:
+                        queue.append(r)
+                        latest = t
+                        while queue[0].t < latest - REORDER_S or len(queue) > REORDER_MAX:
+                            out = self._once(queue.popleft(), last)
+                            if out is not None:
+                                yield out
+                        continue
+                    heap = [(q.t, seq + k, q) for k, q in enumerate(queue)]     # sorted: a heap already
+                    seq += len(queue)
+                    queue = None
+                heapq.heappush(heap, (t, seq, r))
+                seq += 1
+                latest = max(latest, t)
                 while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
                     out = self._once(heapq.heappop(heap)[2], last)
                     if out is not None:
                         yield out
         except LogFormatError as e:     # a cap hit: what was read before it still counts
             failed = e
+        while queue:
+            out = self._once(queue.popleft(), last)
+            if out is not None:
+                yield out
         while heap:
             out = self._once(heapq.heappop(heap)[2], last)
             if out is not None:
