@@ -19,6 +19,7 @@ from statistics import median
 from .analysis import (Episode, Integrals, Run, StallTracker, activity_of, imbalance, integrate_sample,
                        load_balance, peer_deviation, spin_gate_watts)
 from .analysis import cause
+from .analysis.activity import PowerLevels, share_of
 from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
 from .analysis.verdict import COST, LOSS_KEYS, Persistence, imbalance_explained, peer_wait, straggler_signal
@@ -122,7 +123,8 @@ class _Gpu:
 
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
-                 "history", "spacing", "persistence", "prev_sample", "prev2_sample", "edges", "sharp", "signals")
+                 "history", "spacing", "persistence", "prev_sample", "prev2_sample", "edges", "sharp", "signals",
+                 "levels", "share")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -148,6 +150,10 @@ class _Gpu:
         self.prev2_sample: Sample | None = None
         self.edges = 0
         self.sharp = 0
+        # its own spin-wait and working power, and the (S, W) the active integral reads
+        # its share between while power is averaged (analysis.activity), else None
+        self.levels = PowerLevels()
+        self.share: tuple[float, float] | None = None
         # running gauge sums of the cause signals (analysis.cause.accumulate), one update per reading
         self.signals = cause.new_vector()
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
@@ -155,6 +161,8 @@ class _Gpu:
 
 
 class Engine:
+    SHARE_TICKS = 10   # the averaged-power share's levels are judged again every this many ticks
+
     def __init__(self, cfg: Any, devices: list[DeviceInfo], source_name: str, attributor: Any = None,
                  sample_spacing: float | None = None, history: bool = True, util_window: float = 0.0,
                  power_kind: bool | None = None):
@@ -199,6 +207,10 @@ class Engine:
         # power_averaged() is published on every snapshot: judged again only after an edge
         self._edge_looks = 0
         self._power_judged: tuple[int, Any, bool] = (-1, None, False)   # (looks, self.gpus, verdict)
+        # the averaged-power share (analysis.activity): levels are watched where power
+        # is not declared instantaneous, and judged again every Engine.SHARE_TICKS ticks
+        self._share_watch = power_kind is not False and self.activity_mode in ("auto", "power-gated")
+        self._share_due = 0
         self.set_devices(devices)
 
     # ------------------------------------------------------------------ ingest
@@ -295,7 +307,14 @@ class Engine:
                 continue
             if act is None:
                 act = util
-            integrate_sample(g.tick, dt, util, act, self.idle_thr)
+            if self._share_watch:
+                g.levels.add(s.t, dt, s.util, s.power_w, gate_w)
+                if g.share is not None:   # the active integral only: co-idle keeps the gate
+                    integrate_sample(g.tick, dt, util, share_of(s, self.activity_mode, act, g.share), self.idle_thr)
+                else:
+                    integrate_sample(g.tick, dt, util, act, self.idle_thr)
+            else:
+                integrate_sample(g.tick, dt, util, act, self.idle_thr)
             if g.holds_hint is not None:
                 holds = g.holds_hint
             else:
@@ -353,6 +372,44 @@ class Engine:
             return False
         return median(g.sharp / g.edges for g in judged) < value("power_sharp_share_ratio")
 
+    def _judge_share(self) -> None:
+        """Each GPU's (S, W) for the averaged-power share, or None for all of them:
+        only while power is not known to be instantaneous and every GPU that has been busy has its
+        levels, so that no GPU is judged by the gate beside peers judged by the
+        share. A GPU that never waited long enough to show its own spin level
+        (the rank that writes the checkpoints its peers wait for) takes the median
+        of its peers' (analysis.activity)."""
+        busy = [g for g in self.gpus.values() if g.up and (g.levels.work_s > 0 or g.levels.spin_s > 0)]
+        spins = [v for v in (g.levels.spin_level() for g in busy) if v is not None]
+        found: list[tuple[_Gpu, tuple[float, float]]] = []
+        if busy and spins and not self._power_instant():
+            peers = median(spins)
+            for g in busy:
+                gate_w = spin_gate_watts(self.gate, g.gauges.get("power_limit_watts"), g.max_power, g.idle_floor)
+                own = g.levels.spin_level()
+                lv = g.levels.levels(gate_w, own if own is not None else peers)
+                if lv is None:
+                    break
+                found.append((g, lv))
+        on = len(found) == len(busy) and bool(found)
+        for g in self.gpus.values():
+            g.share = None
+        if on:
+            for g, lv in found:
+                g.share = lv
+
+    def _power_instant(self) -> bool:
+        """Power known to be instantaneous: declared so by the source, or following
+        utilisation steps within a sample on the median GPU (_power_judge's edges).
+        Not the negation of power_averaged(): too few edges to judge leave it open."""
+        if self.power_kind is False:
+            return True
+        if self.power_kind:
+            return False
+        judged = [g for g in self.gpus.values() if g.edges]
+        return (sum(g.edges for g in judged) >= value("power_edges_min_count")
+                and median(g.sharp / g.edges for g in judged) >= value("power_sharp_share_ratio"))
+
     # ------------------------------------------------------------------ analyze
 
     def _attribution(self, g: _Gpu) -> dict[str, str] | None:
@@ -364,6 +421,11 @@ class Engine:
 
     def analyze(self, wall: float) -> Snapshot:
         """The Snapshot of this tick, built whole: nothing changes it afterwards."""
+        if self._share_watch:
+            self._share_due -= 1
+            if self._share_due <= 0:
+                self._share_due = self.SHARE_TICKS
+                self._judge_share()
         # 1. close the tick for every GPU
         window_ticks, history = self.window_ticks, self.history_ticks > 0
         for g in self.gpus.values():

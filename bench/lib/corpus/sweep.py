@@ -24,6 +24,13 @@ Controls: per-rank jitter of +-2 % and +-8 %, every rank slowing together by 30 
 over the run (drift), one GPU 15 C hotter with no throttle and normal speed, uneven
 memory use across GPUs, and a 4 x 8 job with +-2 % jitter.
 
+`ckpt/` cases: the +10/+15/+20 % cells of every cause and the 8-GPU controls again,
+all with 1 s-averaged power.draw and checkpoints as in the real ckpt1000 trace: every
+CKPT_EVERY seconds of training rank 0 leaves the GPU for CKPT_SECONDS while its peers
+spin-wait in the next collective (so each GPU shows its own spin-wait level, which
+the averaged-power share needs: docs/activity.md). A checkpoint is no step: it adds
+to no rank's cost.
+
 Levels (power, memory) come from the real 8xH100 traces (cases.levels), clocks,
 power limit and temperatures from the real H100 capture (causes.capture); the logs
 carry the real logs' timing (smi.write_log: 100 ms polls, row skew, query stalls,
@@ -42,7 +49,7 @@ from __future__ import annotations
 
 import random
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .cases import DATA, LEAD, STARTUP, job_exit, start_up, levels  # noqa: F401 (DATA: for the bench)
@@ -58,6 +65,7 @@ JITTER = 0.02
 ALLREDUCE = 0.03
 HEALTHY, SLOW, TAIL = 120.0, 480.0, 20.0
 WINDOW = 300.0
+CKPT_EVERY, CKPT_SECONDS = 200.0, 16.0
 GPUS = 8
 # the answers counted right for the straggler's cause
 ACCEPT = {"more_work": ("more_work",), "thermal": ("throttling",), "power": ("throttling",),
@@ -76,6 +84,7 @@ class SweepCase:
     slow: tuple[tuple[int, int], ...] = ()   # (node, gpu) of the slow ranks
     evidence: bool = True
     accept: tuple[str, ...] = ()
+    checkpoint: bool = False             # rank 0 checkpoints every CKPT_EVERY s
     # filled by build()
     paths: list[Path] = field(default_factory=list)
     onset: float = 0.0                   # seconds after the first row
@@ -112,6 +121,8 @@ def cases(quick: bool = False) -> list[SweepCase]:
     out.append(SweepCase("4x8/node+25", "node", "more_work", 0.25, nodes=4, fmt="instant", seed=5201,
                          slow=tuple((1, g) for g in range(GPUS)), accept=ACCEPT["more_work"]))
     out.append(SweepCase("4x8/control", "control", "jitter2", nodes=4, seed=5202))
+    for c in [c for c in out if c.nodes == 1 and (c.kind == "control" or c.slowdown in (0.10, 0.15, 0.20))]:
+        out.append(replace(c, name=f"ckpt/{c.name}", fmt="avg", seed=c.seed + 1000, checkpoint=True))
     if quick:
         keep = {"thermal+10", "thermal+20", "control-jitter8", "control-hot", "4x8/node+25"}
         out = [c for c in out if c.name in keep]
@@ -155,7 +166,14 @@ def lay_out(case: SweepCase, rng: random.Random) -> tuple[list[Timeline], list[t
     slow = set(case.slow)
     ranks = [(n, g) for n in range(case.nodes) for g in range(GPUS)]
     steps = []
+    ckpt = first + CKPT_EVERY / 2 if case.checkpoint else float("inf")
     while t < stop:
+        if t >= ckpt:
+            for (n, g) in ranks:
+                tls[n].add(g, t, t + CKPT_SECONDS, IDLE if g == 0 else SPIN)
+            t += CKPT_SECONDS
+            ckpt += CKPT_EVERY
+            continue
         f = 1.0 + 0.3 * (t - first) / (stop - first) if case.cause == "drift" else 1.0
         gpu_t = {r: c * f * (1 + rng.uniform(-jit, jit)) for r in ranks}
         off = {r: 0.0 for r in ranks}       # time off the GPU (or in copies) before the collective

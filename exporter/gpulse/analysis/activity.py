@@ -25,6 +25,24 @@ runs a spinning kernel, so it reads ~100 % while doing nothing useful. In the re
 
 A sample without the chosen measure falls back to power-gated, then to raw
 utilisation, so a source that lacks a field degrades instead of going blank.
+
+Averaged power (nvidia-smi's 1 s power.draw; Engine.power_averaged): a spin-wait
+shorter than the average never brings a sample under G, so the gate reads every
+sample of a rank that spin-waits 0.1-0.6 s per step as work. The mean of a 1 s
+average over a window is the window's mean power, though, so where a GPU's own
+levels are known the active integral takes the share of work read from where each
+sample's power lies between them:
+    share = min(util, clamp((P - S) / (W - S), 0, 1))    (util >= SPIN_UTIL only)
+    S: its spin-wait level, the median power of its own busy samples under G (at
+       least share_spin_seconds of them: a wait of a second or more, such as a
+       checkpoint or a start-up barrier; 145-163 W on the H100 traces);
+    W: its working level, the WORK_QUANTILE of its power over its sustained-compute
+       samples (busy above G for at least a second: the average is all work), at
+       least share_work_seconds of them; both over its last ~10 minutes.
+The share applies only where W - S is at least share_gap_factor x G: on a GPU that
+never computes long enough to show its full power (ckpt1's peers peak at ~300 W
+between checkpoints), a spin-wait a few watts above S would read as work.
+Otherwise, and on instantaneous power, the gate stands (PowerLevels.levels).
 """
 from __future__ import annotations
 
@@ -35,6 +53,10 @@ from .thresholds import value
 SPIN_UTIL = value("spin_util_ratio")
 # Spin-waiting draws about twice idle power on the H100 traces, work six to eight times.
 IDLE_MULT = value("idle_power_factor")
+SPIN_SECONDS = value("share_spin_seconds")
+WORK_SECONDS = value("share_work_seconds")
+WORK_QUANTILE = value("work_power_quantile")
+GAP_FACTOR = value("share_gap_factor")
 
 
 def spin_gate_watts(gate: float, power_limit_w: float | None, max_power_seen_w: float | None,
@@ -46,6 +68,84 @@ def spin_gate_watts(gate: float, power_limit_w: float | None, max_power_seen_w: 
     if idle_floor_w and idle_floor_w > 0:
         g = max(g or 0.0, IDLE_MULT * idle_floor_w)
     return g
+
+
+def _quantile(counts: dict[int, float], q: float, width: float) -> float:
+    need, acc = q * sum(counts.values()), 0.0
+    for k in sorted(counts):
+        acc += counts[k]
+        if acc >= need:
+            break
+    return (k + 0.5) * width
+
+
+class PowerLevels:
+    """S and W of one GPU (module doc): its busy seconds by power, in BIN-watt bins,
+    under the gate (spin) and in sustained compute (work); each halved when it
+    passes SPAN seconds, so that the levels follow the GPU's recent ones (a GPU
+    capped mid-run is judged on its capped level). add() is the per-sample cost:
+    a few comparisons and one dict update."""
+
+    BIN = 2.0
+    SPAN = 600.0
+    SUSTAIN = 1.0       # seconds above the gate before an averaged sample is all work
+    __slots__ = ("spin", "work", "spin_s", "work_s", "above_since")
+
+    def __init__(self) -> None:
+        self.spin: dict[int, float] = {}
+        self.work: dict[int, float] = {}
+        self.spin_s = 0.0
+        self.work_s = 0.0
+        self.above_since: float | None = None
+
+    def add(self, t: float, dt: float, util: float | None, power_w: float | None, gate_w: float | None) -> None:
+        if util is None or util < SPIN_UTIL or power_w is None or gate_w is None:
+            self.above_since = None
+            return
+        b = int(power_w / self.BIN)
+        if power_w < gate_w:
+            self.above_since = None
+            self.spin[b] = self.spin.get(b, 0.0) + dt
+            self.spin_s += dt
+            if self.spin_s > self.SPAN:
+                self.spin, self.spin_s = _halve(self.spin)
+            return
+        if self.above_since is None:
+            self.above_since = t
+        if t - self.above_since >= self.SUSTAIN:
+            self.work[b] = self.work.get(b, 0.0) + dt
+            self.work_s += dt
+            if self.work_s > self.SPAN:
+                self.work, self.work_s = _halve(self.work)
+
+    def spin_level(self) -> float | None:
+        """S, once share_spin_seconds of spin-waiting are seen, else None."""
+        return _quantile(self.spin, 0.5, self.BIN) if self.spin_s >= SPIN_SECONDS else None
+
+    def levels(self, gate_w: float | None, spin_w: float | None) -> tuple[float, float] | None:
+        """(S, W) for the share, or None where the gate stands (module doc): no gate,
+        no spin level (spin_w: its own spin_level(), or a peer's where it never
+        waits), too little sustained compute, or too small a gap between them."""
+        if gate_w is None or spin_w is None or self.work_s < WORK_SECONDS:
+            return None
+        work_w = _quantile(self.work, WORK_QUANTILE, self.BIN)
+        return (spin_w, work_w) if work_w - spin_w >= GAP_FACTOR * gate_w else None
+
+
+def _halve(counts: dict[int, float]) -> tuple[dict[int, float], float]:
+    kept = {k: v / 2 for k, v in counts.items()}
+    return kept, sum(kept.values())
+
+
+def share_of(s: Sample, mode: str, act: float, levels: tuple[float, float]) -> float:
+    """The active share of one sample between its GPU's levels (module doc), for
+    mode auto or power-gated; act, what activity_of() gave, where the share does not
+    apply (SM activity under auto, low utilisation, no power)."""
+    if (s.util is None or s.util < SPIN_UTIL or s.power_w is None
+            or (mode == "auto" and s.sm_active is not None)):
+        return act
+    spin, work = levels
+    return min(s.util, max(0.0, min(1.0, (s.power_w - spin) / (work - spin))))
 
 
 def _power_gated(s: Sample, gate_w: float | None) -> float | None:

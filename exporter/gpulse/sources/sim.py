@@ -115,6 +115,7 @@ def _unit(seed: int, gpu: int, k: int, salt: int = 0) -> float:
 class SimSource(Source):
     name = "sim"
     util_window = 0.0        # each sample is the state at its instant, not an average
+    power_averaged = False   # and so is its power
 
     def __init__(self, cfg, scenario: Scenario | None = None):
         self.n = cfg.sim.gpus

@@ -104,3 +104,16 @@ def test_a_written_case_reads_as_a_clean_log_with_its_columns(tmp_path):
     narrow = [line for line in path.read_text().splitlines()[1:] if line.split(", ")[1] == gpu
               and line.split(", ")[-2] == "4"]
     assert narrow, "the degraded link shows as width 4 against 16"
+
+
+def test_checkpointed_cases_cost_as_without_and_every_peer_waits_through_the_checkpoints():
+    c = _label("ckpt/off_gpu+15")
+    assert c.fmt == "avg" and c.checkpoint
+    key = f"{c.node(0)}/{c.slow[0][1]}"
+    assert c.cost[key] == pytest.approx(_expected(c.slowdown), abs=0.015)
+    assert c.stragglers == (key,)
+    assert not _label("ckpt/control-jitter2").positive
+    tls, _, _ = sweep._steps(c, random.Random(c.seed))
+    long_spins = [[b - a for a, b, state, _ in tls[0].seg[g] if state == "spin" and b - a >= sweep.CKPT_SECONDS - 1e-6]
+                  for g in range(sweep.GPUS)]
+    assert long_spins[0] == [] and all(len(s) >= 2 for s in long_spins[1:])

@@ -227,6 +227,7 @@ class _State:
 
 class NvmlSource(Source):
     name = "nvml"
+    power_averaged = False   # the driver's power-sample buffer: instants, matched to each utilisation sample
 
     def __init__(self, cfg: Any):
         self.cfg = cfg

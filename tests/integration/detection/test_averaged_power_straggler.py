@@ -1,0 +1,95 @@
+"""An ordinary straggler in a log whose power is nvidia-smi's 1 s-averaged power.draw
+(bench/lib/corpus/sweep.py's ckpt/ cases: synchronous 8-GPU training, steps of
+1-2.5 s, rank 0 checkpointing every 200 s while its peers spin-wait, power and memory
+levels from the real 8xH100 traces, clocks and limit from the real H100 capture).
+
+The peers' spin-waits at every step (0.1-0.6 s) are shorter than the average, so the
+binary power gate reads every peer sample as work and the straggler's gap vanishes.
+Each GPU shows its own spin-wait level in the checkpoints and its working level in
+its steps, so the active share read between them (analysis.activity) keeps the gap:
+a GPU +15 % slower (more work) is named by the live exporter and by the report, on
+the right GPU with its cause; a control whose slowest rank changes every step names
+nothing; and the same straggler logged without checkpoints (no spin level to read
+the share from) keeps the gate: every GPU reads the same.
+"""
+from __future__ import annotations
+
+import pytest
+
+from conftest import require_data
+
+from bench.lib.corpus import sweep
+
+from testing.config import test_config
+from gpulse.drive import run_offline
+from gpulse.report.findings import analyse
+from gpulse.report.inputs import from_log
+from gpulse.sources.replay import ReplaySource
+
+CASES = ("ckpt/more_work+15", "ckpt/control-jitter2", "more_work+15")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    require_data("traces/h100-8gpu/ckpt1000.csv")
+    require_data("captures/nvidia-smi/h100-80gb-hbm3-query-gpu.csv")
+    out = tmp_path_factory.mktemp("sweep")
+    done = {}
+    for c in sweep.cases():
+        if c.name in CASES:
+            assert c.fmt == "avg"             # the 1 s-averaged power.draw column
+            done[c.name] = sweep.build(c, out / c.workload)
+    assert set(done) == set(CASES)
+    return done
+
+
+def live(path):
+    """GPU -> (seconds after the first analysis tick, within a tick of the log's first
+    row, when gpulse_gpu_straggler first reads 1, its cause), and each GPU's active
+    fraction over the run."""
+    c = test_config(source="replay", replay__file=str(path), replay__speed=0, node_name="n")
+    named, t0, snap = {}, None, None
+    for _, snap in run_offline(ReplaySource(c), c):
+        t0 = snap.t if t0 is None else t0
+        for v in snap.gpus:
+            if v.straggler is not None and v.info.gpu not in named:
+                named[v.info.gpu] = (snap.t - t0, v.cause.cause if v.cause else None)
+    return named, {v.info.gpu: v.totals.active / v.totals.sampled for v in snap.gpus}
+
+
+def test_a_straggler_under_averaged_power_is_named_live_and_in_the_report(built):
+    case = built["ckpt/more_work+15"]
+    (slow,) = [f"{g}" for _, g in case.slow]
+    assert case.positive and 0.10 < case.cost[f"{case.node(0)}/{slow}"] < 0.20
+    named, active = live(case.paths[0])
+    assert set(named) == {slow}
+    when, cause = named[slow]
+    # confirmed after its onset, within the 5 minutes the alerts aim for
+    assert case.onset < when < case.onset + 300
+    assert cause in case.accept
+    # the peers read the share of their time they spin-wait: not all working
+    peers = sorted(v for k, v in active.items() if k != slow)
+    assert active[slow] - peers[len(peers) // 2] > 0.05
+    doc = analyse(from_log(str(case.paths[0]))).as_json()
+    assert {s["gpu"] for s in doc["stragglers"]} == {slow}
+    causes = [f["cause"] for f in doc["findings"] if f["kind"] == "straggler"]
+    assert causes and set(causes) <= set(case.accept)
+
+
+def test_a_control_under_averaged_power_names_nothing(built):
+    case = built["ckpt/control-jitter2"]
+    assert not case.positive
+    named, active = live(case.paths[0])
+    assert named == {}
+    assert max(active.values()) - min(active.values()) < 0.01
+    doc = analyse(from_log(str(case.paths[0]))).as_json()
+    assert doc["stragglers"] == []
+
+
+def test_without_a_spin_level_the_gate_stands(built):
+    """No GPU of this log ever waits a second: no spin level, so no share, and the
+    straggler's peers read as active as it does (the gate's blind spot, unchanged)."""
+    case = built["more_work+15"]
+    named, active = live(case.paths[0])
+    assert named == {}
+    assert max(active.values()) - min(active.values()) < 0.005
