@@ -61,6 +61,7 @@ from __future__ import annotations
 import json
 import random
 import statistics
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -289,8 +290,13 @@ def h100_with_health(name: str, out: Path, cap: Capture, lv: Levels, seed: int) 
 
 # -- the cases ---------------------------------------------------------------------------
 
-def build(out: Path, quick: bool = False) -> list[CauseCase]:
-    """Write every cause case under `out` and causes.json; deterministic."""
+def build(out: Path, quick: bool = False, only: Collection[str] | None = None) -> list[CauseCase]:
+    """Write every cause case under `out` and causes.json; deterministic. `only` names
+    the cases to write (a test that needs two of twenty pays for two); each is the same
+    bytes as in the whole build, its seed being fixed by its place in the list."""
+    def want(name: str) -> bool:
+        return only is None or name in only
+
     out.mkdir(parents=True, exist_ok=True)
     lv, cap = levels(), capture()
     fmts = ("avg",) if quick else ("avg", "instant")
@@ -319,6 +325,8 @@ def build(out: Path, quick: bool = False) -> list[CauseCase]:
     for k, (name, tl, fault, cause, evidence, accept) in enumerate(variants):
         spelling = next((sp for sp in SPELLINGS if name.endswith("-" + sp)), "counters")
         for fmt in fmts:
+            if not want(f"{name}-{fmt}"):
+                continue
             seed = 3000 + 10 * k + (fmt == "instant")
             path = out / f"{name}-{fmt}.csv"
             sp = cold_spans if tl is cold else spans
@@ -328,28 +336,33 @@ def build(out: Path, quick: bool = False) -> list[CauseCase]:
                                    params={"spans": [[round(a, 1), round(b, 1)] for a, b in sp], "fault": fault or None}))
     # the same activity as recorded without health columns
     for fmt in fmts:
+        if not want(f"pai-hot-plain-{fmt}"):
+            continue
         path = out / f"pai-hot-plain-{fmt}.csv"
         write_log(str(path), hot, lv, fmt, 3100 + (fmt == "instant"))
         built.append(CauseCase(f"pai-hot-plain-{fmt}", "more_work", False, ("unknown",), gpu, path, fmt,
                                truth=hot_truth, note="more work or throttled: no clocks or throttle reasons"))
-    path = out / "pai-cold-rank-plain-avg.csv"
-    write_log(str(path), cold, lv, "avg", 3110)
-    built.append(CauseCase("pai-cold-rank-plain-avg", "off_gpu", True, ("off_gpu",), gpu, path, "avg",
-                           truth=cold_truth, note="busy and power alone show the cold rank"))
+    if want("pai-cold-rank-plain-avg"):
+        path = out / "pai-cold-rank-plain-avg.csv"
+        write_log(str(path), cold, lv, "avg", 3110)
+        built.append(CauseCase("pai-cold-rank-plain-avg", "off_gpu", True, ("off_gpu",), gpu, path, "avg",
+                               truth=cold_truth, note="busy and power alone show the cold rank"))
     for k, name in enumerate(("ckpt1", "ckpt50")):
-        built.append(CauseCase(f"h100/{name}+health", "off_gpu", True, ("off_gpu",), "0",
-                               h100_with_health(name, out, cap, lv, 3200 + k)))
-        built.append(CauseCase(f"h100/{name}", "off_gpu", True, ("off_gpu",), "0", H100 / f"{name}.csv",
-                               note="the recorded log as it is"))
-    seed = seed_window(3300)
-    path = out / "seed-imbalance+health-avg.csv"
-    write_log(str(path), seed, lv, "avg", 3301, extra=Health(cap, lv, 3301))
-    built.append(CauseCase("seed-imbalance+health-avg", "more_work", True, ("more_work",), "", path,
-                           replay=False, note="an imbalance finding: 4 GPUs have no straggler"))
-    seed = seed_window(3310)
-    path = out / "seed-imbalance-avg.csv"
-    write_log(str(path), seed, lv, "avg", 3311)
-    built.append(CauseCase("seed-imbalance-avg", "more_work", False, ("unknown", "more_work"), "", path,
+        if want(f"h100/{name}+health"):
+            built.append(CauseCase(f"h100/{name}+health", "off_gpu", True, ("off_gpu",), "0",
+                                   h100_with_health(name, out, cap, lv, 3200 + k)))
+        if want(f"h100/{name}"):
+            built.append(CauseCase(f"h100/{name}", "off_gpu", True, ("off_gpu",), "0", H100 / f"{name}.csv",
+                                   note="the recorded log as it is"))
+    if want("seed-imbalance+health-avg"):
+        path = out / "seed-imbalance+health-avg.csv"
+        write_log(str(path), seed_window(3300), lv, "avg", 3301, extra=Health(cap, lv, 3301))
+        built.append(CauseCase("seed-imbalance+health-avg", "more_work", True, ("more_work",), "", path,
+                               replay=False, note="an imbalance finding: 4 GPUs have no straggler"))
+    if want("seed-imbalance-avg"):
+        path = out / "seed-imbalance-avg.csv"
+        write_log(str(path), seed_window(3310), lv, "avg", 3311)
+        built.append(CauseCase("seed-imbalance-avg", "more_work", False, ("unknown", "more_work"), "", path,
                            replay=False, note="no clocks: more work is likely, unknown is honest"))
     doc = {c.name: {**{k: v for k, v in asdict(c).items() if k not in ("truth", "path")},
                     "path": str(c.path), "stragglers": list(c.truth.stragglers) if c.truth else None}

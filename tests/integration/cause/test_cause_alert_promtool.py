@@ -41,7 +41,7 @@ def built(tmp_path_factory):
     for rel in ("traces/alibaba-minibatch/job_1_norm.csv", "captures/nvidia-smi/h100-80gb-hbm3-query-gpu.csv",
                 "traces/h100-8gpu/ckpt1.csv", "traces/h100-8gpu/ckpt50.csv", "traces/h100-8gpu/ckpt1000.csv"):
         require_data(rel)
-    return {c.name: c for c in causes.build(tmp_path_factory.mktemp("causes"), quick=True)}
+    return {c.name: c for c in causes.build(tmp_path_factory.mktemp("causes"), quick=True, only=CASES)}
 
 
 @pytest.fixture(params=CASES)
