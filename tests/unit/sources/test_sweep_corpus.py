@@ -113,7 +113,7 @@ def test_checkpointed_cases_cost_as_without_and_every_peer_waits_through_the_che
     assert c.cost[key] == pytest.approx(_expected(c.slowdown), abs=0.015)
     assert c.stragglers == (key,)
     assert not _label("ckpt/control-jitter2").positive
-    tls, _, _ = sweep._steps(c, random.Random(c.seed))
+    tls, _, _ = sweep.lay_out(c, random.Random(c.seed))
     long_spins = [[b - a for a, b, state, _ in tls[0].seg[g] if state == "spin" and b - a >= sweep.CKPT_SECONDS - 1e-6]
                   for g in range(sweep.GPUS)]
     assert long_spins[0] == [] and all(len(s) >= 2 for s in long_spins[1:])
