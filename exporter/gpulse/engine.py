@@ -307,14 +307,12 @@ class Engine:
                 continue
             if act is None:
                 act = util
+            worked = act   # the active integral's share; co-idle below keeps the gate's `act`
             if self._share_watch:
                 g.levels.add(s.t, dt, s.util, s.power_w, gate_w)
-                if g.share is not None:   # the active integral only: co-idle keeps the gate
-                    integrate_sample(g.tick, dt, util, share_of(s, self.activity_mode, act, g.share), self.idle_thr)
-                else:
-                    integrate_sample(g.tick, dt, util, act, self.idle_thr)
-            else:
-                integrate_sample(g.tick, dt, util, act, self.idle_thr)
+                if g.share is not None:
+                    worked = share_of(s, self.activity_mode, act, g.share)
+            integrate_sample(g.tick, dt, util, worked, self.idle_thr)
             if g.holds_hint is not None:
                 holds = g.holds_hint
             else:
@@ -365,12 +363,18 @@ class Engine:
         return verdict
 
     def _power_judge(self) -> bool:
-        # each GPU judges its own edges and the median GPU decides, so that one GPU's
-        # many steps (a straggler's) do not speak for the whole source
+        sharp = self._sharp_share()
+        return sharp is not None and sharp < value("power_sharp_share_ratio")
+
+    def _sharp_share(self) -> float | None:
+        """The median GPU's share of utilisation steps that power followed within a
+        sample, or None with too few steps to judge. Each GPU judges its own edges and
+        the median GPU decides, so that one GPU's many steps (a straggler's) do not
+        speak for the whole source."""
         judged = [g for g in self.gpus.values() if g.edges]
         if sum(g.edges for g in judged) < value("power_edges_min_count"):
-            return False
-        return median(g.sharp / g.edges for g in judged) < value("power_sharp_share_ratio")
+            return None
+        return median(g.sharp / g.edges for g in judged)
 
     def _judge_share(self) -> None:
         """Each GPU's (S, W) for the averaged-power share, or None for all of them:
@@ -406,9 +410,8 @@ class Engine:
             return True
         if self.power_kind:
             return False
-        judged = [g for g in self.gpus.values() if g.edges]
-        return (sum(g.edges for g in judged) >= value("power_edges_min_count")
-                and median(g.sharp / g.edges for g in judged) >= value("power_sharp_share_ratio"))
+        sharp = self._sharp_share()
+        return sharp is not None and sharp >= value("power_sharp_share_ratio")
 
     # ------------------------------------------------------------------ analyze
 
