@@ -112,10 +112,10 @@ def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 6
     import time
 
     from gpulse.drive import run_offline
-    from gpulse.export import _Series, _scrape
+    from gpulse.export import Series, store_scrape
 
     wall0 = math.floor(time.time() - seconds - ago)
-    store = _Series()
+    store = Series()
     series: dict[str, list] = {}
     t = first = served = None
     n = 0
@@ -124,7 +124,7 @@ def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 6
         if t is None:
             t = first = math.ceil(snap.wall / scrape) * scrape
         while served is not None and t < snap.wall:
-            _scrape(store, cfg, t, served, final=False)
+            store_scrape(store, cfg, t, served, final=False)
             add_scrape(series, served, n)
             n += 1
             t += scrape

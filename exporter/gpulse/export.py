@@ -125,7 +125,7 @@ def _health(snap: Snapshot, t: float, cfg: Any, final: bool) -> dict[str, Any]:
     return {"stale": (not final) and since > cfg.stale_after, "seconds_since_success": since}
 
 
-class _Series:
+class Series:
     """Every sample of every family, kept per series in time order: OpenMetrics
     wants a family's lines together, and promtool a series' samples in order."""
 
@@ -157,7 +157,7 @@ def export(cfg: Any, interval: float, out: BinaryIO, workload: str = "") -> int:
     """Write the OpenMetrics text of a replay of cfg's log scraped every `interval`
     seconds (every per-GPU and group series labelled `workload` when given);
     returns the number of scrapes."""
-    store = _Series()
+    store = Series()
     n = _add_scrapes(store, cfg, scrapes(cfg, interval, workload))
     out.write(encode(store.metrics(), openmetrics=True))
     return n
@@ -179,7 +179,7 @@ def export_job(paths: list[str], names: list[str], fmt: str, interval: float, ou
     for note in ([aligned.applied()] if aligned.applied() else []) + aligned.notes:
         print(f"gpulse export: {terminal(note)}", file=sys.stderr)
     workload = workload or job.job_name([lg.node for lg in logs])
-    store = _Series()
+    store = Series()
     n = 0
     for lg in aligned.logs:
         cfg = replay_config(lg.path, fmt, lg.node)
@@ -188,21 +188,23 @@ def export_job(paths: list[str], names: list[str], fmt: str, interval: float, ou
     return n
 
 
-def _add_scrapes(store: "_Series", cfg: Any, served: Iterable[tuple[float, Snapshot]]) -> int:
+def _add_scrapes(store: "Series", cfg: Any, served: Iterable[tuple[float, Snapshot]]) -> int:
     pending: tuple[float, Snapshot] | None = None
     n = 0
     for t, snap in served:
         if pending is not None:
-            _scrape(store, cfg, *pending, final=False)
+            store_scrape(store, cfg, *pending, final=False)
             n += 1
         pending = (t, snap)
     if pending is None:
         raise ExportError(f"{cfg.replay.file}: no samples to export")
-    _scrape(store, cfg, *pending, final=True)
+    store_scrape(store, cfg, *pending, final=True)
     return n + 1
 
 
-def _scrape(store: _Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> None:
+def store_scrape(store: Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> None:
+    """What a scrape at `t` of the exporter serving `snap` returns, into `store`
+    (`final`: the replay's last snapshot, which a finished replay serves as not stale)."""
     store.add(snapshot_families(snap), t, snap.node)
     store.add(live_families(snap.node, _health(snap, t, cfg, final)), t, snap.node)
 
