@@ -1,8 +1,10 @@
 """The vectorised nvidia-smi CSV reader (smi_fast, pyarrow) and the row-by-row one read
 every log alike: the same records, devices, problems (same lines, same words, same
-order) and clock warnings, on the real logs of ../shared/data and on logs full of
-what real logs get wrong. Each test also checks the vectorised reader took most rows,
-so a reader that handed everything back could not pass it."""
+order) and clock warnings, on real captures of ../shared/data and on logs full of
+what real logs get wrong (tests/readalike.py; the whole real traces are read alike in
+tests/integration/replay/test_smi_fast_traces.py). Each test also checks the
+vectorised reader took most rows, so a reader that handed everything back could not
+pass it."""
 from __future__ import annotations
 
 import random
@@ -10,8 +12,9 @@ import random
 import pytest
 
 from conftest import IN_CI, SHARED_DATA, require_data
-from gpulse.sources.recorded import LogFormatError, read_log, smi_fast
+from gpulse.sources.recorded import LogFormatError, smi_fast
 from hostilelogs import smi_csv
+from readalike import read_alike
 
 if not smi_fast.available():
     if IN_CI:
@@ -23,44 +26,6 @@ if not smi_fast.available():
 def small_batches(monkeypatch):
     """Batches of 1,000 rows: every log here spans several, and ends in a short one."""
     monkeypatch.setattr(smi_fast, "BATCH", 1000)
-
-
-def _read(path: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
-    taken = [0]
-    real = smi_fast._Reader.read
-
-    def counting(self, texts):
-        out = real(self, texts)
-        taken[0] += sum(o is not None for o in out)
-        return out
-
-    with monkeypatch.context() as m:
-        m.setattr(smi_fast._Reader, "read", counting)
-        if not fast:
-            m.setattr(smi_fast, "available", lambda: False)
-        try:
-            run = read_log(path)
-        except LogFormatError as e:
-            return ("fatal", str(e)), taken[0]
-    return (run.format, run.devices, [(r.line, r.reading) for r in run.records], run.errors, run.error_count,
-            run.warnings, run.timed, run.nodes), taken[0]
-
-
-def _same(path: str, monkeypatch: pytest.MonkeyPatch, min_share: float) -> tuple:
-    fast, taken = _read(path, True, monkeypatch)
-    slow, none = _read(path, False, monkeypatch)
-    assert none == 0
-    assert fast == slow
-    rows = len(fast[2]) if fast[0] != "fatal" else 0
-    assert taken >= min_share * rows, (taken, rows)
-    return fast
-
-
-@pytest.mark.parametrize("name", ["ckpt1.csv", "ckpt10.csv", "ckpt50.csv", "ckpt100.csv", "ckpt500.csv",
-                                  "ckpt1000.csv"])
-def test_real_traces_read_alike(name, monkeypatch):
-    run = _same(str(require_data(f"traces/h100-8gpu/{name}")), monkeypatch, 0.9)
-    assert len(run[2]) > 10_000
 
 
 @pytest.mark.parametrize("name", ["h100-80gb-hbm3-query-gpu.csv", "h100-mig-query-gpu.csv",
@@ -77,7 +42,7 @@ def test_real_captures_read_alike(name, monkeypatch, tmp_path):
                 for ln in rows]
     p = tmp_path / name
     p.write_text("\n".join(out) + "\n")
-    _same(str(p), monkeypatch, 0.0)
+    read_alike(str(p), monkeypatch, 0.0)
 
 
 def _hostile_log(seed: int) -> str:
@@ -118,7 +83,7 @@ def _hostile_log(seed: int) -> str:
 def test_hostile_logs_read_alike(seed, monkeypatch, tmp_path):
     p = tmp_path / "hostile.csv"
     p.write_text(_hostile_log(seed), newline="")
-    run = _same(str(p), monkeypatch, 0.8)
+    run = read_alike(str(p), monkeypatch, 0.8)
     assert run[4] > 20                                          # problems were found, and alike
 
 
