@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, require_data
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
-from gpulse.sources.recorded import LogFormatError, LogStream, read_log
+from gpulse.sources.recorded import LogFormatError, LogStream, read_log, smi_fast
 
 TRACE = "traces/h100-8gpu/ckpt1000.csv"
 
@@ -57,14 +57,18 @@ def _trace_lines() -> tuple[str, list[str]]:
     return lines[0], lines[1:]
 
 
+def _stamp(row: str) -> float:
+    """The Unix time of an nvidia-smi row (its zoneless timestamp read as UTC)."""
+    import calendar
+    stamp = row.partition(",")[0]
+    head, _, frac = stamp.strip().partition(".")
+    return calendar.timegm(time.strptime(head, "%Y/%m/%d %H:%M:%S")) + int(frac) / 1000
+
+
 def _shift(row: str, seconds: float) -> str:
     """An nvidia-smi row with its timestamp moved by `seconds`."""
-    import calendar
-    stamp, _, rest = row.partition(",")
-    head, _, frac = stamp.strip().partition(".")
-    t = calendar.timegm(time.strptime(head, "%Y/%m/%d %H:%M:%S")) + int(frac) / 1000 + seconds
-    ms = round(t * 1000)
-    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}," + rest
+    ms = round((_stamp(row) + seconds) * 1000)
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}," + row.partition(",")[2]
 
 
 # ---------------------------------------------------------------- encoding and clocks
@@ -140,10 +144,14 @@ def test_json_nested_3000_deep_is_one_line(tmp_path):
 
 # ---------------------------------------------------------------- streaming
 
-def test_stream_reads_as_it_is_consumed_and_holds_little(tmp_path):
+def test_stream_reads_as_it_is_consumed_and_holds_little(tmp_path, monkeypatch):
+    # the trace's first 2,000 polls in read batches of 1,000 rows: the log, and the log
+    # twice, span many batches as a long log spans batches of 32,768
+    monkeypatch.setattr(smi_fast, "BATCH", 1000)
     header, rows = _trace_lines()
+    rows = rows[:16_000]
     once, twice = tmp_path / "once.csv", tmp_path / "twice.csv"
-    span = 700.0
+    span = _stamp(rows[-1]) - _stamp(rows[0]) + 0.1          # the copy goes on where the log ends
     once.write_text(header + "\n" + "\n".join(rows) + "\n")
     twice.write_text(header + "\n" + "\n".join(rows) + "\n" + "\n".join(_shift(r, span) for r in rows) + "\n")
     stream = LogStream(str(twice))
