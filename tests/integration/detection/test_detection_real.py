@@ -190,9 +190,15 @@ def recorded(name):
     return require_data(f"traces/h100-8gpu/{name}.csv")
 
 
+@functools.lru_cache(maxsize=None)
+def recorded_run(name):
+    """The report and the live run of a recorded trace, once per module (two tests read ckpt50's)."""
+    return report(recorded(name)), live(recorded(name))
+
+
 def test_ckpt50_headline_rhythm_is_the_one_the_heatmap_shows():
     # ~15 s checkpoints every ~28 s; two stalls of 91 s and 107 s swallow cycles
-    doc = report(recorded("ckpt50"))
+    doc, (snap, _) = recorded_run("ckpt50")
     assert 27 <= doc["stall_period_seconds"] <= 30
     head = max((p for p in doc["stall_patterns"] if p["period_seconds"]), key=lambda p: p["count"])
     assert head["count"] >= 10 and 13 <= head["duration_seconds"] <= 18
@@ -204,13 +210,12 @@ def test_ckpt50_headline_rhythm_is_the_one_the_heatmap_shows():
     assert kinds(doc, "sync_stall") == []
     assert f["spans"] and f["spans"][0]["end"] - f["spans"][0]["start"] >= 120
     assert doc["recommendations"][0] == f["remedy"] and "asynchronous checkpointing" in f["remedy"]
-    snap, _ = live(recorded("ckpt50"))
     assert 27 <= snap.groups[0].stall_period <= 30
 
 
 @pytest.mark.parametrize("name, stragglers", [("ckpt1", {"0"}), ("ckpt50", {"0"}), ("ckpt1000", set())])
 def test_live_and_report_name_the_same_stragglers(name, stragglers):
-    doc = report(recorded(name))
+    doc, (_, flagged) = recorded_run(name)
     assert {s["gpu"] for s in doc["stragglers"]} == stragglers
     for s in doc["stragglers"]:
         assert s["whole_run"] and s["direction"] == "idler"
@@ -218,7 +223,6 @@ def test_live_and_report_name_the_same_stragglers(name, stragglers):
         # the finding covers the straggler's spans (and the stalls it causes)
         for sp in s["spans"]:
             assert any(c["start"] <= sp["start"] and sp["end"] <= c["end"] for c in f["spans"])
-    _, flagged = live(recorded(name))
     assert {g for _, gpus in flagged for g in gpus} == stragglers
 
 
