@@ -27,6 +27,14 @@ def gpulse_proc():
         g.stop()
 
 
+@pytest.fixture(scope="module")
+def cause_corpus(tmp_path_factory):
+    """The labelled cause cases a test module asks for, each built and reported once
+    (tests/causecorpus.py)."""
+    from causecorpus import Corpus
+    return Corpus(tmp_path_factory.mktemp("causes"))
+
+
 # The directory a test file lives in is its kind (tests/README.md); the marker follows,
 # so `pytest -m unit` selects by directory and a new file needs no marker of its own.
 KINDS = ("unit", "integration", "e2e")

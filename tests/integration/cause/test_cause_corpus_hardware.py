@@ -1,0 +1,28 @@
+"""The straggler's cause on the labelled cause cases of bench/lib/corpus/causes.py whose
+slow worker's hardware is degraded: hw_slowdown with no thermal or power reason,
+uncorrectable ECC errors with a row remap pending, a PCIe link at x8 of x16 or at
+gen 3 of gen 5.
+
+Each case's log goes through `gpulse report` (tests/causecorpus.py); its findings.json
+must name the labelled cause for the labelled GPU, with evidence, the cause's remedy,
+and, for a case whose log lacks the deciding signals, "unknown" naming what is missing.
+Replayed through the exporter's engine, the live `gpulse_gpu_straggler_cause` gauge
+must say the same (the hw_slowdown case).
+"""
+from __future__ import annotations
+
+import pytest
+
+import causecorpus
+
+CASES = causecorpus.SUBJECTS["hardware"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_report_names_the_labelled_cause(cause_corpus, name):
+    causecorpus.judge_report(*cause_corpus.reported(name))
+
+
+@pytest.mark.parametrize("name", ["pai-hw-slowdown-avg"])
+def test_live_gauge_says_what_the_report_says(cause_corpus, name):
+    causecorpus.judge_live(*cause_corpus.reported(name))

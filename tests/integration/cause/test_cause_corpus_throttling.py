@@ -1,0 +1,27 @@
+"""The straggler's cause on the labelled cause cases of bench/lib/corpus/causes.py whose
+slow worker is throttled: the Alibaba PAI job's worker 6 with its thermal or power
+throttle-reason counters climbing over its slow span, its SM clock held down.
+
+Each case's log goes through `gpulse report` (tests/causecorpus.py); its findings.json
+must name the labelled cause for the labelled GPU, with evidence, the cause's remedy,
+and, for a case whose log lacks the deciding signals, "unknown" naming what is missing.
+Replayed through the exporter's engine, the live `gpulse_gpu_straggler_cause` gauge
+must say the same (the power-capped case).
+"""
+from __future__ import annotations
+
+import pytest
+
+import causecorpus
+
+CASES = causecorpus.SUBJECTS["throttling"]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_report_names_the_labelled_cause(cause_corpus, name):
+    causecorpus.judge_report(*cause_corpus.reported(name))
+
+
+@pytest.mark.parametrize("name", ["pai-throttled-power-avg"])
+def test_live_gauge_says_what_the_report_says(cause_corpus, name):
+    causecorpus.judge_live(*cause_corpus.reported(name))
