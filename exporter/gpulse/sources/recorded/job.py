@@ -409,6 +409,10 @@ class JobStream:
         finally:
             self.close()
 
+    def items(self) -> Iterator[Record]:
+        """LogStream.items(): the logs' records merged in time order are Records."""
+        return self.records()
+
     def _node(self, lg: NodeLog, stream: LogStream) -> Iterator[Record]:
         prefix = lg.node + ":" if self.keyed else ""
         attribution = {"workload": self.workload} if self.workload else None
