@@ -15,6 +15,7 @@ device list.
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import statistics
 from typing import Any, Iterator
@@ -302,6 +303,48 @@ class ReplaySource(Source):
         return out
 
     def _rows_readings(self, rows: Rows, i: int, j: int, samples: dict[str, list], instants: dict[str, list]) -> None:
+        """Rows i..j into the poll's samples and instants, as their Records would go: a
+        GPU at a time where the rows' gauges have one set of fields and no counters (a
+        plain nvidia-smi log's)."""
+        if not rows.uniform or rows.counters is not None:
+            self._rows_each(rows, i, j, samples, instants)
+            return
+        latest, all_gauges, all_counters = self._latest, self._gauges, self._counters
+        ts, smp, gs = rows.t, rows.samples, rows.gauges
+        by: dict[str, list[int]] = {}
+        for k, gpu in enumerate(rows.gpu[i:j], i):
+            at = by.get(gpu)
+            if at is None:
+                by[gpu] = [k]
+            else:
+                at.append(k)
+        for gpu, at in by.items():
+            gauges = all_gauges.get(gpu)
+            if gauges is None:
+                gauges = all_gauges[gpu] = {}
+                all_counters[gpu] = {}
+            first = gs[at[0]]
+            if first:
+                gauges.update(first)
+            if len(gauges) == len(first) and list(gauges) == list(first):
+                # the merged gauges are each row's own, fields and order: no copies
+                each = [gs[k] for k in at]
+                gauges.update(gs[at[-1]])
+            else:
+                each = []
+                for k in at:
+                    if gs[k]:
+                        gauges.update(gs[k])
+                    each.append(dict(gauges))
+            got = samples.get(gpu)
+            if got is None:
+                got = samples[gpu] = []
+                instants[gpu] = []
+            got += [smp[k] for k in at]
+            instants[gpu] += zip([ts[k] for k in at], each, itertools.repeat(dict(all_counters[gpu])))
+            latest[gpu] = _PLAIN
+
+    def _rows_each(self, rows: Rows, i: int, j: int, samples: dict[str, list], instants: dict[str, list]) -> None:
         """Rows i..j into the poll's samples and instants, as their Records would go.
         Where a row's gauges have the fields of its GPU's merged gauges (smi rows give
         a set of fields always in one order), the row's dict is its instant's gauges and

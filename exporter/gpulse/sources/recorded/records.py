@@ -121,18 +121,20 @@ class Rows:
     a run of plain rows as one object, not one Record per row. Every row is a GPU
     that could be read (up, no error, no attribution); `records()` makes the Records
     the row-by-row reader would have made of them. `counters` None: every row's are
-    empty."""
+    empty; `uniform`: every row's gauges have the same fields in the same order."""
 
-    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters")
+    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform")
 
     def __init__(self, t: list[float], gpu: list[str], line: list[int], samples: list[Sample],
-                 gauges: list[dict[str, Any]], counters: list[dict[str, Any]] | None = None):
+                 gauges: list[dict[str, Any]], counters: list[dict[str, Any]] | None = None,
+                 uniform: bool = False):
         self.t = t
         self.gpu = gpu
         self.line = line
         self.samples = samples
         self.gauges = gauges
         self.counters = counters
+        self.uniform = uniform
 
     def __len__(self) -> int:
         return len(self.t)
@@ -141,7 +143,7 @@ class Rows:
         """Rows i..j (j None: to the end)."""
         c = self.counters
         return Rows(self.t[i:j], self.gpu[i:j], self.line[i:j], self.samples[i:j], self.gauges[i:j],
-                    None if c is None else c[i:j])
+                    None if c is None else c[i:j], self.uniform)
 
     def records(self, i: int = 0, j: int | None = None) -> Iterator[Record]:
         """Rows i..j as the Records a row-by-row reader makes."""

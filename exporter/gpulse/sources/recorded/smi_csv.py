@@ -496,7 +496,8 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
                 names_ = tuple(g for _, g in gauge_keys)
                 gcols = [col[power if k == "power" else k] for k, _ in gauge_keys]
                 gauges = [dict(zip(names_, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])]
-                yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges)
+                yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges,
+                           None, True)
             ts.clear()
             gpus.clear()
             taken.clear()
