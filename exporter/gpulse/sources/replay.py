@@ -171,6 +171,7 @@ class ReplaySource(Source):
             return item
         i = self._row_i
         j = len(item) if not rows else min(len(item), i + rows)
+        self._stream.consumed_through(item.line[j - 1])    # the share of the file handed out
         if j == len(item):
             self._ahead_i += 1
             self._row_i = 0

@@ -204,29 +204,31 @@ class LogStream:
         """Every usable record, ordered by time (file order on ties)."""
         for item in self.items():
             if type(item) is Rows:
-                yield from item.records()
+                for rec in item.records():
+                    self.consumed_through(rec.line)
+                    yield rec
             else:
                 yield item
 
     def items(self) -> Iterator[Record | Rows]:
         """records(), with runs of plain rows kept as Rows where the reader made them
-        (the replay's way: a run is handed on whole, not a Record per row)."""
+        (the replay's way: a run is handed on whole, not a Record per row). Whoever
+        takes the rows of a Rows says how far it got with consumed_through(), for
+        `fraction`; a Record counts as consumed when it is handed out."""
         try:
             parsed = FORMATS[self.format].read(self._all_lines, self.err, self.interval, self.facts)
             n = 0
-            marks = self._marks
             for item in self._in_order(self._clock_steps(parsed)):
                 if type(item) is Rows:
-                    t0, t1, line, k = item.t[0], item.t[-1], item.line[-1], len(item)
+                    t0, t1, k = item.t[0], item.t[-1], len(item)
                 else:
                     t0 = t1 = item.t
-                    line, k = item.line, 1
+                    k = 1
+                    self.consumed_through(item.line)
                 if self.start is None:
                     self.start = t0
                 self.end = t1
                 n += k
-                while marks and marks[0][0] <= line:
-                    self._consumed = marks.popleft()[1]
                 yield item
             if not n:
                 first_err = self.err.items[0] if self.err.items else None
@@ -235,6 +237,12 @@ class LogStream:
             self.done = True
         finally:
             self.close()
+
+    def consumed_through(self, line: int) -> None:
+        """The records up to this line of the file are handed out (`fraction`)."""
+        marks = self._marks
+        while marks and marks[0][0] <= line:
+            self._consumed = marks.popleft()[1]
 
     def _clock_steps(self, recs: Iterable[Record | Rows]) -> Iterator[Record | Rows]:
         """File order -> a clock that never steps back by more than REORDER_S.
