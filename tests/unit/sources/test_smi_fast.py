@@ -11,6 +11,7 @@ import pytest
 
 from conftest import IN_CI, SHARED_DATA, require_data
 from gpulse.sources.recorded import LogFormatError, read_log, smi_fast
+from gpulse.sources.recorded import smi_csv as smi_rows_reader
 from hostilelogs import smi_csv
 
 if not smi_fast.available():
@@ -21,8 +22,10 @@ if not smi_fast.available():
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch):
-    """Batches of 1,000 rows: every log here spans several, and ends in a short one."""
+    """Batches of 1,000 rows: every log here spans several, and ends in a short one;
+    their plain rows made Rows 300 at a time."""
     monkeypatch.setattr(smi_fast, "BATCH", 1000)
+    monkeypatch.setattr(smi_rows_reader, "ROWS_PIECE", 300)
 
 
 def _read(path: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:

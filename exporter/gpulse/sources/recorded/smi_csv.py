@@ -387,6 +387,9 @@ def _state(values: dict[str, Any], c: _Column, cell: str, line: int, err: Proble
 
 # rows read ahead to learn how many rows one poll writes (see _rows_per_poll)
 RHYTHM_ROWS = 8193
+# a batch's plain rows are made Rows this many at a time: each row's Sample and gauges
+# are made as the stream asks for them, not a whole batch's at once (memory)
+ROWS_PIECE = 4096
 
 
 def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record | Rows]:
@@ -539,6 +542,8 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             gpus.append(gpu)
             taken.append(k)
             out_lines.append(lines[j])
+            if len(ts) >= ROWS_PIECE:
+                yield from rows_so_far()
         yield from rows_so_far()
 
     for item in itertools.chain(ahead, rows):
