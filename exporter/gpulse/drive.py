@@ -158,7 +158,8 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
     """Split a poll at a source-time boundary: samples (and recorded instants) with
     t <= boundary, and the rest. Each side carries the gauges and counters of its own
     last instant, so no value read after the boundary is charged before it."""
-    cuts = [_first_after(list(map(_T, r.samples)), boundary) for r in result.readings]
+    cuts = [None if not r.samples or max(map(_T, r.samples)) <= boundary
+            else _first_after(list(map(_T, r.samples)), boundary) for r in result.readings]
     if all(cut is None for cut in cuts):
         return result, None      # the common case offline: the whole poll is before the boundary
     later = []
