@@ -5,7 +5,6 @@ instant in order; how many rows make one instant is read from the timestamp rhyt
 (see rows_per_poll)."""
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -546,7 +545,14 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
                 yield from rows_so_far()
         yield from rows_so_far()
 
-    for item in itertools.chain(ahead, rows):
+    def in_turn() -> Iterator[Any]:
+        # what was read ahead is let go of as it is read: a _Plain holds its batch's columns
+        ahead.reverse()
+        while ahead:
+            yield ahead.pop()
+        yield from rows
+
+    for item in in_turn():
         if isinstance(item, _Plain):
             yield from plain(item)
             continue
