@@ -465,14 +465,24 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
 
     def plain(b: _Plain) -> Iterator[Record | Rows]:
         """A run of plain rows: Rows, but a Record for a row that needs one (a GPU's
-        first, a row the key or the clock must be judged on)."""
+        first, a row the key or the clock must be judged on), and a Record each, made
+        as the stream asks for it, where rarer fields need smi_record (its dicts are
+        several times a plain row's: held a batch at a time, a job's logs together
+        would hold hundreds of MB)."""
         col = {c.field: column for c, column in zip(b.cols, b.columns)}
         key_field, where, lines = b.key_field, b.where, b.lines
         tcol = col.get("t")
         keys = tuple(c.field for c in b.cols)
         derived = "link_gen_max" not in col and "link_gen_gpumax" in col
         plan = gauge_plan(keys + (("link_gen_max",) if derived else ())) if tcol is not None else None
-        if derived and plan is not None:
+        if plan is None:
+            for j, k in enumerate(where):
+                rec = one(lines[j], b.position + j, tcol[k] if tcol is not None else None, b.values(j, err), None,
+                          key_field)
+                if rec is not None:
+                    yield rec
+            return
+        if derived:
             gmax, hmax = col["link_gen_gpumax"], col.get("link_gen_hostmax")
             col["link_gen_max"] = gmax if hmax is None else [min(a, h) if h else a for a, h in zip(gmax, hmax)]
         keycol = col.get(key_field) if key_field is not None else None
@@ -480,63 +490,48 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
         ts: list[float] = []
         gpus: list[str] = []
         taken: list[int] = []      # rows of the block as Rows (their places in the columns)
-        records: list[Record] = []  # the same, where the plan needs smi_record
         out_lines: list[int] = []
+        power, gauge_keys = plan
 
         def rows_so_far() -> Iterator[Rows]:
             if not ts:
                 return
-            if plan is None:
-                yield Rows(list(ts), list(gpus), list(out_lines), [r.reading.samples[0] for r in records],
-                           [r.reading.gauges for r in records], [r.reading.counters for r in records])
-                records.clear()
-            else:
-                power, gauge_keys = plan
-                us = [col["util"][k] for k in taken] if "util" in col else [None] * len(taken)
-                ps = [col[power][k] for k in taken] if power is not None else [None] * len(taken)
-                ms = [col["mem_used"][k] for k in taken] if "mem_used" in col else [None] * len(taken)
-                names_ = tuple(g for _, g in gauge_keys)
-                gcols = [col[power if k == "power" else k] for k, _ in gauge_keys]
-                gauges = [dict(zip(names_, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])]
-                yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges,
-                           None, True)
+            us = [col["util"][k] for k in taken] if "util" in col else [None] * len(taken)
+            ps = [col[power][k] for k in taken] if power is not None else [None] * len(taken)
+            ms = [col["mem_used"][k] for k in taken] if "mem_used" in col else [None] * len(taken)
+            names_ = tuple(g for _, g in gauge_keys)
+            gcols = [col[power if k == "power" else k] for k, _ in gauge_keys]
+            gauges = [dict(zip(names_, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])]
+            yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges, None, True)
             ts.clear()
             gpus.clear()
             taken.clear()
             out_lines.clear()
 
         for j, k in enumerate(where):
-            gpu = None
-            if tcol is not None:
-                if key_field is None:
-                    gpu = str((b.position + j) % n_per_poll)
+            if key_field is None:
+                gpu: str | None = str((b.position + j) % n_per_poll)
+            else:
+                raw = keycol[k]
+                if raw is None:
+                    gpu = None
+                elif key_field == "index":
+                    gpu = str(int(raw)) if is_gpu_index(raw) else None
                 else:
-                    raw = keycol[k]
-                    if raw is None:
-                        pass
-                    elif key_field == "index":
-                        gpu = str(int(raw)) if is_gpu_index(raw) else None
-                    else:
-                        gpu = names.setdefault(raw, str(len(names)))
-                if gpu is not None and hostcol is not None:
-                    host = hostcol[k]
-                    if host:
-                        if host not in nodes:
-                            nodes.append(host)
-                        if host != nodes[0]:
-                            gpu = f"{host}:{gpu}"
+                    gpu = names.setdefault(raw, str(len(names)))
+            if gpu is not None and hostcol is not None:
+                host = hostcol[k]
+                if host:
+                    if host not in nodes:
+                        nodes.append(host)
+                    if host != nodes[0]:
+                        gpu = f"{host}:{gpu}"
             if gpu is None or gpu not in found:
                 yield from rows_so_far()
-                rec = one(lines[j], b.position + j, tcol[k] if tcol is not None else None, b.values(j, err), None,
-                          key_field)
+                rec = one(lines[j], b.position + j, tcol[k], b.values(j, err), None, key_field)
                 if rec is not None:
                     yield rec
                 continue
-            if plan is None:
-                rec = one(lines[j], b.position + j, tcol[k], b.values(j, err), None, key_field)
-                if rec is None:
-                    continue
-                records.append(rec)
             ts.append(tcol[k])
             gpus.append(gpu)
             taken.append(k)
