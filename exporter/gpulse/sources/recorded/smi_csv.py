@@ -214,6 +214,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[An
     header_line = 0
     key_field: str | None = None
     fast: Any = None           # smi_fast's reader for this header; False: none to be had
+    limit = smi_fast.BATCH     # rows a batch holds under this header (smi_fast.batch_rows)
     batch: list[tuple[int, str]] = []
 
     def row(i: int, text: str) -> tuple | None:
@@ -233,7 +234,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[An
     def flush() -> Iterator[Any]:
         nonlocal position
         nonlocal fast
-        if fast is None and len(batch) >= smi_fast.BATCH:     # a long log: worth the vectorised reader
+        if fast is None and len(batch) >= limit:     # a long log: worth the vectorised reader
             fast = smi_fast.reader(cols, ncells, _STATE_FIELDS, _TEXT_FIELDS) or False
         if not fast or len(batch) < smi_fast.MIN_ROWS:
             for i, text in batch:
@@ -270,7 +271,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[An
             # a data row: no header starts with a digit, nor has a host's name before a value
             if cols is not None and (text[0].isdigit() or host_first and not _second_is_column(text)):
                 batch.append((i, text))
-                if len(batch) >= smi_fast.BATCH:
+                if len(batch) >= limit:
                     yield from flush()
                 continue
             if batch:
@@ -286,6 +287,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[An
                                            "'timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]'")
                 else:
                     cols, ncells, header_line = hdr, len(cells), i
+                    limit = smi_fast.batch_rows(len(cols))
                     position = 0     # a new header: the logger restarted, instants start over
                     if not any(c.field in ("util", "power", "power_avg", "power_inst", "mem_used") for c in cols):
                         raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")

@@ -35,6 +35,14 @@ _tried = False
 BATCH = 32768
 # Fewer rows than this go row by row (a small log, a stretch between two headers).
 MIN_ROWS = 256
+# BATCH is for a header of this many used columns or fewer; a wider one reads as many
+# cells a batch, in fewer rows (a batch's columns are all of a log held at once)
+BATCH_COLUMNS = 4
+
+
+def batch_rows(columns: int) -> int:
+    """Rows a batch holds under a header of this many used columns."""
+    return max(MIN_ROWS, BATCH * BATCH_COLUMNS // max(BATCH_COLUMNS, columns))
 
 _NUMBER = r"-?[0-9]+(?:\.[0-9]+)?"
 _TIME = r"^ *(?P<h>[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})(?P<f>(?:\.[0-9]+)?) *$"
