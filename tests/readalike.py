@@ -15,7 +15,7 @@ def _read(path: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> tuple:
 
     def counting(self, texts):
         out = real(self, texts)
-        taken[0] += sum(o is not None for o in out)
+        taken[0] += sum(w >= 0 for w in out[0])
         return out
 
     with monkeypatch.context() as m:

@@ -17,9 +17,10 @@ a virtual clock) all run this loop; they differ in three choices:
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
-
 import logging
+import operator
 import threading
 from typing import Any, Callable, Iterator
 
@@ -157,12 +158,13 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
     """Split a poll at a source-time boundary: samples (and recorded instants) with
     t <= boundary, and the rest. Each side carries the gauges and counters of its own
     last instant, so no value read after the boundary is charged before it."""
-    if all(smp.t <= boundary for r in result.readings for smp in r.samples):
+    cuts = [None if not r.samples or max(map(_T, r.samples)) <= boundary
+            else _first_after(list(map(_T, r.samples)), boundary) for r in result.readings]
+    if all(cut is None for cut in cuts):
         return result, None      # the common case offline: the whole poll is before the boundary
     later = []
     early_readings = []
-    for r in result.readings:
-        cut = next((i for i, smp in enumerate(r.samples) if smp.t > boundary), None)
+    for r, cut in zip(result.readings, cuts):
         if cut is None:
             early_readings.append(r)
             continue
@@ -172,7 +174,9 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
             later.append(Reading(r.gpu, r.samples[cut:], {}, {}, r.up, r.error, r.attribution,
                                  r.holds_workload))
             continue
-        ic = next((i for i, x in enumerate(r.instants) if x[0] > boundary), len(r.instants))
+        ic = _first_after(list(map(_T0, r.instants)), boundary)
+        if ic is None:
+            ic = len(r.instants)
         before, after = r.instants[:ic], r.instants[ic:]
         early_readings.append(Reading(r.gpu, r.samples[:cut], before[-1][1] if before else {},
                                       before[-1][2] if before else {}, r.up, r.error, r.attribution,
@@ -181,6 +185,19 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
                              r.holds_workload, after))
     early = PollResult(early_readings, result.devices, result.call_errors, result.events)
     return early, (PollResult(later) if later else None)
+
+
+_T = operator.attrgetter("t")
+_T0 = operator.itemgetter(0)
+
+
+def _first_after(ts: list[float], boundary: float) -> int | None:
+    """The index of the first time past `boundary`, or None: by bisection where the
+    times are in order (a replay's always are: a poll splits at every tick it spans)."""
+    if ts == sorted(ts):
+        i = bisect.bisect_right(ts, boundary)
+        return i if i < len(ts) else None
+    return next((i for i, t in enumerate(ts) if t > boundary), None)
 
 
 def run_offline(source: Any, cfg: Any, until: float | None = None,

@@ -274,58 +274,62 @@ class Engine:
         mem_total = g.gauges.get("memory_total_bytes")
         hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
         # G changes only with the power reference: computed again only when that moves
-        gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
+        gate, idle_thr, max_gap, mode = self.gate, self.idle_thr, self.max_gap, self.activity_mode
+        watch, levels, tick, runs, hint = self._share_watch, g.levels, g.tick, g.runs, g.holds_hint
+        gate_w = spin_gate_watts(gate, limit, g.max_power, g.idle_floor)
+        # one pass per sample of a replayed log: what each sample is read for, read once
         for s in r.samples:
-            if s.power_w is not None and s.power_w > 1.0:
-                if g.max_power is None or s.power_w > g.max_power:
-                    g.max_power = s.power_w
-                    gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
-                if s.util is not None and s.util < self.idle_thr and (g.idle_floor is None or s.power_w < g.idle_floor):
-                    g.idle_floor = s.power_w
-                    gate_w = spin_gate_watts(self.gate, limit, g.max_power, g.idle_floor)
+            t, u, pw = s.t, s.util, s.power_w
+            if pw is not None and pw > 1.0:
+                if g.max_power is None or pw > g.max_power:
+                    g.max_power = pw
+                    gate_w = spin_gate_watts(gate, limit, pw, g.idle_floor)
+                if u is not None and u < idle_thr and (g.idle_floor is None or pw < g.idle_floor):
+                    g.idle_floor = pw
+                    gate_w = spin_gate_watts(gate, limit, g.max_power, pw)
             prev = g.last_t
-            if prev is not None and s.t <= prev:
-                if s.t < prev - self.max_gap:   # the clock jumped back: start over from here
-                    g.last_t = s.t
+            if prev is not None and t <= prev:
+                if t < prev - max_gap:   # the clock jumped back: start over from here
+                    g.last_t = t
                 continue                         # duplicate or reordered sample
-            g.last_t = s.t
+            g.last_t = t
             g.last_wall = wall
-            if self.t is None or s.t > self.t:
-                self.t = s.t
-            if prev is None or s.t - prev > self.max_gap:
+            if self.t is None or t > self.t:
+                self.t = t
+            if prev is None or t - prev > max_gap:
                 continue                          # first sample after start or a gap: anchor only
-            dt = s.t - prev
+            dt = t - prev
             g.spacing = dt
             pps, ps, g.prev_sample, g.prev2_sample = g.prev2_sample, g.prev_sample, s, g.prev_sample
-            if (ps is not None and s.util is not None and ps.util is not None
-                    and abs(s.util - ps.util) >= POWER_EDGE):
+            if (ps is not None and u is not None and ps.util is not None
+                    and abs(u - ps.util) >= POWER_EDGE):
                 self._power_edge(g, s, ps, pps, gate_w)
                 self._edge_looks += 1
-            act = activity_of(s, self.activity_mode, gate_w)
-            util = s.util if s.util is not None else act
+            act = activity_of(s, mode, gate_w)
+            util = u if u is not None else act
             if util is None:
                 continue
             if act is None:
                 act = util
             worked = act   # the active integral's share; co-idle below keeps the gate's `act`
-            if self._share_watch:
-                g.levels.add(s.t, dt, s.util, s.power_w, gate_w)
+            if watch:
+                levels.add(t, dt, u, pw, gate_w)
                 if g.share is not None:
-                    worked = share_of(s, self.activity_mode, act, g.share)
-            integrate_sample(g.tick, dt, util, worked, self.idle_thr)
-            if g.holds_hint is not None:
-                holds = g.holds_hint
+                    worked = share_of(s, mode, act, g.share)
+            integrate_sample(tick, dt, util, worked, idle_thr)
+            if hint is not None:
+                holds = hint
             else:
                 mem = s.memory_used_bytes if s.memory_used_bytes is not None else g.gauges.get("memory_used_bytes")
                 holds = mem is not None and mem >= hold_min
-            inactive = act < self.idle_thr
-            idle = util < self.idle_thr
-            last = g.runs[-1] if g.runs else None
+            inactive = act < idle_thr
+            idle = util < idle_thr
+            last = runs[-1] if runs else None
             if (last is not None and last.end == prev and last.inactive == inactive and last.holds == holds
                     and last.idle == idle):
-                last.end = s.t
+                last.end = t
             else:
-                g.runs.append(Run(prev, s.t, inactive, holds, idle))
+                runs.append(Run(prev, t, inactive, holds, idle))
 
     @staticmethod
     def _power_edge(g: "_Gpu", s: Sample, ps: Sample, pps: Sample | None, gate_w: float | None) -> None:

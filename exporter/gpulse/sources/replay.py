@@ -14,15 +14,20 @@ device list.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import statistics
 from typing import Any, Iterator
 
-from ..model import DeviceInfo, PollResult, Reading
+from ..model import DeviceInfo, PollResult, Reading, Sample
 from .base import CountOn, Source
-from .recorded import LogFormatError, LogStream, Record
+from .recorded import LogFormatError, LogStream, Record, Rows
 
 log = logging.getLogger("gpulse.replay")
+
+# what a GPU's latest record says of it when that was a row of Rows: up, no error, no attribution
+_PLAIN = Record(Reading("", [Sample(0.0)]), 0)
 
 # Problems in a log shown one per line; the rest are summed up in one line.
 SHOW_ERRORS = 10
@@ -46,9 +51,14 @@ class ReplaySource(Source):
         self.run: LogStream | None = None      # the first pass: what the log is
         self.has_sm_active = False
         self._stream: LogStream | None = None
-        self._recs: Iterator[Record] | None = None
-        self._ahead: list[Record] = []         # read, not yet handed out (oldest first)
+        self._recs: Iterator[Record | Rows] | None = None
+        # read, not yet handed out (oldest first): Records, and Rows (recorded.records)
+        # handed on whole, up to CHUNK rows a poll, so a run of plain rows never
+        # becomes a Record per row
+        self._ahead: list[Record | Rows] = []
         self._ahead_i = 0
+        self._ahead_n = 0                      # records in _ahead
+        self._row_i = 0                        # rows of _ahead[_ahead_i] handed out already
         self._anchor: float | None = None
         self._offset = 0.0
         self._period = 0.0
@@ -70,8 +80,8 @@ class ReplaySource(Source):
 
     def open(self) -> list[DeviceInfo]:
         run = self._stream = self.run = self._open_stream()  # LogFormatError: one line
-        self._recs = run.records()
-        while len(self._ahead) < LOOKAHEAD and self._read_one():
+        self._recs = run.items()
+        while self._ahead_n < LOOKAHEAD and self._read_one():
             pass
         if not run.facts.timed:
             log.info("%s has no clock; instants are replayed %gs apart", run.path, self.untimed_interval)
@@ -103,7 +113,7 @@ class ReplaySource(Source):
     # -- reading the stream
 
     def _read_one(self) -> bool:
-        """Read one record into the look-ahead; False at the end of the pass."""
+        """Read one record, or one Rows, into the look-ahead; False at the end of the pass."""
         if self._recs is None:
             return False
         try:
@@ -125,25 +135,49 @@ class ReplaySource(Source):
                 for w in self.run.warnings():
                     log.warning("%s", w)
             return False
-        if self._stream is self.run:
-            self._measure(rec)
-        elif self._offset:
-            rec = rec.moved(self._offset)
+        if type(rec) is Rows:
+            if self._stream is self.run:
+                self._measure_rows(rec)
+            elif self._offset:
+                moved = [r.moved(self._offset) for r in rec.records()]
+                self._ahead += moved
+                self._ahead_n += len(moved)
+                return True
+            self._ahead_n += len(rec)
+        else:
+            if self._stream is self.run:
+                self._measure(rec)
+            elif self._offset:
+                rec = rec.moved(self._offset)
+            self._ahead_n += 1
         self._ahead.append(rec)
         return True
 
-    def _peek(self) -> Record | None:
+    def _peek(self) -> Record | Rows | None:
+        """The next item not handed out whole (a Rows from row _row_i on)."""
         if self._ahead_i >= len(self._ahead):
             self._ahead.clear()
             self._ahead_i = 0
+            self._ahead_n = 0
             if not self._read_one():
                 return None
         return self._ahead[self._ahead_i]
 
-    def _take(self) -> Record:
-        rec = self._ahead[self._ahead_i]
-        self._ahead_i += 1
-        return rec
+    def _take(self, rows: int = 0) -> Record | tuple[Rows, int, int]:
+        """The next item; of a Rows, at most `rows` of its rows as (rows, i, j) (0: all left)."""
+        item = self._ahead[self._ahead_i]
+        if type(item) is not Rows:
+            self._ahead_i += 1
+            return item
+        i = self._row_i
+        j = len(item) if not rows else min(len(item), i + rows)
+        self._stream.consumed_through(item.line[j - 1])    # the share of the file handed out
+        if j == len(item):
+            self._ahead_i += 1
+            self._row_i = 0
+        else:
+            self._row_i = j
+        return item, i, j
 
     def _wrap(self) -> bool:
         """At the end of the log: start the next pass (True), or finish."""
@@ -182,26 +216,33 @@ class ReplaySource(Source):
             raise RuntimeError("ReplaySource.poll before open")
         if self._anchor is None:
             self._anchor = now
-        taken: list[Record] = []
+        taken: list[Record | tuple[Rows, int, int]] = []
         if self.speed == 0:
-            while len(taken) < self.CHUNK and not self._finished:
-                ahead, i = self._ahead, self._ahead_i
-                if i < len(ahead):      # what open() read ahead: in one slice
-                    k = min(len(ahead), i + self.CHUNK - len(taken))
-                    taken += ahead[i:k]
-                    self._ahead_i = k
-                    continue
-                if self._peek() is None:
+            count = 0
+            while count < self.CHUNK and not self._finished:
+                nxt = self._peek()
+                if nxt is None:
                     if not self._wrap():
                         break
                     continue
-                taken.append(self._take())
+                got = self._take(self.CHUNK - count)
+                count += 1 if type(got) is not tuple else got[2] - got[1]
+                taken.append(got)
         else:
             position = (self.run.start or 0.0) + (now - self._anchor) * self.speed
             while not self._finished:
                 nxt = self._peek()
                 if nxt is None:
                     if not self._wrap():
+                        break
+                    continue
+                if type(nxt) is Rows:
+                    # its rows recorded up to `position`
+                    k = bisect.bisect_right(nxt.t, position, self._row_i) - self._row_i
+                    if k <= 0:
+                        break
+                    taken.append(self._take(k))
+                    if self._row_i:
                         break
                     continue
                 if nxt.t > position:
@@ -219,13 +260,16 @@ class ReplaySource(Source):
         events = {("resets_total", fam): n for fam, n in self._count_on.take_resets().items()}
         return PollResult(readings, devices, errors, events)
 
-    def _readings(self, taken: list[Record]) -> list[Reading]:
+    def _readings(self, taken: list[Record | tuple[Rows, int, int]]) -> list[Reading]:
         samples: dict[str, list] = {}
         # each record's gauges and counters as of its own instant: a chunk covers ~26 s
         # of an 8-GPU log at 100 ms, and its last values are no reading of the rest
         instants: dict[str, list] = {}
         latest, all_gauges, all_counters = self._latest, self._gauges, self._counters
         for rec in taken:
+            if type(rec) is tuple:
+                self._rows_readings(*rec, samples, instants)
+                continue
             r = rec.reading
             gpu = r.gpu
             latest[gpu] = rec
@@ -259,10 +303,116 @@ class ReplaySource(Source):
                                instants.get(gpu, [])))
         return out
 
+    def _rows_readings(self, rows: Rows, i: int, j: int, samples: dict[str, list], instants: dict[str, list]) -> None:
+        """Rows i..j into the poll's samples and instants, as their Records would go: a
+        GPU at a time where the rows' gauges have one set of fields and no counters (a
+        plain nvidia-smi log's)."""
+        if not rows.uniform or rows.counters is not None:
+            self._rows_each(rows, i, j, samples, instants)
+            return
+        latest, all_gauges, all_counters = self._latest, self._gauges, self._counters
+        ts, smp, gs = rows.t, rows.samples, rows.gauges
+        by: dict[str, list[int]] = {}
+        for k, gpu in enumerate(rows.gpu[i:j], i):
+            at = by.get(gpu)
+            if at is None:
+                by[gpu] = [k]
+            else:
+                at.append(k)
+        for gpu, at in by.items():
+            gauges = all_gauges.get(gpu)
+            if gauges is None:
+                gauges = all_gauges[gpu] = {}
+                all_counters[gpu] = {}
+            first = gs[at[0]]
+            if first:
+                gauges.update(first)
+            if len(gauges) == len(first) and list(gauges) == list(first):
+                # the merged gauges are each row's own, fields and order: no copies
+                each = [gs[k] for k in at]
+                gauges.update(gs[at[-1]])
+            else:
+                each = []
+                for k in at:
+                    if gs[k]:
+                        gauges.update(gs[k])
+                    each.append(dict(gauges))
+            got = samples.get(gpu)
+            if got is None:
+                got = samples[gpu] = []
+                instants[gpu] = []
+            got += [smp[k] for k in at]
+            instants[gpu] += zip([ts[k] for k in at], each, itertools.repeat(dict(all_counters[gpu])))
+            latest[gpu] = _PLAIN
+
+    def _rows_each(self, rows: Rows, i: int, j: int, samples: dict[str, list], instants: dict[str, list]) -> None:
+        """Rows i..j into the poll's samples and instants, as their Records would go.
+        Where a row's gauges have the fields of its GPU's merged gauges (smi rows give
+        a set of fields always in one order), the row's dict is its instant's gauges and
+        the merge is done once, with the GPU's last row here; likewise counters that no
+        row here changes are one copy."""
+        latest, all_gauges, all_counters, count_on = self._latest, self._gauges, self._counters, self._count_on
+        ts, gpus, smp, gs, cs = rows.t, rows.gpu, rows.samples, rows.gauges, rows.counters
+        same: dict[str, Any] = {}       # GPU -> the fields its merged gauges have (those of `newest`)
+        newest: dict[str, dict] = {}    # GPU -> its latest row's gauges while `same`
+        fixed: dict[str, dict] = {}     # GPU -> its counters' copy, when no row here has counters
+        for k in range(i, j):
+            gpu = gpus[k]
+            row_gauges = gs[k]
+            fields = same.get(gpu)
+            if fields is not None and row_gauges.keys() == fields:
+                newest[gpu] = row_gauges
+                merged = row_gauges
+            else:
+                gauges = all_gauges.get(gpu)
+                if gauges is None:
+                    gauges = all_gauges[gpu] = {}
+                    all_counters[gpu] = {}
+                if fields is not None:
+                    gauges.update(newest.pop(gpu))
+                    del same[gpu]
+                if row_gauges:
+                    gauges.update(row_gauges)
+                if len(gauges) == len(row_gauges) and list(gauges) == list(row_gauges):
+                    same[gpu] = row_gauges.keys()
+                    newest[gpu] = row_gauges
+                    merged = row_gauges
+                else:
+                    merged = dict(gauges)
+            if cs is None:
+                counted = fixed.get(gpu)
+                if counted is None:
+                    counted = fixed[gpu] = dict(all_counters[gpu])
+            else:
+                counters = all_counters[gpu]
+                if cs[k]:
+                    counters.update(count_on.counters(gpu, cs[k]))
+                counted = dict(counters)
+            got = samples.get(gpu)
+            if got is None:
+                got = samples[gpu] = []
+                instants[gpu] = []
+            got.append(smp[k])
+            instants[gpu].append((ts[k], merged, counted))
+            latest[gpu] = _PLAIN
+        for gpu, row_gauges in newest.items():
+            all_gauges[gpu].update(row_gauges)
+
     # -- the loop period
 
     def _measure(self, r: Record) -> None:
-        gpu, t = r.gpu, r.t
+        self._measure_at(r.gpu, r.t)
+
+    def _measure_rows(self, rows: Rows) -> None:
+        """_measure of each row; once the first GPU's steps are counted and every GPU
+        here has been seen, only each GPU's last time matters."""
+        if len(self._steps) >= PERIOD_STEPS and self._first.keys() >= set(rows.gpu):
+            self._last.update(zip(rows.gpu, rows.t))
+            return
+        for gpu, t in zip(rows.gpu, rows.t):
+            self._measure_at(gpu, t)
+
+    def _measure_at(self, gpu: str, t: float) -> None:
         if gpu not in self._first:
             self._first[gpu] = t
             if self._first_gpu is None:

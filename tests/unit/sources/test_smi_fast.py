@@ -13,6 +13,7 @@ import pytest
 
 from conftest import IN_CI, SHARED_DATA, require_data
 from gpulse.sources.recorded import LogFormatError, smi_fast
+from gpulse.sources.recorded import smi_csv as smi_rows_reader
 from hostilelogs import smi_csv
 from readalike import read_alike
 
@@ -24,8 +25,10 @@ if not smi_fast.available():
 
 @pytest.fixture(autouse=True)
 def small_batches(monkeypatch):
-    """Batches of 1,000 rows: every log here spans several, and ends in a short one."""
+    """Batches of 1,000 rows: every log here spans several, and ends in a short one;
+    their plain rows made Rows 300 at a time."""
     monkeypatch.setattr(smi_fast, "BATCH", 1000)
+    monkeypatch.setattr(smi_rows_reader, "ROWS_PIECE", 300)
 
 
 @pytest.mark.parametrize("name", ["h100-80gb-hbm3-query-gpu.csv", "h100-mig-query-gpu.csv",
@@ -102,3 +105,110 @@ def test_a_line_no_log_has_ends_the_read_after_the_rows_before_it(monkeypatch, t
                 for r in s.records():
                     got.append(r.line)
         assert len(got) == 10_000, fast
+
+
+_REASONS = ("gpu_idle", "sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown")
+
+
+def _state_log(path, seed: int, polls: int = 1500, broken: float = 0.0) -> None:
+    """hostilelogs' 4-GPU CSV with clock-event reason columns as drivers >= 535 write them
+    (`Active` / `Not Active`, as in the real capture, and the `.active` hex mask), and a
+    power limit and ECC count (the rarer fields); `broken`: the share of rows with a state
+    cell the strict reader hands back ([N/A], other words, another case, a mask without 0x)."""
+    rng = random.Random(seed)
+    lines = smi_csv(polls=polls, gpus=4).splitlines()
+    head = lines[0] + ", " + ", ".join(f"clocks_event_reasons.{r}" for r in _REASONS) + \
+        ", clocks_event_reasons.active, enforced.power.limit [W], ecc.errors.uncorrected.volatile.total"
+    odd = ["[N/A]", "Maybe", "ACTIVE", "not active", "0004", "[Not Supported]"]
+    out = [head]
+    for k, ln in enumerate(lines[1:]):
+        states = ["Active" if rng.random() < 0.2 else "Not Active" for _ in _REASONS]
+        mask = f"0x{rng.choice((0, 1, 4, 0x20, 0x44)):016X}"
+        if rng.random() < broken:
+            states[rng.randrange(len(states))] = rng.choice(odd)
+        out.append(f"{ln}, {', '.join(states)}, {mask}, 700.00 W, {k // 3000}")
+    path.write_text("\n".join(out) + "\n")
+
+
+def test_clock_event_states_take_the_fast_path(monkeypatch, tmp_path):
+    """Reason states are read in Arrow as text: such a log is read by batches, to the
+    same records (throttle seconds counted from the states) as row by row."""
+    p = tmp_path / "states.csv"
+    _state_log(p, 5)
+    run = read_alike(str(p), monkeypatch, 0.9)
+    counters = [reading.counters for _, reading in run[2]]
+    assert any(c.get("throttle_seconds_total", {}).get(("sw_power_cap",), 0) > 0 for c in counters)
+
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_odd_state_cells_are_judged_row_by_row(seed, monkeypatch, tmp_path):
+    p = tmp_path / "states.csv"
+    _state_log(p, seed, broken=0.1)
+    run = read_alike(str(p), monkeypatch, 0.7)
+    assert run[4] > 50                                          # the odd words are problems, found alike
+
+
+def _clock_trouble_log(path) -> None:
+    """A long log with what LogStream takes apart: a clock stepped back a minute, a row
+    repeated, a row of one GPU a second out of order, a clock jumping two days ahead,
+    and a GPU first seen late."""
+    lines = smi_csv(polls=3000, gpus=4).splitlines()
+    head, rows = lines[0], lines[1:]
+    rows.insert(5003, rows[5002])                               # a repeat
+    rows[6001], rows[6005] = rows[6005], rows[6001]             # out of order within the window
+
+    def shift(ln: str, seconds: int) -> str:
+        stamp, rest = ln.split(",", 1)
+        day, clock = stamp.split(" ")
+        hh, mm, ss = clock.split(":")
+        total = int(hh) * 3600 + int(mm) * 60 + int(ss.split(".")[0]) + seconds
+        days, total = divmod(total, 86400)
+        y, mo, d = day.split("/")
+        return f"{y}/{mo}/{int(d) + days:02d} {total // 3600:02d}:{total // 60 % 60:02d}:{total % 60:02d}." \
+               f"{ss.split('.')[1]},{rest}"
+
+    rows[7000:9000] = [shift(ln, -60) for ln in rows[7000:9000]]
+    rows[9000:] = [shift(ln, 2 * 86400) for ln in rows[9000:]]
+    rows[10_000:10_000] = [ln.replace(", 3, ", ", 7, ", 1) for ln in rows[10_000:10_004] if ", 3, " in ln]
+    path.write_text("\n".join([head] + rows) + "\n")
+
+
+def _polls(path: str, fast: bool, monkeypatch: pytest.MonkeyPatch, speed: float) -> list:
+    from gpulse.sources.replay import ReplaySource
+    from testing.config import test_config
+    with monkeypatch.context() as m:
+        if not fast:
+            m.setattr(smi_fast, "available", lambda: False)
+        src = ReplaySource(test_config(**{"source": "replay", "replay.file": path, "replay.speed": speed}))
+        out: list = [src.open()]
+        now = 0.0
+        while not src.finished:
+            out.append(src.poll(now))
+            now += 1.0
+        out.append((src.run.warnings(), src.run.errors, src.run.start, src.run.end))
+    return out
+
+
+@pytest.mark.parametrize("speed", [0, 400])
+@pytest.mark.parametrize("log", ["ckpt50", "hostile", "clock", "states"])
+def test_replay_polls_alike(log, speed, monkeypatch, tmp_path):
+    """The replay hands the engine the same polls whether the log's plain rows came as
+    Rows (whole, from the vectorised reader) or as a Record each: same readings, same
+    samples and instants, same device lists, at the same polls, at any speed."""
+    if log == "ckpt50":
+        path = str(require_data("traces/h100-8gpu/ckpt50.csv"))
+    else:
+        p = tmp_path / f"{log}.csv"
+        if log == "hostile":
+            p.write_text(_hostile_log(4), newline="")
+        elif log == "clock":
+            _clock_trouble_log(p)
+        else:
+            _state_log(p, 8, broken=0.02)
+        path = str(p)
+    fast = _polls(path, True, monkeypatch, speed)
+    slow = _polls(path, False, monkeypatch, speed)
+    assert len(fast) == len(slow)
+    for k, (a, b) in enumerate(zip(fast, slow)):
+        assert a == b, k
+    assert len(fast) > 3

@@ -4,7 +4,7 @@ One module per format (smi_csv, dmon, smi_q, dcgm), named once in formats.FORMAT
 stream.LogStream reads any of them as it is consumed; records.py is what comes out.
 """
 from .formats import FORMATS, detect_format
-from .records import LogError, LogFormatError, Record, RecordedRun
+from .records import LogError, LogFormatError, Record, RecordedRun, Rows
 from .stream import LogStream, read_log
 
-__all__ = ["FORMATS", "LogError", "LogFormatError", "LogStream", "Record", "RecordedRun", "read_log", "detect_format"]
+__all__ = ["FORMATS", "LogError", "LogFormatError", "LogStream", "Record", "RecordedRun", "Rows", "read_log", "detect_format"]

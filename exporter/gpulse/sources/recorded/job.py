@@ -37,9 +37,9 @@ from typing import Any, Iterator
 
 from ...analysis.activity import activity_of, spin_gate_watts
 from ...analysis.thresholds import value
-from ...model import DeviceInfo, gpu_sort_key, natural_key
+from ...model import DeviceInfo, Reading, gpu_sort_key, natural_key
 from ..replay import ReplaySource
-from .records import LogError, LogFormatError, Record, RunFacts
+from .records import LogError, LogFormatError, Record, Rows, RunFacts
 from .stream import LogStream
 
 # Clock offsets are looked for within this many seconds either way.
@@ -409,12 +409,24 @@ class JobStream:
         finally:
             self.close()
 
+    def items(self) -> Iterator[Record]:
+        """LogStream.items(): the logs' records merged in time order are Records."""
+        return self.records()
+
     def _node(self, lg: NodeLog, stream: LogStream) -> Iterator[Record]:
         prefix = lg.node + ":" if self.keyed else ""
         attribution = {"workload": self.workload} if self.workload else None
-        for rec in stream.records():
-            if lg.offset:
-                rec = rec.moved(-lg.offset)
+        for item in stream.items():
+            if type(item) is Rows:
+                # each row's Record made once, keyed and moved as it is made
+                c, shift = item.counters, -lg.offset
+                for k, (gpu, sample, gauges) in enumerate(zip(item.gpu, item.samples, item.gauges)):
+                    if shift:
+                        sample = dataclasses.replace(sample, t=sample.t + shift)
+                    yield Record(Reading(prefix + gpu, [sample], gauges, {} if c is None else c[k], True, None,
+                                         dict(attribution) if attribution else None), item.line[k])
+                continue
+            rec = item.moved(-lg.offset) if lg.offset else item
             r = rec.reading
             yield Record(dataclasses.replace(
                 r, gpu=prefix + r.gpu,

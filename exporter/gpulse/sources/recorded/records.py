@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any, Iterator
 
 from ...model import DeviceInfo, Reading, Sample
 from ..base import SourceError
@@ -112,3 +113,41 @@ class RunFacts:
     # instant (power.draw.instant); None: the data decide (Engine.power_averaged)
     power_averaged: bool | None = None
     nodes_found: list[str] = field(default_factory=list)        # hostnames the log names, first first
+
+
+class Rows:
+    """Consecutive records of one log, as columns: what a format reader that reads a
+    batch of rows at once (smi_fast) hands on, so that the stream and the replay move
+    a run of plain rows as one object, not one Record per row. Every row is a GPU
+    that could be read (up, no error, no attribution); `records()` makes the Records
+    the row-by-row reader would have made of them. `counters` None: every row's are
+    empty; `uniform`: every row's gauges have the same fields in the same order."""
+
+    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform")
+
+    def __init__(self, t: list[float], gpu: list[str], line: list[int], samples: list[Sample],
+                 gauges: list[dict[str, Any]], counters: list[dict[str, Any]] | None = None,
+                 uniform: bool = False):
+        self.t = t
+        self.gpu = gpu
+        self.line = line
+        self.samples = samples
+        self.gauges = gauges
+        self.counters = counters
+        self.uniform = uniform
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def cut(self, i: int, j: int | None = None) -> "Rows":
+        """Rows i..j (j None: to the end)."""
+        c = self.counters
+        return Rows(self.t[i:j], self.gpu[i:j], self.line[i:j], self.samples[i:j], self.gauges[i:j],
+                    None if c is None else c[i:j], self.uniform)
+
+    def records(self, i: int = 0, j: int | None = None) -> Iterator[Record]:
+        """Rows i..j as the Records a row-by-row reader makes."""
+        c = self.counters
+        for k in range(i, len(self.t) if j is None else j):
+            yield Record(Reading(self.gpu[k], [self.samples[k]], self.gauges[k], {} if c is None else c[k], True,
+                                 None), self.line[k])

@@ -126,3 +126,15 @@ def _rare_fields(gpu: str, t: float, v: dict[str, Any], gauges: dict[str, Any], 
             thr.setdefault((r,), secs)
     if thr:
         counters["throttle_seconds_total"] = thr
+
+
+def gauge_plan(keys: tuple[str, ...]) -> tuple[str | None, tuple[tuple[str, str], ...]] | None:
+    """For rows with these fields, none of them None (a batch reader's plain rows): the
+    field their power is read from and the (field, gauge) pairs of their gauges, in
+    smi_record's order, the power's under the field "power"; None when a rarer field
+    (a power limit, ECC, remapped rows, throttle reasons) needs smi_record row by row."""
+    power_keys, gauge_keys, rare = _plan(keys)
+    if rare:
+        return None
+    power = power_keys[0] if power_keys else None
+    return power, tuple((k, g) for k, g in gauge_keys if k != "power" or power is not None)

@@ -5,17 +5,16 @@ instant in order; how many rows make one instant is read from the timestamp rhyt
 (see rows_per_poll)."""
 from __future__ import annotations
 
-import itertools
 import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
-from ...model import DeviceInfo
+from ...model import DeviceInfo, Sample
 from ..cells import LOST, NOT_AVAILABLE, UNITS, CellError, is_gpu_index, parse_quantity, parse_smi_time
 from . import smi_fast
 from .dcgm import sniff_csv
-from .records import LogFormatError, Problems, Record, RunFacts
-from .smi import ACTIVE, NOT_ACTIVE, SMI_REASONS, ReasonTime, mask_states, smi_record
+from .records import LogFormatError, Problems, Record, Rows, RunFacts
+from .smi import ACTIVE, NOT_ACTIVE, SMI_REASONS, ReasonTime, gauge_plan, mask_states, smi_record
 
 # First dotted component of every nvidia-smi --query-gpu field (as nvidia-smi prints the
 # header) plus the query aliases; a header column outside this vocabulary is reported.
@@ -176,8 +175,33 @@ def _rows_per_poll(times: list[float]) -> int:
     return min(n for n, s in scores.items() if s >= 0.5 * top)
 
 
-def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tuple]:
-    """Data rows of a --query-gpu log in file order: (line, position, t, values, lost, key field).
+@dataclass
+class _Plain:
+    """A run of consecutive rows the vectorised reader took whole: their lines, the
+    position of the first (the next ones follow), where each row's values are in the
+    columns, and the columns (one per field of the header)."""
+    lines: list[int]
+    position: int
+    where: list[int]
+    cols: list[_Column]
+    columns: list[list[Any]]
+    key_field: str | None
+
+    def values(self, j: int, err: Problems) -> dict[str, Any]:
+        """Row j's values as _row_values makes them (the time as epoch seconds)."""
+        k = self.where[j]
+        values: dict[str, Any] = {}
+        for c, column in zip(self.cols, self.columns):
+            if c.field in _STATE_FIELDS:
+                _state(values, c, column[k], self.lines[j], err)
+            else:
+                values[c.field] = column[k]
+        return values
+
+
+def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[Any]:
+    """Data rows of a --query-gpu log in file order: (line, position, t, values, lost, key
+    field) per row, or a _Plain run of rows.
 
     Runs of rows that cannot be a header (they start with a digit) are read a batch at a
     time: by the vectorised reader where it is installed (smi_fast), which takes the
@@ -190,6 +214,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
     header_line = 0
     key_field: str | None = None
     fast: Any = None           # smi_fast's reader for this header; False: none to be had
+    limit = smi_fast.BATCH     # rows a batch holds under this header (smi_fast.batch_rows)
     batch: list[tuple[int, str]] = []
 
     def row(i: int, text: str) -> tuple | None:
@@ -206,22 +231,34 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
             return None
         return i, pos, t, values, lost, key_field
 
-    def flush() -> Iterator[tuple]:
+    def flush() -> Iterator[Any]:
         nonlocal position
         nonlocal fast
-        if fast is None and len(batch) >= smi_fast.BATCH:     # a long log: worth the vectorised reader
+        if fast is None and len(batch) >= limit:     # a long log: worth the vectorised reader
             fast = smi_fast.reader(cols, ncells, _STATE_FIELDS, _TEXT_FIELDS) or False
-        got = fast.read([text for _, text in batch]) if fast and len(batch) >= smi_fast.MIN_ROWS else None
-        if got is None:
-            got = [None] * len(batch)
-        for (i, text), parsed in zip(batch, got):
-            if parsed is None:
+        if not fast or len(batch) < smi_fast.MIN_ROWS:
+            for i, text in batch:
                 out = row(i, text)
                 if out is not None:
                     yield out
-            else:
-                yield i, position, parsed[0], parsed[1], None, key_field
-                position += 1
+            batch.clear()
+            return
+        where, columns = fast.read([text for _, text in batch])
+        j, n = 0, len(batch)
+        while j < n:
+            if where[j] < 0:
+                out = row(*batch[j])
+                if out is not None:
+                    yield out
+                j += 1
+                continue
+            k = j
+            while k < n and where[k] >= 0:
+                k += 1
+            # rows j..k-1 are plain: one block, its rows at positions position.. on
+            yield _Plain([i for i, _ in batch[j:k]], position, where[j:k], cols, columns, key_field)
+            position += k - j
+            j = k
         batch.clear()
 
     host_first = False         # the rows start with the host's name, not a digit
@@ -234,7 +271,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
             # a data row: no header starts with a digit, nor has a host's name before a value
             if cols is not None and (text[0].isdigit() or host_first and not _second_is_column(text)):
                 batch.append((i, text))
-                if len(batch) >= smi_fast.BATCH:
+                if len(batch) >= limit:
                     yield from flush()
                 continue
             if batch:
@@ -250,6 +287,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[tu
                                            "'timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]'")
                 else:
                     cols, ncells, header_line = hdr, len(cells), i
+                    limit = smi_fast.batch_rows(len(cols))
                     position = 0     # a new header: the logger restarted, instants start over
                     if not any(c.field in ("util", "power", "power_avg", "power_inst", "mem_used") for c in cols):
                         raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")
@@ -350,30 +388,56 @@ def _state(values: dict[str, Any], c: _Column, cell: str, line: int, err: Proble
 
 # rows read ahead to learn how many rows one poll writes (see _rows_per_poll)
 RHYTHM_ROWS = 8193
+# a batch's plain rows are made Rows this many at a time: each row's Sample and gauges
+# are made as the stream asks for them, not a whole batch's at once (memory)
+ROWS_PIECE = 4096
 
 
-def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record]:
+def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record | Rows]:
+    """Records, and Rows for the runs of plain rows the vectorised reader took (a GPU's
+    first row is always a Record: the stream and the replay see it as they would
+    row by row)."""
     rows = _smi_rows(lines, err, run)
-    ahead = list(itertools.islice(rows, RHYTHM_ROWS))
-    n_per_poll = _rows_per_poll([r[2] for r in ahead if r[2] is not None]) if run.timed else 1
+    # the times of the first RHYTHM_ROWS rows
+    ahead: list[Any] = []
+    times: list[float] = []
+    seen = 0
+    for item in rows:
+        ahead.append(item)
+        if isinstance(item, _Plain):
+            take = min(len(item.lines), RHYTHM_ROWS - seen)
+            tc = next((col for c, col in zip(item.cols, item.columns) if c.field == "t"), None)
+            if tc is not None:
+                times += [tc[k] for k in item.where[:take]]
+            seen += take
+        else:
+            if item[2] is not None:
+                times.append(item[2])
+            seen += 1
+        if seen >= RHYTHM_ROWS:
+            break
+    n_per_poll = _rows_per_poll(times) if run.timed else 1
     names: dict[str, str] = {}
     found = run.found
     reasons = ReasonTime()
     instant = -1
     last_index = None
     nodes = run.nodes_found
-    for line, pos, t, values, lost, key_field in itertools.chain(ahead, rows):
+
+    def one(line: int, pos: int, t: float | None, values: dict[str, Any], lost: str | None,
+            key_field: str | None) -> Record | None:
+        nonlocal instant, last_index
         if key_field == "index":
             raw_idx = values.get("index")
             if raw_idx is None or not is_gpu_index(raw_idx):
                 err.add(line, f"column 'index': not a GPU index: {raw_idx!r}; row skipped")
-                continue
+                return None
             gpu = str(int(raw_idx))
         elif key_field is not None:
             ident = values.get(key_field)
             if ident is None:
                 err.add(line, f"no {key_field} on this row; row skipped")
-                continue
+                return None
             gpu = names.setdefault(ident, str(len(names)))
         else:
             gpu = str(pos % n_per_poll)
@@ -399,7 +463,99 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             # the link can reach the lower of what the GPU and its root port support
             host = values.get("link_gen_hostmax")
             values["link_gen_max"] = min(values["link_gen_gpumax"], host) if host else values["link_gen_gpumax"]
-        yield smi_record(t, gpu, values, line, lost, reasons)
+        return smi_record(t, gpu, values, line, lost, reasons)
+
+    def plain(b: _Plain) -> Iterator[Record | Rows]:
+        """A run of plain rows: Rows, but a Record for a row that needs one (a GPU's
+        first, a row the key or the clock must be judged on), and a Record each, made
+        as the stream asks for it, where rarer fields need smi_record (its dicts are
+        several times a plain row's: held a batch at a time, a job's logs together
+        would hold hundreds of MB)."""
+        col = {c.field: column for c, column in zip(b.cols, b.columns)}
+        key_field, where, lines = b.key_field, b.where, b.lines
+        tcol = col.get("t")
+        keys = tuple(c.field for c in b.cols)
+        derived = "link_gen_max" not in col and "link_gen_gpumax" in col
+        plan = gauge_plan(keys + (("link_gen_max",) if derived else ())) if tcol is not None else None
+        if plan is None:
+            for j, k in enumerate(where):
+                rec = one(lines[j], b.position + j, tcol[k] if tcol is not None else None, b.values(j, err), None,
+                          key_field)
+                if rec is not None:
+                    yield rec
+            return
+        if derived:
+            gmax, hmax = col["link_gen_gpumax"], col.get("link_gen_hostmax")
+            col["link_gen_max"] = gmax if hmax is None else [min(a, h) if h else a for a, h in zip(gmax, hmax)]
+        keycol = col.get(key_field) if key_field is not None else None
+        hostcol = col.get("host")
+        ts: list[float] = []
+        gpus: list[str] = []
+        taken: list[int] = []      # rows of the block as Rows (their places in the columns)
+        out_lines: list[int] = []
+        power, gauge_keys = plan
+
+        def rows_so_far() -> Iterator[Rows]:
+            if not ts:
+                return
+            us = [col["util"][k] for k in taken] if "util" in col else [None] * len(taken)
+            ps = [col[power][k] for k in taken] if power is not None else [None] * len(taken)
+            ms = [col["mem_used"][k] for k in taken] if "mem_used" in col else [None] * len(taken)
+            names_ = tuple(g for _, g in gauge_keys)
+            gcols = [col[power if k == "power" else k] for k, _ in gauge_keys]
+            gauges = [dict(zip(names_, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])]
+            yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges, None, True)
+            ts.clear()
+            gpus.clear()
+            taken.clear()
+            out_lines.clear()
+
+        for j, k in enumerate(where):
+            if key_field is None:
+                gpu: str | None = str((b.position + j) % n_per_poll)
+            else:
+                raw = keycol[k]
+                if raw is None:
+                    gpu = None
+                elif key_field == "index":
+                    gpu = str(int(raw)) if is_gpu_index(raw) else None
+                else:
+                    gpu = names.setdefault(raw, str(len(names)))
+            if gpu is not None and hostcol is not None:
+                host = hostcol[k]
+                if host:
+                    if host not in nodes:
+                        nodes.append(host)
+                    if host != nodes[0]:
+                        gpu = f"{host}:{gpu}"
+            if gpu is None or gpu not in found:
+                yield from rows_so_far()
+                rec = one(lines[j], b.position + j, tcol[k], b.values(j, err), None, key_field)
+                if rec is not None:
+                    yield rec
+                continue
+            ts.append(tcol[k])
+            gpus.append(gpu)
+            taken.append(k)
+            out_lines.append(lines[j])
+            if len(ts) >= ROWS_PIECE:
+                yield from rows_so_far()
+        yield from rows_so_far()
+
+    def in_turn() -> Iterator[Any]:
+        # what was read ahead is let go of as it is read: a _Plain holds its batch's columns
+        ahead.reverse()
+        while ahead:
+            yield ahead.pop()
+        yield from rows
+
+    for item in in_turn():
+        if isinstance(item, _Plain):
+            yield from plain(item)
+            continue
+        rec = one(*item)
+        if rec is not None:
+            yield rec
 
 
 def sniff(head: list[str]) -> bool:

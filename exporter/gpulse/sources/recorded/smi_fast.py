@@ -1,13 +1,17 @@
 """The vectorised reader of nvidia-smi --query-gpu rows (pyarrow, the `report` extra).
 
 A batch of data rows is parsed by pyarrow's CSV reader and its cells checked and
-converted column by column in Arrow; only what is left, one dict per row, is made in
-Python. It takes a row only when every cell it uses is plain: a number in the strict
-form `-?digits[.digits]` with the column's unit or none, in its range; a timestamp
-`YYYY/MM/DD hh:mm:ss[.fff]`; text of printable ASCII. Every other row (a marker such as
-[N/A], a lost GPU, a wrong field count, a stray byte) is handed back to the row-by-row
-reader in smi_csv, which is the one that judges and reports it: the values of a row
-taken here are what that reader would have made of it, and the problems are its own.
+converted column by column in Arrow (timestamps too: the date and time of day once per
+distinct second, the fraction added); what comes back is the batch as columns, one
+Python list per field, and where each row is in them. It takes a row only when every
+cell it uses is plain: a number in the strict form `-?digits[.digits]` with the
+column's unit or none, in its range; a timestamp `YYYY/MM/DD hh:mm:ss[.fff]`; text of
+printable ASCII; a clock-event reason as `Active` or `Not Active` (any case), or the
+`.active` mask as `0x` and hex digits. Every other row (a marker such as [N/A], a lost
+GPU, a wrong field count, a stray byte) is handed back to the row-by-row reader in
+smi_csv, which is the one that judges and reports it: the values of a row taken here
+are what that reader would have made of it, and the problems are its own. smi_csv
+makes the runs of rows taken here records.Rows, columns still, never a Record per row.
 
 Without pyarrow, `reader()` is None and every row is read row by row.
 The row-by-row reader asks for this one once a run of rows fills a batch.
@@ -31,10 +35,21 @@ _tried = False
 BATCH = 32768
 # Fewer rows than this go row by row (a small log, a stretch between two headers).
 MIN_ROWS = 256
+# BATCH is for a header of this many used columns or fewer; a wider one reads as many
+# cells a batch, in fewer rows (a batch's columns are all of a log held at once)
+BATCH_COLUMNS = 4
+
+
+def batch_rows(columns: int) -> int:
+    """Rows a batch holds under a header of this many used columns."""
+    return max(MIN_ROWS, BATCH * BATCH_COLUMNS // max(BATCH_COLUMNS, columns))
 
 _NUMBER = r"-?[0-9]+(?:\.[0-9]+)?"
-_TIME = r"^ *(?P<t>[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?) *$"
+_TIME = r"^ *(?P<h>[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})(?P<f>(?:\.[0-9]+)?) *$"
 _TEXT = r"^[ -~]*$"        # printable ASCII: str.strip() and Arrow's trim of spaces agree
+# clock-event reason states (smi_csv._state), strictly: anything else is judged row by row
+_STATE = r"(?i)^(active|not active)$"
+_MASK = r"^0[xX][0-9a-fA-F]{1,16}$"
 
 
 def _re2(s: str) -> str:
@@ -42,9 +57,11 @@ def _re2(s: str) -> str:
 
 
 class _Reader:
-    def __init__(self, cols: Sequence[Any], ncells: int, text_fields: set[str]):
+    def __init__(self, cols: Sequence[Any], ncells: int, text_fields: set[str], state_fields: set[str]):
         self.cols = cols
         self.text_fields = text_fields
+        self.state_fields = state_fields
+        self.fields = [c.field for c in cols]
         self.commas = ncells - 1
         self.names = [f"c{i}" for i in range(ncells)]
         self.read_opts = pcsv.ReadOptions(column_names=self.names, use_threads=False, block_size=1 << 24)
@@ -55,23 +72,28 @@ class _Reader:
                                                 strings_can_be_null=False, quoted_strings_can_be_null=False)
         self._bases: dict[str, float | None] = {}
 
-    def read(self, texts: list[str]) -> list[tuple[float | None, dict[str, Any]] | None]:
-        """Per row: (t, values) as smi_csv would make them, or None: read that row yourself."""
-        out: list[tuple[float | None, dict[str, Any]] | None] = [None] * len(texts)
+    def read(self, texts: list[str]) -> tuple[list[int], list[list[Any]]]:
+        """The batch as columns: per row, where its values are in the columns (-1: read
+        that row yourself), and per column of the header (self.fields), its values as
+        smi_csv would make them (the time as epoch seconds; a state cell as its text,
+        strictly Active, Not Active or a hex mask)."""
+        where = [-1] * len(texts)
         # a field count, a byte or a line break Arrow would read otherwise: row by row
         plain = [j for j, t in enumerate(texts) if t.count(",") == self.commas and t.isascii() and "\r" not in t]
         if not plain:
-            return out
+            return where, []
         table = pcsv.read_csv(io.BytesIO("\n".join([texts[j] for j in plain]).encode("ascii")),
                               self.read_opts, self.parse_opts, self.convert_opts)
         good = None
-        fields: list[str] = []
         columns: list[Any] = []
         for c in self.cols:
             cell = table.column(self.names[c.pos])
             if c.field == "t":
-                value = pc.struct_field(pc.extract_regex(cell, _TIME), [0])
+                value = self._times(cell)
                 ok = pc.is_valid(value)
+            elif c.field in self.state_fields:
+                value = pc.utf8_trim(cell, " ")
+                ok = pc.match_substring_regex(value, _MASK if c.field == "thr_mask" else _STATE)
             elif c.field in self.text_fields:
                 ok = pc.match_substring_regex(cell, _TEXT)
                 value = pc.utf8_trim(cell, " ")
@@ -93,24 +115,33 @@ class _Reader:
                 else:
                     value = num
             good = ok if good is None else pc.and_(good, ok)
-            fields.append(c.field)
             columns.append(value)
-        timed = "t" in fields
-        for j, ok, vals in zip(plain, pc.fill_null(good, False).to_pylist(), zip(*[c.to_pylist() for c in columns])):
-            if not ok:
-                continue
-            values = dict(zip(fields, vals))
-            if timed:
-                t = self._time(values["t"])
-                if t is not None:
-                    out[j] = (t, values)
-            else:
-                out[j] = (None, values)
-        return out
+        kept = pc.fill_null(good, False) if good is not None else pa.array([True] * len(plain))
+        k = 0
+        for j, ok in zip(plain, kept.to_pylist()):
+            if ok:
+                where[j] = k
+            k += 1
+        return where, [c.to_pylist() for c in columns]
 
-    def _time(self, s: str) -> float | None:
-        """parse_smi_time of a plain timestamp; None when its date is no date (row by row)."""
-        head, dot, frac = s.partition(".")
+    def _times(self, cell: Any) -> Any:
+        """parse_smi_time of plain timestamps, in Arrow: the date and time of day once
+        per distinct second, the fraction added (a correctly rounded decimal, as
+        int(frac) / 10 ** len(frac) is); null where the cell is no plain timestamp or
+        its date is no date (row by row)."""
+        m = pc.extract_regex(cell, _TIME)
+        head = pc.struct_field(m, [0])
+        frac = pc.struct_field(m, [1])
+        enc = pc.dictionary_encode(head)
+        if isinstance(enc, pa.ChunkedArray):
+            enc = enc.combine_chunks()
+        base = pa.array([self._base(h) for h in enc.dictionary.to_pylist()], pa.float64())
+        base = pc.take(base, enc.indices)
+        has_frac = pc.not_equal(frac, "")
+        fraction = pc.cast(pc.binary_join_element_wise("0", pc.if_else(has_frac, frac, ".0"), ""), pa.float64())
+        return pc.if_else(has_frac, pc.add(base, fraction), base)
+
+    def _base(self, head: str) -> float | None:
         base = self._bases.get(head, _UNSEEN)
         if base is _UNSEEN:
             try:
@@ -120,9 +151,7 @@ class _Reader:
             if len(self._bases) > 100_000:
                 self._bases.clear()
             self._bases[head] = base
-        if base is None:
-            return None
-        return base + int(frac) / 10 ** len(frac) if dot else base
+        return base  # type: ignore[return-value]
 
 
 _UNSEEN = object()
@@ -130,14 +159,13 @@ _UNSEEN = object()
 
 def reader(cols: Sequence[Any], ncells: int, state_fields: set[str], text_fields: set[str]) -> _Reader | None:
     """A vectorised reader for rows under this header, or None: pyarrow is not
-    installed, or a column needs the row-by-row reader (clock-event states, a unit
-    the cells module does not know)."""
+    installed, or a column needs the row-by-row reader (a unit the cells module does
+    not know)."""
     if not available():
         return None
-    if any(c.field in state_fields or (c.field not in text_fields and c.unit is not None and c.unit not in UNITS)
-           for c in cols):
+    if any(c.field not in text_fields and c.unit is not None and c.unit not in UNITS for c in cols):
         return None
-    return _Reader(cols, ncells, text_fields)
+    return _Reader(cols, ncells, text_fields, state_fields)
 
 
 def available() -> bool:

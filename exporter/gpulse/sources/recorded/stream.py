@@ -25,6 +25,7 @@ only differences matter to the analysis.
 """
 from __future__ import annotations
 
+import bisect
 import collections
 import heapq
 import itertools
@@ -35,7 +36,7 @@ from typing import Iterable, Iterator
 
 from ...model import DeviceInfo, gpu_sort_key
 from .formats import FORMATS, detect_format, expected
-from .records import LogError, LogFormatError, Problems, Record, RecordedRun, RunFacts
+from .records import LogError, LogFormatError, Problems, Record, RecordedRun, Rows, RunFacts
 
 # A log is read line by line as it is consumed, so memory follows the reader's window,
 # not the file. Two things cannot stream and are capped instead (the other, API JSON, in recorded/dcgm.py):
@@ -201,18 +202,34 @@ class LogStream:
 
     def records(self) -> Iterator[Record]:
         """Every usable record, ordered by time (file order on ties)."""
+        for item in self.items():
+            if type(item) is Rows:
+                for rec in item.records():
+                    self.consumed_through(rec.line)
+                    yield rec
+            else:
+                yield item
+
+    def items(self) -> Iterator[Record | Rows]:
+        """records(), with runs of plain rows kept as Rows where the reader made them
+        (the replay's way: a run is handed on whole, not a Record per row). Whoever
+        takes the rows of a Rows says how far it got with consumed_through(), for
+        `fraction`; a Record counts as consumed when it is handed out."""
         try:
             parsed = FORMATS[self.format].read(self._all_lines, self.err, self.interval, self.facts)
             n = 0
-            for rec in self._in_order(self._clock_steps(parsed)):
+            for item in self._in_order(self._clock_steps(parsed)):
+                if type(item) is Rows:
+                    t0, t1, k = item.t[0], item.t[-1], len(item)
+                else:
+                    t0 = t1 = item.t
+                    k = 1
+                    self.consumed_through(item.line)
                 if self.start is None:
-                    self.start = rec.t
-                self.end = rec.t
-                n += 1
-                marks = self._marks
-                while marks and marks[0][0] <= rec.line:
-                    self._consumed = marks.popleft()[1]
-                yield rec
+                    self.start = t0
+                self.end = t1
+                n += k
+                yield item
             if not n:
                 first_err = self.err.items[0] if self.err.items else None
                 why = f" (first problem: line {first_err.line}: {first_err.message})" if first_err else ""
@@ -221,7 +238,13 @@ class LogStream:
         finally:
             self.close()
 
-    def _clock_steps(self, recs: Iterable[Record]) -> Iterator[Record]:
+    def consumed_through(self, line: int) -> None:
+        """The records up to this line of the file are handed out (`fraction`)."""
+        marks = self._marks
+        while marks and marks[0][0] <= line:
+            self._consumed = marks.popleft()[1]
+
+    def _clock_steps(self, recs: Iterable[Record | Rows]) -> Iterator[Record | Rows]:
         """File order -> a clock that never steps back by more than REORDER_S.
 
         A GPU's own rows are in time order in any real log; one going back by more
@@ -234,83 +257,151 @@ class LogStream:
         between them (or GAP_FREE_S); beyond that it is a clock stepped forward, moved
         back the same way, so the span, and the work of whoever reads it tick by
         tick, follows the data. One row stamped a month ahead is then two steps, out
-        and back, and costs nothing."""
+        and back, and costs nothing.
+
+        Rows pass whole as far as nothing of this applies to them (each GPU's rows
+        after its previous ones, no jump past REORDER_S, no clock moved so far); from
+        the first row that needs a look, they are taken one Record at a time."""
         last: dict[str, float] = {}
         step: dict[str, float] = {}
         offset = 0.0
         latest = -math.inf
         first: float | None = None
         gaps = 0.0                   # recorded seconds in the jumps kept as gaps
-        for r in recs:
-            if r.gpu not in last and len(last) >= MAX_GPUS:
-                self.facts.found.pop(r.gpu, None)
-                self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
-                continue
-            t = r.t + offset
-            jump = t - latest
-            if first is None:
-                first = t
-            elif jump > REORDER_S:
-                if gaps + jump <= max(GAP_FREE_S, latest - first - gaps):
-                    gaps += jump
-                else:
-                    self._note_forward(r.line, jump)
-                    shift = jump - step.get(r.gpu, self.interval)
-                    offset -= shift
-                    t -= shift
-            prev = last.get(r.gpu)
-            if prev is not None and t < prev:
-                self._note_backwards(r.line)
-                if t < prev - REORDER_S:
-                    shift = max(latest, prev) - t + step.get(r.gpu, self.interval)
-                    offset += shift
-                    t += shift
-            if offset:
-                r = r.moved(t - r.t)
-            if prev is not None and t > prev:
-                step[r.gpu] = t - prev
-            last[r.gpu] = max(t, prev) if prev is not None else t
-            latest = max(latest, t)
-            yield r
+        for item in recs:
+            if type(item) is Rows:
+                j = 0
+                if not offset:
+                    n = len(item)
+                    ts, gpus = item.t, item.gpu
+                    while j < n:
+                        t, g = ts[j], gpus[j]
+                        prev = last.get(g)
+                        if prev is None:
+                            if len(last) >= MAX_GPUS:
+                                break
+                        elif t <= prev:
+                            break
+                        if first is None:
+                            first = t
+                        elif t - latest > REORDER_S:
+                            break
+                        if prev is not None:
+                            step[g] = t - prev
+                        last[g] = t
+                        if t > latest:
+                            latest = t
+                        j += 1
+                    if j == n:
+                        yield item
+                        continue
+                    if j:
+                        yield item.cut(0, j)
+                rest: Iterable[Record] = item.records(j)
+            else:
+                rest = (item,)
+            for r in rest:
+                if r.gpu not in last and len(last) >= MAX_GPUS:
+                    self.facts.found.pop(r.gpu, None)
+                    self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
+                    continue
+                t = r.t + offset
+                jump = t - latest
+                if first is None:
+                    first = t
+                elif jump > REORDER_S:
+                    if gaps + jump <= max(GAP_FREE_S, latest - first - gaps):
+                        gaps += jump
+                    else:
+                        self._note_forward(r.line, jump)
+                        shift = jump - step.get(r.gpu, self.interval)
+                        offset -= shift
+                        t -= shift
+                prev = last.get(r.gpu)
+                if prev is not None and t < prev:
+                    self._note_backwards(r.line)
+                    if t < prev - REORDER_S:
+                        shift = max(latest, prev) - t + step.get(r.gpu, self.interval)
+                        offset += shift
+                        t += shift
+                if offset:
+                    r = r.moved(t - r.t)
+                if prev is not None and t > prev:
+                    step[r.gpu] = t - prev
+                last[r.gpu] = max(t, prev) if prev is not None else t
+                latest = max(latest, t)
+                yield r
 
-    def _in_order(self, recs: Iterable[Record]) -> Iterator[Record]:
+    def _in_order(self, recs: Iterable[Record | Rows]) -> Iterator[Record | Rows]:
         """Time order within REORDER_S of recorded time; then one record per GPU and
-        instant (a repeated timestamp is a duplicated row)."""
+        instant (a repeated timestamp is a duplicated row).
+
+        Rows whose times do not go back stay Rows while the records come in order:
+        they wait in the queue as one item and leave it, whole or a head at a time,
+        when a Record in their place would; their GPUs' times are past the last
+        handed out (_clock_steps let no earlier one through), so none is a repeat."""
         # while the records come in time order (nearly always), the window is a queue in
         # that order, which is what the heap would hand out, at the same moments; the
         # first record out of order turns it into the heap
-        queue: collections.deque[Record] | None = collections.deque()
+        queue: collections.deque[Record | Rows] | None = collections.deque()
+        held = [0]                   # records in the queue, counting every row of its Rows
         heap: list[tuple[float, int, Record]] = []
         latest = -math.inf
         last: dict[str, float] = {}
         failed: LogFormatError | None = None
         seq = 0
         try:
-            for r in recs:
-                t = r.t
-                if queue is not None:
-                    if t >= latest:
-                        queue.append(r)
-                        latest = t
-                        while queue[0].t < latest - REORDER_S or len(queue) > REORDER_MAX:
-                            out = self._once(queue.popleft(), last)
-                            if out is not None:
-                                yield out
-                        continue
-                    heap = [(q.t, seq + k, q) for k, q in enumerate(queue)]     # sorted: a heap already
-                    seq += len(queue)
-                    queue = None
-                heapq.heappush(heap, (t, seq, r))
-                seq += 1
-                latest = max(latest, t)
-                while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
-                    out = self._once(heapq.heappop(heap)[2], last)
-                    if out is not None:
-                        yield out
+            for item in recs:
+                if type(item) is Rows:
+                    if queue is not None:
+                        ts = item.t
+                        n = len(ts)
+                        j = 0
+                        t = latest
+                        while j < n and ts[j] >= t:
+                            t = ts[j]
+                            j += 1
+                        if j:
+                            head = item if j == n else item.cut(0, j)
+                            queue.append(head)
+                            held[0] += j
+                            latest = t
+                            yield from self._release(queue, latest, last, held)
+                        if j == n:
+                            continue
+                        rest: Iterable[Record] = item.records(j)
+                    else:
+                        rest = item.records()
+                else:
+                    rest = (item,)
+                for r in rest:
+                    t = r.t
+                    if queue is not None:
+                        if t >= latest:
+                            queue.append(r)
+                            held[0] += 1
+                            latest = t
+                            yield from self._release(queue, latest, last, held)
+                            continue
+                        heap = [(q.t, seq + k, q) for k, q in enumerate(_each(queue))]    # sorted: a heap already
+                        seq += len(heap)
+                        queue = None
+                    heapq.heappush(heap, (t, seq, r))
+                    seq += 1
+                    latest = max(latest, t)
+                    while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
+                        out = self._once(heapq.heappop(heap)[2], last)
+                        if out is not None:
+                            yield out
         except LogFormatError as e:     # a cap hit: what was read before it still counts
             failed = e
         while queue:
-            out = self._once(queue.popleft(), last)
+            q = queue.popleft()
+            if type(q) is Rows:
+                last.update(zip(q.gpu, q.t))
+                yield q
+                continue
+            out = self._once(q, last)
             if out is not None:
                 yield out
         while heap:
@@ -319,6 +410,43 @@ class LogStream:
                 yield out
         if failed is not None:
             raise failed
+
+    def _release(self, queue: collections.deque[Record | Rows], latest: float, last: dict[str, float],
+                 held: list[int]) -> Iterator[Record | Rows]:
+        """What the queue hands out once `latest` is read: everything before latest -
+        REORDER_S, then the oldest while it holds more than REORDER_MAX records."""
+        edge = latest - REORDER_S
+        while queue:
+            q = queue[0]
+            if type(q) is Rows:
+                ts = q.t
+                if ts[0] >= edge:
+                    break
+                queue.popleft()
+                if ts[-1] >= edge:
+                    k = bisect.bisect_left(ts, edge)
+                    queue.appendleft(q.cut(k))
+                    q = q.cut(0, k)
+                held[0] -= len(q)
+                last.update(zip(q.gpu, q.t))
+                yield q
+                continue
+            if q.t >= edge:
+                break
+            held[0] -= 1
+            out = self._once(queue.popleft(), last)
+            if out is not None:
+                yield out
+        while held[0] > REORDER_MAX:
+            q = queue.popleft()
+            if type(q) is Rows:
+                if len(q) > 1:
+                    queue.appendleft(q.cut(1))
+                q = next(q.records(0, 1))
+            held[0] -= 1
+            out = self._once(q, last)
+            if out is not None:
+                yield out
 
     def _once(self, r: Record, last: dict[str, float]) -> Record | None:
         prev = last.get(r.gpu)
@@ -343,6 +471,14 @@ class LogStream:
         self.n_backwards += 1
         if len(self.backwards) < SHOW_LINES:
             self.backwards.append(line)
+
+
+def _each(queue: Iterable[Record | Rows]) -> Iterator[Record]:
+    for q in queue:
+        if type(q) is Rows:
+            yield from q.records()
+        else:
+            yield q
 
 
 def _span_words(seconds: float) -> str:
