@@ -199,8 +199,8 @@ def metric_variable() -> "db.CustomVariable":
 def cells_variable() -> "db.CustomVariable":
     return _custom("cells", "Cells from",
                    "15 s cell records: each cell is exactly the share of its own time span, from "
-                   "per-GPU counter increments a recording rule stores every 15 s (cheapest; up to "
-                   "15 s earlier than the raw cells at 30 s cells and longer). raw counters: the same "
+                   "per-GPU counter increments a recording rule stores every 15 s (cheapest). raw "
+                   "counters: the same "
                    "exact cells computed from the scraped counters, for a Prometheus without gpulse's "
                    "recording rules; costs several times more for a whole large cluster. 1m rules: "
                    "the counters read once a minute, exact for cells of whole minutes (ranges of 4 h "
