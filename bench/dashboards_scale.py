@@ -16,7 +16,8 @@ recording rules over the same 4 h with `promtool tsdb create-blocks-from rules`
 (one pass per level of rule-on-rule dependency, restarting Prometheus between
 passes so the next level sees the previous one), then send every panel target
 of every dashboard the way Grafana would for a 1,920-pixel-wide panel over the
-4-hour range, several times each, and print the median time and response size.
+4-hour range, once untimed and then several times each, the targets in turn
+round by round, and print the median time and response size.
 The first size is the baseline the larger one is compared with; the heatmaps
 are timed for every colouring, from the raw counters and from the 5m recording
 rules ("Cells from"), in both row orders. `--reuse DIR` skips the build and
@@ -283,9 +284,8 @@ def requests_for(uid: str, range_ms: int, variables: dict | None = None,
     return out
 
 
-def timed(prom: Prometheus, expr: str, instant: bool, step: float, start: int, end: int,
-          repeat: int) -> tuple[float, int, int, float]:
-    """(median seconds, response bytes, series, median Prometheus CPU seconds) of
+def timed(prom: Prometheus, expr: str, instant: bool, step: float, start: int, end: int) -> tuple[float, int, int, float]:
+    """(seconds, response bytes, series, Prometheus CPU seconds) of one run of
     one query over [start, end]. The CPU time is what the query cost Prometheus,
     whatever else the machine was doing meanwhile."""
     if instant:
@@ -294,18 +294,31 @@ def timed(prom: Prometheus, expr: str, instant: bool, step: float, start: int, e
         # Grafana aligns the range to the step
         path, params = "query_range", {"query": expr, "start": start // step * step, "end": end // step * step,
                                        "step": step}
-    times, cpu, size, series = [], [], 0, 0
+    c0 = cpu_seconds(prom.proc.pid)
+    t0 = time.perf_counter()
+    r = requests.post(f"{prom.url}/api/v1/{path}", data=params, timeout=120)
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(prom.proc.pid) - c0
+    body = r.json()
+    if body.get("status") != "success":
+        raise SystemExit(f"dashboards_scale: query failed: {body.get('error')}: {expr[:200]}")
+    return wall, len(r.content), len(body["data"]["result"]), cpu
+
+
+def timed_in_turn(prom: Prometheus, targets: dict[str, tuple[str, bool, float, int, int]],
+                  repeat: int) -> dict[str, tuple[float, int, int, float]]:
+    """where -> (median seconds, response bytes, series, median Prometheus CPU
+    seconds) of each target (expr, instant, step, start, end): one untimed run
+    of each first (its chunks read from disk), then `repeat` rounds with every
+    target once in each, so a load that changes meanwhile weighs on all of them
+    alike and `--compare` sets two revisions side by side."""
+    for expr, instant, step, start, end in targets.values():
+        timed(prom, expr, instant, step, start, end)
+    runs: dict[str, list[tuple[float, int, int, float]]] = {where: [] for where in targets}
     for _ in range(repeat):
-        c0 = cpu_seconds(prom.proc.pid)
-        t0 = time.perf_counter()
-        r = requests.post(f"{prom.url}/api/v1/{path}", data=params, timeout=120)
-        times.append(time.perf_counter() - t0)
-        cpu.append(cpu_seconds(prom.proc.pid) - c0)
-        body = r.json()
-        if body.get("status") != "success":
-            raise SystemExit(f"dashboards_scale: query failed: {body.get('error')}: {expr[:200]}")
-        size, series = len(r.content), len(body["data"]["result"])
-    return statistics.median(times), size, series, statistics.median(cpu)
+        for where, (expr, instant, step, start, end) in targets.items():
+            runs[where].append(timed(prom, expr, instant, step, start, end))
+    return {where: (statistics.median(r[0] for r in rs), rs[-1][1], rs[-1][2], statistics.median(r[3] for r in rs))
+            for where, rs in runs.items()}
 
 
 def du(path: Path) -> int:
@@ -338,14 +351,15 @@ def measure(gpus: int, args, scratch: Path) -> dict:
         range_ms = (end - start) * 1000
         total_series = int(float(requests.get(f"{prom.url}/api/v1/query", timeout=60, params={
             "query": 'count({__name__=~".+"})', "time": end - 60}).json()["data"]["result"][0]["value"][1]))
-        results = {}
+        targets = {}
         load_before = os.getloadavg()[0]
         for rev in ("", *([args.compare] if args.compare else [])):
             for uid in VARIABLES:
                 for where, expr, instant, step, span in requests_for(uid, range_ms, rev=rev):
                     if args.only and not any(o in where for o in args.only):
                         continue
-                    results[where] = timed(prom, expr, instant, step, end - span, end, args.repeat)
+                    targets[where] = (expr, instant, step, end - span, end)
+        results = timed_in_turn(prom, targets, args.repeat)
         return {"gpus": gpus, "scraped": scraped, "series": total_series, "bytes": du(work / "data"),
                 "results": results, "load": (load_before, os.getloadavg()[0])}
     finally:

@@ -14,6 +14,8 @@ from importlib import metadata
 
 from gpulse.rulenames import CELLS_1M, INCREASE_15S, RATE_5M
 
+from .queries import WORST_ROWS
+
 # The exact SDK release the committed JSON was generated with. Releases of the
 # SDK change defaults and field order, so a different one would produce different
 # JSON and the up-to-date test would (rightly) fail. 11.6.0 targets Grafana 11.6+
@@ -173,7 +175,7 @@ CELLS_NO_DATA = ("No data. 'Cells from' starts at the 15 s cell records, which g
                  "write (group gpulse.gpu.cells15s in prometheus/rules/gpulse-recording.rules.yml). "
                  "Without those rules in Prometheus, pick 'raw counters' in 'Cells from'.")
 # queries.NATURAL / RANKED: "natural" names no metric, ".+" every one.
-ORDER_CHOICES = (("node, GPU", "natural"), ("worst first", ".+"))
+ORDER_CHOICES = (("node, GPU", "natural"), (f"worst {WORST_ROWS} first", ".+"))
 
 
 def _custom(name: str, label: str, description: str, choices, default: str) -> "db.CustomVariable":
@@ -199,8 +201,8 @@ def metric_variable() -> "db.CustomVariable":
 def cells_variable() -> "db.CustomVariable":
     return _custom("cells", "Cells from",
                    "15 s cell records: each cell is exactly the share of its own time span, from "
-                   "per-GPU counter increments a recording rule stores every 15 s (cheapest; up to "
-                   "15 s earlier than the raw cells at 30 s cells and longer). raw counters: the same "
+                   "per-GPU counter increments a recording rule stores every 15 s (cheapest). raw "
+                   "counters: the same "
                    "exact cells computed from the scraped counters, for a Prometheus without gpulse's "
                    "recording rules; costs several times more for a whole large cluster. 1m rules: "
                    "the counters read once a minute, exact for cells of whole minutes (ranges of 4 h "
@@ -212,8 +214,9 @@ def cells_variable() -> "db.CustomVariable":
 
 def order_variable() -> "db.CustomVariable":
     return _custom("order", "Row order",
-                   "node, GPU: node by node, GPUs in index order. worst first: the GPUs (nodes) "
-                   "furthest from their peers' median SM activity over the range at the top.",
+                   f"node, GPU: node by node, GPUs in index order. worst {WORST_ROWS} first: the "
+                   f"{WORST_ROWS} GPUs (nodes) furthest from their peers' median SM activity over the "
+                   "range, the furthest at the top (every row where there are fewer).",
                    ORDER_CHOICES, "natural")
 
 

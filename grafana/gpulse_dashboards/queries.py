@@ -61,13 +61,14 @@ assert SPIN_WEIGHT == 0.5, "the dashboards' work score is mean(active, busy); se
 
 
 def last_is_default(branches: tuple[str, ...]) -> str:
-    """Gated branches joined with `or` in one flat chain, the default choices'
-    branches last. Prometheus 2.42 does not skip an `or` with one side empty:
-    each `or` the data passes through costs about 0.1 s of CPU at 1,024 GPUs x
-    240 cells (bench/dashboards_scale.py), while one between two empty sides
-    costs nothing. `or` is left-associative, so in a flat chain with the data
-    in its last two branches (the default cells: one evaluation per cell, or
-    several) it passes through one `or` only."""
+    """Gated branches joined with `or` in one flat chain, the default choice's
+    branch last. Prometheus 2.42 does not skip an `or` with one side empty:
+    every binary operator the data passes through copies it step by step, and
+    an `or` puts its left side's rows in a map at every step where its right
+    side's are only looked up (at 1,024 GPUs x 240 cells, about 0.1 s of CPU as
+    the right side, 0.2 s as the left; bench/dashboards_scale.py), while one
+    between two empty sides costs nothing. `or` is left-associative, so in a
+    flat chain the last branch's data passes one `or`, as its right side."""
     return "\nor\n".join(f"(\n{b}\n)" if "\nor\n" in b else b for b in branches)
 
 # Row order (`order`, common.ORDER_CHOICES) gates its branches the same way: the
@@ -82,38 +83,28 @@ def _by(level: str) -> str:
     return {"node_gpu": "cluster, node, gpu", "node": "cluster, node", "workload": "cluster, workload"}[level]
 
 
-def recorded_cells(level: str, sel: str) -> str:
+def recorded_cells(level: str, sel: str, by: str = "") -> str:
     """Cells from the gpulse.gpu.cells15s records (level node_gpu, node or
     workload): the sum of the 15 s increments a cell holds over the sum of their
-    sampled time, one division per row at query time.
+    sampled time, one division per row at query time; with `by`, each side
+    summed by those labels first (rows of several records).
 
-    A cell one evaluation long (15 s, ranges up to an hour on a full panel)
-    reads the last increment in its window: `[$__interval]` includes both ends
-    in Prometheus 2.x, and where the evaluations fall on the cells' edges (as
-    `promtool tsdb create-blocks-from rules` places them) the last one is the
-    one ending at the cell's end. Longer cells sum the increments in the window
-    shifted by 1 ms, so an evaluation on an edge counts in one cell only and
-    neighbouring cells tile the time axis: exact, and up to one evaluation (15
-    s) earlier than the raw cells where evaluations fall on the edges. Which of
-    the two applies is decided by the metric name: only at a 15 s interval does
-    `increase${__interval}` name the records."""
-    return "\nor\n".join(f"(\n{b}\n)" for b in recorded_branches(level, sel))
-
-
-def recorded_branches(level: str, sel: str, by: str = "") -> tuple[str, str]:
-    """The two branches of recorded_cells: one evaluation per cell, several; with
-    `by`, each side summed by those labels first (rows of several records)."""
-    def pick(signal: str, one: bool) -> str:
-        n = f"{level}:{CELL_SECONDS}:"
-        gate = (f'__name__=~"{n}increase${{__interval}}"' if one
-                else f'__name__="{n}{INCREMENTS}", __name__!~"{n}increase${{__interval}}"')
-        return f'{{{gate}, __name__=~"{n}${{cells}}", signal="{signal}", {sel}}}'
-    def ratio(fn: str, window: str, one: bool) -> str:
-        work, sampled = (f"{fn}({pick(s, one)}[{window})" for s in ("${metric}", "sampled"))
-        if by:
-            return f"sum by ({by}) ({work})\n/ sum by ({by}) ({sampled})"
-        return f"{work}\n/ ignoring (signal) {sampled}"
-    return ratio("last_over_time", "$__interval]", True), ratio("sum_over_time", "$__interval] offset 1ms", False)
+    The window is the cell shifted 1 ms later (`offset -1ms`): Prometheus 2.x
+    windows include both ends, so where the evaluations fall on the cells'
+    edges (as `promtool tsdb create-blocks-from rules` places them) the
+    evaluation at the cell's start, which closes the cell before, is left out
+    and the one at its end is in. A cell then holds the increments ending
+    within it, and neighbouring cells tile the time axis: exact at every cell
+    length, one evaluation (15 s, ranges up to an hour on a full panel) or
+    several, in one expression, so the default cells pass no `or` between two
+    kinds of cell (bench/dashboards_scale.py)."""
+    def pick(signal: str) -> str:
+        return f'{{__name__="{level}:{CELL_SECONDS}:{INCREMENTS}", __name__=~"{level}:{CELL_SECONDS}:${{cells}}", ' \
+               f'signal="{signal}", {sel}}}'
+    work, sampled = (f"sum_over_time({pick(s)}[$__interval] offset -1ms)" for s in ("${metric}", "sampled"))
+    if by:
+        return f"sum by ({by}) ({work})\n/ sum by ({by}) ({sampled})"
+    return f"{work}\n/ ignoring (signal) {sampled}"
 
 
 def cell_ratio(sel: str, by: str = "node, gpu") -> str:
@@ -219,9 +210,18 @@ def _rank(share: str, by: str, peers: str) -> str:
     return _rank_of(f"abs({share} - {median})", by)
 
 
+# Worst first shows this many rows at most, those furthest from their peers: a
+# fleet's thousands of rows are under a pixel each on a panel, and the rank's
+# join then keeps only these rows, so Prometheus copies and returns them alone
+# (2,048 nodes x 240 cells: worst first at about 0.65x natural order's CPU
+# instead of 1.9x; bench/dashboards_scale.py).
+WORST_ROWS = 100
+
+
 def _rank_of(distance: str, by: str) -> str:
-    """The `rank` label of _rank from each row's distance from its peers (0..1)."""
-    return f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max({distance}, 1))))'
+    """The `rank` label of _rank from each row's distance from its peers (0..1),
+    for the WORST_ROWS furthest rows only (the join with the cells drops the rest)."""
+    return (f'count_values by ({by}) ("rank", 1000 + round(999 * (1 - clamp_max(topk({WORST_ROWS}, {distance}), 1))))')
 
 
 def _recorded_node_rank(sel: str) -> str:
@@ -277,7 +277,7 @@ def gpu_rows(sel: str) -> str:
         _ranked(recorded_cells("node_gpu", rk), rec,
                 _rank(_recorded_share("node_gpu", rk, keyed), keyed, "cluster, node"), "device"),
         row_key(cell_ratio(nat, by)),
-        *recorded_branches("node_gpu", nat)))
+        recorded_cells("node_gpu", nat)))
 
 
 def node_rows(sel: str) -> str:
@@ -287,15 +287,13 @@ def node_rows(sel: str) -> str:
     minute by minute (_recorded_node_rank; the other "Cells from" choices, which
     sum the GPUs anyway, from their own data: _share)."""
     nat, rk = f"{sel}, {NATURAL}", f"{sel}, {RANKED}"
-    one, many = recorded_branches("node", nat)
-    # the ranked records last but one: their data passes two `or`s, not four, and
-    # the natural order's default (many evaluations per cell) still one
+    # the ranked records last but one: their data passes two `or`s, not three, and
+    # the natural order's default one
     return last_is_default((
         _ranked(cell_ratio(rk, "node"), "node", _rank(_share(rk, "node"), "node", ""), "node"),
         cell_ratio(nat, "node"),
-        one,
         _ranked(recorded_cells("node", rk), "cluster, node", _recorded_node_rank(rk), "node"),
-        many))
+        recorded_cells("node", nat)))
 
 
 # Whether the node filter holds every node (`node`'s All value, `.*`) gates the
@@ -312,8 +310,8 @@ def workload_rows(sel: str) -> str:
     cheap); for the other `cells` choices, the GPUs' data."""
     attributed = sel + ', workload!=""'
     return last_is_default((cell_ratio(attributed, "cluster, workload"),
-                            *recorded_branches("node_gpu", f"{attributed}, {SOME_NODES}", by="cluster, workload"),
-                            *recorded_branches("workload", f"{sel}, {ALL_NODES}")))
+                            recorded_cells("node_gpu", f"{attributed}, {SOME_NODES}", by="cluster, workload"),
+                            recorded_cells("workload", f"{sel}, {ALL_NODES}")))
 
 
 def stall_strip(workload_sel: str, node_sel: str | None = None) -> str:

@@ -1,9 +1,9 @@
 """bench/dashboards_scale.py --node-records: the nodes overview's data alone, as the
 shipped dashboards read it. A few nodes' cell sums go through promtool into the Debian
 `prometheus`, and the overview, in both row orders, is sent as Grafana sends it: one row
-per node, every cell a share, the stall columns dark, and worst first puts the nodes
-furthest from the median on top. If the records or the overview's query change shape,
-this fails instead of the benchmark timing empty answers."""
+per node, every cell a share, the stall columns dark, and worst first shows the
+WORST_ROWS nodes furthest from the median, the furthest on top. If the records or the
+overview's query change shape, this fails instead of the benchmark timing empty answers."""
 from __future__ import annotations
 
 import time
@@ -12,8 +12,9 @@ import requests
 
 from conftest import require_binary
 from bench import dashboards_scale as ds  # noqa: E402
+from gpulse_dashboards.queries import WORST_ROWS  # noqa: E402  (grafana/ on the path through ds)
 
-NODES = 5
+NODES = WORST_ROWS + 21     # more than worst first shows; odd, so the median is one node's
 T0 = int(time.time()) // 7200 * 7200 - 7200
 ONLY = "/ Nodes [A] metric=active|busy cells=increase15s"
 
@@ -57,8 +58,13 @@ def test_node_records_feed_the_nodes_overview(tmp_path):
         share = {s["metric"]["node"]: float(s["value"][1]) for s in share}
         median = sorted(share.values())[NODES // 2]
         ranked = [n for n, _ in rows[".+"]]
-        assert sorted(ranked) == sorted(share) and ranked != [n for n, _ in natural]
+        assert len(ranked) == len(set(ranked)) == WORST_ROWS and set(ranked) < set(share)
         distance = [abs(share[n] - median) for n in ranked]
         assert all(a >= b - 1 / 999 for a, b in zip(distance, distance[1:])), (ranked, distance)
+        # the nodes left out are no further from the median than the nearest shown
+        left_out = [abs(share[n] - median) for n in set(share) - set(ranked)]
+        assert max(left_out) <= min(distance) + 1 / 999, (max(left_out), min(distance))
+        # each shown row holds the node's cells, as in natural order
+        assert dict(rows[".+"]) == {n: dict(natural)[n] for n in ranked}
     finally:
         prom.stop()
