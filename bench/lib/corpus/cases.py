@@ -30,7 +30,12 @@ from (truth_of), never from a detector, with the definitions of the threshold ta
   straggler  a GPU that costs its peers >= straggler_cost_ratio of their time over a
              5-minute window (hot: its true active share above the peer median;
              cold: its busy share below it while they spin-wait) beyond straggler_z
-             robust z, for >= 2 minutes; onset = when it first stood out over one
+             robust z, for >= 2 minutes, and whose deviation recurs: the stretches
+             in which it deviates while its peers spin-wait (breaks under
+             straggler_break_seconds bridged) are two or more, or one of at least
+             straggler_min_span_seconds; one pause of the job, its rank off the
+             GPU once, is the stall model's, not a straggler (straggler_recur_seconds,
+             analysis.verdict); onset = when it first stood out over one
              minute before that. The truth has no measurement
              noise, so its MAD is floored only at TRUTH_MAD_FLOOR (against a zero
              division), not at z_mad_floor, the detectors' guard against noise;
@@ -343,6 +348,27 @@ def _stragglers(act: list[list[bool]], busy: list[list[bool]], held: list[bool],
     return flagged
 
 
+def _recurs(g: int, act: list[list[bool]], busy: list[list[bool]], a: int, b: int, dt: float) -> bool:
+    """Whether GPU g's deviation recurs on grid points [a, b): the stretches in which
+    it computes (hot) or is off the GPU (cold) while most of its peers spin-wait,
+    breaks under straggler_break_seconds bridged, are two or more, or one lasts
+    straggler_min_span_seconds. A single such stretch is one pause of the job."""
+    peers = len(act) - 1
+    brk, span = value("straggler_break_seconds") / dt, value("straggler_min_span_seconds") / dt
+    for hot in (True, False):
+        stretches: list[list[int]] = []
+        for i in range(a, b):
+            if (act[g][i] if hot else not busy[g][i]) and 2 * sum(
+                    busy[h][i] and not act[h][i] for h in range(len(act)) if h != g) >= peers:
+                if stretches and i - stretches[-1][1] <= brk:
+                    stretches[-1][1] = i
+                else:
+                    stretches.append([i, i])
+        if len(stretches) >= 2 or any(e - s + 1 >= span for s, e in stretches):
+            return True
+    return False
+
+
 def _truth(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: int,
            period: float | None, imbalance: bool | None = None, dt: float = GRID,
            co: list[bool] | None = None) -> Truth:
@@ -387,7 +413,8 @@ def _truth(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: i
     # a hot straggler stands out in real work, a cold one in busy (the others
     # spin-wait for it while its rank works off the GPU)
     flagged, early = _stragglers(act, busy, held, n, dt), _stragglers(act, busy, held, n, dt, 60.0)
-    strag = {g: ts for g, ts in flagged.items() if ts[-1] - ts[0] >= 120 - 1e-6 and len(ts) >= 12}
+    strag = {g: ts for g, ts in flagged.items() if ts[-1] - ts[0] >= 120 - 1e-6 and len(ts) >= 12
+             and _recurs(g, act, busy, max(0, int((ts[0] - 300) / dt)), min(n, int(ts[-1] / dt)), dt)}
     # onset: when it first stood out over one minute, in the 5 minutes before the
     # first 5-minute window that flags it (the 5-minute mean lags the change)
     onset = {g: min([t for t in early.get(g, []) if ts[0] - 300 <= t <= ts[0]] or [ts[0]])
