@@ -33,8 +33,8 @@ from (truth_of), never from a detector, with the definitions of the threshold ta
              robust z, and whose deviation recurs: for >= 2 minutes with the
              stretches in which it deviates while its peers spin-wait (breaks under
              straggler_break_seconds bridged) two or more, or one of at least
-             straggler_min_span_seconds; or in one window holding two of them (a
-             rank off the GPU every few minutes, straggler_recur_seconds). One
+             straggler_min_span_seconds; or, off the GPU, in one window holding two
+             of them (a rank off the GPU every few minutes, straggler_recur_seconds). One
              pause of the job, its rank off the GPU once, is the stall model's,
              not a straggler (analysis.verdict); onset = when it first stood out
              over one minute before that. The truth has no measurement
@@ -375,15 +375,15 @@ def _recurs(ts: list[float], stretches: list[list[tuple[float, float]]]) -> bool
     """Whether a GPU flagged at window ends `ts` deviates in a way that recurs (see the
     module doc): within its flagged span, two or more stretches or one of at least
     straggler_min_span_seconds, with the flags lasting 2 minutes; or two stretches
-    within one flagged 5-minute window (straggler_recur_seconds). One stretch alone is
-    a pause of the job."""
+    within one flagged 5-minute window (straggler_recur_seconds) off the GPU (cold:
+    analysis.verdict). One stretch alone is a pause of the job."""
     span, recur = value("straggler_min_span_seconds"), value("straggler_recur_seconds")
-    for st in stretches:
+    for cold, st in enumerate(stretches):
         inside = [(a, b) for a, b in st if b > ts[0] - 300 and a < ts[-1]]
         if (ts[-1] - ts[0] >= 120 - 1e-6 and len(ts) >= 12
                 and (len(inside) >= 2 or any(b - a >= span for a, b in inside))):
             return True
-        if any(sum(1 for a, b in inside if b > t - recur and a < t) >= 2 for t in ts):
+        if cold and any(sum(1 for a, b in inside if b > t - recur and a < t) >= 2 for t in ts):
             return True
     return False
 

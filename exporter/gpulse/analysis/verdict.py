@@ -29,13 +29,17 @@ Straggler, over a run (the report)
     no break of straggler_break_seconds or more, is a straggler for that span (a
     transient straggler: a slow node for a few minutes of an hour). Both carry their
     spans.
-    A GPU whose deviating runs are shorter but recur is a straggler too: runs of the
-    same direction less than straggler_recur_seconds apart, whose costs summed over
+    A GPU off the GPU (cold) in deviating runs that are shorter but recur is a
+    straggler too: runs less than straggler_recur_seconds apart, whose costs summed over
     the last straggler_recur_seconds reach straggler_cost_ratio of it (the peers
     wait that share of 5 minutes for it: a rank that checkpoints for 16 s every
     ~250 s while they spin-wait costs them 5-6 %), make it one from that run on; its
     span runs from the first of them to the last. One run alone is a pause of the
-    job, which the stall model reports with that rank named, not a straggler.
+    job, which the stall model reports with that rank named, not a straggler. A hot
+    straggler computes longer at every step, so its cost is continuous and the span
+    rule names it; its window flickering around the cost threshold is no recurring
+    event (Alibaba PAI job 1 at 12 s a recorded row: workers 1 and 2 would read
+    spans of 13-15 minutes at a robust z of 1.7-2.6 over them).
 
 Straggler, live
     Persistence follows one GPU window by window with the same rule the report
@@ -169,9 +173,10 @@ def is_working(nonidle_share: float) -> bool:
 
 
 def straggler_spans(flags: Sequence[bool], ticks: Sequence[int], interval: float,
-                    costs: Sequence[float] | None = None) -> tuple[float, list[tuple[int, int]]]:
+                    cold_costs: Sequence[float] | None = None) -> tuple[float, list[tuple[int, int]]]:
     """(persistence, spans) of one GPU over its work ticks; flags[j] says whether it
-    deviated (the same way) at tick ticks[j], costs[j] what it cost its peers then.
+    deviated (the same way) at tick ticks[j]; cold_costs[j], for the flags of a cold
+    straggler (off the GPU), what it cost its peers then (None for a hot one).
 
     persistence is the share of work ticks deviating; spans are the runs of
     consecutive work ticks (as tick index ranges) deviating, breaks shorter than
@@ -192,8 +197,8 @@ def straggler_spans(flags: Sequence[bool], ticks: Sequence[int], interval: float
         else:
             merged.append((a, b))
     long_runs = [(a, b) for a, b in merged if b - a + 1 >= need - 1e-9]
-    if costs is not None:
-        chains = recurring(merged, flags, costs, interval)
+    if cold_costs is not None:
+        chains = recurring(merged, flags, cold_costs, interval)
         long_runs = sorted(chains + [r for r in long_runs if not any(a <= r[0] and r[1] <= b for a, b in chains)])
     long_runs = [(ticks[a], ticks[b]) for a, b in long_runs]
     if persistence >= value("straggler_persistence_ratio") and not long_runs:
@@ -292,7 +297,7 @@ class Persistence:
             self.recent.popleft()
         if self.last is not None and t - self.last >= RECUR:
             self.before, self.recurs = None, False
-        if (signal is not None and not self.recurs and self.before is not None
+        if (signal is not None and not self.recurs and self.before is not None and self.sign < 0
                 and sum(c for _, c in self.recent) >= COST * RECUR - 1e-9):
             self.recurs = True
         if self.since is None or self.last is None:

@@ -80,3 +80,12 @@ def test_without_costs_the_report_keeps_the_span_rule_only():
     series = windows([300, 552])
     flags = [d for _, _, d in series]
     assert straggler_spans(flags, list(range(len(series))), IV)[1] == []
+
+
+def test_a_hot_gpu_flickering_in_runs_is_not_asked_to_recur():
+    # the same runs in `active`: its cost is continuous, the span rule judges it
+    series = windows([300, 552])
+    p = Persistence()
+    assert all(p.update(float(t), IV, ("active", 9.0) if d else None, 0.0, c)[0] is None for t, c, d in series)
+    flags = [d for _, _, d in series]
+    assert straggler_spans(flags, list(range(len(series))), IV, None)[1] == []
