@@ -510,6 +510,9 @@ class Engine:
                 ms = median(g.win.spin_wait / g.win.sampled for g in up if g.win.sampled > 0)
                 iv = self.cfg.analysis_interval
                 judged = []
+                if not tracker.holding:   # the job ended: what recurs is a later job's
+                    for k in active:
+                        self.gpus[k].persistence.job_ended()
                 for k in active:
                     zb, za = db.get(k, 0.0), da.get(k, 0.0)
                     hot, cold = peer_wait(active[k], busy.get(k, mb), ma, mb, ms)

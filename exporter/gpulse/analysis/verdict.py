@@ -192,13 +192,14 @@ def straggler_spans(flags: Sequence[bool], ticks: Sequence[int], interval: float
     brk = BREAK / interval
     merged: list[tuple[int, int]] = []
     for a, b in runs(flags):
-        if merged and a - merged[-1][1] - 1 <= brk:
+        # bridged within one stretch of work only: a gap in the ticks is another job
+        if merged and a - merged[-1][1] - 1 <= brk and ticks[a] - ticks[merged[-1][1]] == a - merged[-1][1]:
             merged[-1] = (merged[-1][0], b)
         else:
             merged.append((a, b))
     long_runs = [(a, b) for a, b in merged if b - a + 1 >= need - 1e-9]
     if cold_costs is not None:
-        chains = recurring(merged, flags, cold_costs, interval)
+        chains = recurring(merged, flags, cold_costs, interval, ticks)
         long_runs = sorted(chains + [r for r in long_runs if not any(a <= r[0] and r[1] <= b for a, b in chains)])
     long_runs = [(ticks[a], ticks[b]) for a, b in long_runs]
     if persistence >= value("straggler_persistence_ratio") and not long_runs:
@@ -209,17 +210,20 @@ def straggler_spans(flags: Sequence[bool], ticks: Sequence[int], interval: float
 
 
 def recurring(merged: Sequence[tuple[int, int]], flags: Sequence[bool], costs: Sequence[float],
-              interval: float) -> list[tuple[int, int]]:
+              interval: float, ticks: Sequence[int] | None = None) -> list[tuple[int, int]]:
     """The (first, last) position ranges of the chains of deviating runs (`merged`:
     ascending, breaks bridged) that recur (module doc): runs less than
     straggler_recur_seconds apart are one chain, which recurs from its first run to
     its last when at a deviating window of its second run or later the costs of the
     deviating windows of the last straggler_recur_seconds add up to
-    straggler_cost_ratio of that time."""
+    straggler_cost_ratio of that time. A chain does not cross a gap in `ticks` (the
+    work ticks: the job ended and another started)."""
     gap = RECUR / interval
     chains: list[list[tuple[int, int]]] = []
     for r in merged:
-        if chains and r[0] - chains[-1][-1][1] < gap:
+        prev = chains[-1][-1][1] if chains else None
+        if (prev is not None and r[0] - prev < gap
+                and (ticks is None or ticks[r[0]] - ticks[prev] == r[0] - prev)):
             chains[-1].append(r)
         else:
             chains.append([r])
@@ -313,3 +317,9 @@ class Persistence:
             return None, 0.0
         booked, self.owed = self.owed, 0.0
         return self.latest, booked
+
+    def job_ended(self) -> None:
+        """The group released its workload: runs of a later job do not recur with
+        this one's (the report's chains do not cross a gap in the work either)."""
+        self.before, self.recurs = None, False
+        self.recent.clear()
