@@ -64,7 +64,9 @@ def test_a_straggler_under_averaged_power_is_named_live_and_in_the_report(built)
     (slow,) = [f"{g}" for _, g in case.slow]
     assert case.positive and 0.10 < case.cost[f"{case.node(0)}/{slow}"] < 0.20
     named, active = live(case.paths[0])
-    assert set(named) == {slow}
+    # rank 0, off the GPU 16 s every 200 s while its peers spin-wait (8 % of 5 minutes),
+    # is a straggler by recurrence (analysis.verdict) besides the slow GPU
+    assert set(named) == {slow, "0"} and named["0"][1] == "off_gpu"
     when, cause = named[slow]
     # confirmed after its onset, within the 5 minutes the alerts aim for
     assert case.onset < when < case.onset + 300
@@ -73,19 +75,21 @@ def test_a_straggler_under_averaged_power_is_named_live_and_in_the_report(built)
     peers = sorted(v for k, v in active.items() if k != slow)
     assert active[slow] - peers[len(peers) // 2] > 0.05
     doc = analyse(from_log(str(case.paths[0]))).as_json()
-    assert {s["gpu"] for s in doc["stragglers"]} == {slow}
-    causes = [f["cause"] for f in doc["findings"] if f["kind"] == "straggler"]
+    assert {s["gpu"] for s in doc["stragglers"]} == {slow, "0"}
+    causes = [f["cause"] for f in doc["findings"] if f["kind"] == "straggler" and f"GPU {slow} " in f["text"]]
     assert causes and set(causes) <= set(case.accept)
 
 
-def test_a_control_under_averaged_power_names_nothing(built):
+def test_a_control_under_averaged_power_names_only_the_checkpointing_rank(built):
+    # no slow GPU: only rank 0, off the GPU 16 s every 200 s (recurrence, off_gpu)
     case = built["ckpt/control-jitter2"]
     assert not case.positive
     named, active = live(case.paths[0])
-    assert named == {}
-    assert max(active.values()) - min(active.values()) < 0.01
+    assert {k: c for k, (_, c) in named.items()} == {"0": "off_gpu"}
+    peers = [v for k, v in active.items() if k != "0"]
+    assert max(peers) - min(peers) < 0.01
     doc = analyse(from_log(str(case.paths[0]))).as_json()
-    assert doc["stragglers"] == []
+    assert [s["gpu"] for s in doc["stragglers"]] == ["0"]
 
 
 def test_without_a_spin_level_the_idle_floor_bounds_the_share(built):
