@@ -390,12 +390,14 @@ class Engine:
         busy = [g for g in self.gpus.values() if g.up and (g.levels.work_s > 0 or g.levels.spin_s > 0)]
         spins = [v for v in (g.levels.spin_level() for g in busy) if v is not None]
         found: list[tuple[_Gpu, tuple[float, float]]] = []
-        if busy and spins and not self._power_instant():
-            peers = median(spins)
+        if busy and not self._power_instant():
+            peers = median(spins) if spins else None
             for g in busy:
                 gate_w = spin_gate_watts(self.gate, g.gauges.get("power_limit_watts"), g.max_power, g.idle_floor)
                 own = g.levels.spin_level()
-                lv = g.levels.levels(gate_w, own if own is not None else peers)
+                # no GPU has waited long enough to show a spin level: its idle floor
+                # bounds it from below (analysis.activity: a lower bound of the cost)
+                lv = g.levels.levels(gate_w, own if own is not None else peers if peers is not None else g.idle_floor)
                 if lv is None:
                     break
                 found.append((g, lv))
@@ -512,6 +514,9 @@ class Engine:
                 ms = median(g.win.spin_wait / g.win.sampled for g in up if g.win.sampled > 0)
                 iv = self.cfg.analysis_interval
                 judged = []
+                if not tracker.holding:   # the job ended: what recurs is a later job's
+                    for k in active:
+                        self.gpus[k].persistence.job_ended()
                 for k in active:
                     zb, za = db.get(k, 0.0), da.get(k, 0.0)
                     hot, cold = peer_wait(active[k], busy.get(k, mb), ma, mb, ms)
@@ -534,7 +539,8 @@ class Engine:
                     # source sees spin-waiting as inactive: that time is booked as the
                     # stall already, so the straggler gets only what the stalls do not hold
                     cost = hot if is_hot else cold - stall_share
-                    confirmed, booked = pers.update(self.t or 0.0, iv, flag, max(cost, 0.0) * iv * share)
+                    confirmed, booked = pers.update(self.t or 0.0, iv, flag, max(cost, 0.0) * iv * share,
+                                                    hot if is_hot else cold)
                     deviations[k] = (zb, za, confirmed, (hot, cold))
                     v = self._cause(k, pers.since, list(active), confirmed is not None)
                     if v is not None:

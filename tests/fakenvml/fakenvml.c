@@ -170,6 +170,7 @@ struct dev {
     int has_prop[P_COUNT];
     int gpm;                /* GPM supported */
     int power_samples;      /* the driver buffers power samples */
+    int power_instant;      /* the NVML_FI_DEV_POWER_INSTANT field answers */
     int arch;
     int mig_count;
     struct dev *mig[MAX_MIG];
@@ -402,6 +403,7 @@ static void dev_defaults(struct dev *d, int index) {
     d->has_prop[P_FAN] = 0; /* data-centre boards have no fan reading */
     d->gpm = 1;
     d->power_samples = 1;
+    d->power_instant = 1;
 }
 
 static int parse_err_line;
@@ -618,6 +620,9 @@ static int load_scenario(void) {
         } else if (strcmp(dir, "power_samples") == 0 && ntok == 3) {
             if ((rc = parse_sel(tok[1], mask, line)) != 0) break;
             for (int i = 0; i < MAX_GPUS; i++) if (mask[i]) gpus[i].power_samples = strcmp(tok[2], "on") == 0;
+        } else if (strcmp(dir, "power_instant") == 0 && ntok == 3) {
+            if ((rc = parse_sel(tok[1], mask, line)) != 0) break;
+            for (int i = 0; i < MAX_GPUS; i++) if (mask[i]) gpus[i].power_instant = strcmp(tok[2], "on") == 0;
         } else if (strcmp(dir, "unsupported") == 0 && ntok == 3) {
             /* unsupported <sel> <property>: the property reads NOT_SUPPORTED */
             if ((rc = parse_sel(tok[1], mask, line)) != 0) break;
@@ -1049,7 +1054,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t d, unsigned int *mw) {
     if (!mw) return NVML_ERROR_INVALID_ARGUMENT;
     if (d->is_mig) return NVML_ERROR_NOT_SUPPORTED;
     NEED(d, P_POWER);
-    *mw = (unsigned int)(prop_at(d, P_POWER, scen_t()) * 1000.0);
+    /* the mean over the second before the call, as on Ampere (but GA100) and newer */
+    double t = scen_t(), sum = 0;
+    for (int i = 1; i <= 32; i++) sum += prop_at(d, P_POWER, t - 1.0 + i / 32.0);
+    *mw = (unsigned int)(sum / 32 * 1000.0);
     return NVML_SUCCESS;
 }
 
@@ -1310,7 +1318,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int n, nvmlFieldVal
         case FI_REMAPPED_FAILURE: f->valueType = VT_UINT; continue;
         case FI_PCIE_TX_BYTES: prop = P_PCIE_TX; break;
         case FI_PCIE_RX_BYTES: prop = P_PCIE_RX; break;
-        case FI_POWER_INSTANT: prop = P_POWER; f->valueType = VT_UINT; scale = 1000; break;
+        case FI_POWER_INSTANT:
+            if (!p->power_instant) { f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; continue; }
+            prop = P_POWER; f->valueType = VT_UINT; scale = 1000; break;
         case FI_TOTAL_ENERGY:
             if (!p->has_prop[P_POWER]) { f->nvmlReturn = NVML_ERROR_NOT_SUPPORTED; continue; }
             f->value.ullVal = energy_mj(p);

@@ -123,7 +123,8 @@ def _moved(i: int, t: thresholds.Threshold) -> thresholds.Threshold:
     as named shows."""
     if not isinstance(t.value, (int, float)):
         return t
-    step = 7 + i if t.unit == "seconds" and t.value >= 60 else 0.0123 + i / 10_000
+    # durations: 10,000 s apart by position (above any entry's own), so no two coincide
+    step = 7 + 10_000 * (i + 1) if t.unit == "seconds" and t.value >= 60 else 0.0123 + i / 10_000
     return dataclasses.replace(t, value=round(t.value + step, 4))
 
 

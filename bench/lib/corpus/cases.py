@@ -30,8 +30,14 @@ from (truth_of), never from a detector, with the definitions of the threshold ta
   straggler  a GPU that costs its peers >= straggler_cost_ratio of their time over a
              5-minute window (hot: its true active share above the peer median;
              cold: its busy share below it while they spin-wait) beyond straggler_z
-             robust z, for >= 2 minutes; onset = when it first stood out over one
-             minute before that. The truth has no measurement
+             robust z, and whose deviation recurs: for >= 2 minutes with the
+             stretches in which it deviates while its peers spin-wait (breaks under
+             straggler_break_seconds bridged) two or more, or one of at least
+             straggler_min_span_seconds; or, off the GPU, in one window holding two
+             of them (a rank off the GPU every few minutes, straggler_recur_seconds). One
+             pause of the job, its rank off the GPU once, is the stall model's,
+             not a straggler (analysis.verdict); onset = when it first stood out
+             over one minute before that. The truth has no measurement
              noise, so its MAD is floored only at TRUTH_MAD_FLOOR (against a zero
              division), not at z_mad_floor, the detectors' guard against noise;
   imbalance  over the whole training span (max - min) / max of the true active
@@ -343,6 +349,45 @@ def _stragglers(act: list[list[bool]], busy: list[list[bool]], held: list[bool],
     return flagged
 
 
+def _deviation_stretches(g: int, act: list[list[bool]], busy: list[list[bool]], n: int,
+                         dt: float) -> list[list[tuple[float, float]]]:
+    """GPU g's stretches (seconds) in which it computes (hot), then those in which it is
+    off the GPU (cold), while most of its peers spin-wait; breaks under
+    straggler_break_seconds bridged, as the detectors bridge them."""
+    peers = len(act) - 1
+    brk = value("straggler_break_seconds") / dt
+    spinning = [sum(busy[h][i] and not act[h][i] for h in range(len(act)) if h != g) for i in range(n)]
+    out = []
+    for hot in (True, False):
+        row = act[g] if hot else [not x for x in busy[g]]
+        stretches: list[list[int]] = []
+        for i in range(n):
+            if row[i] and 2 * spinning[i] >= peers:
+                if stretches and i - stretches[-1][1] <= brk:
+                    stretches[-1][1] = i
+                else:
+                    stretches.append([i, i])
+        out.append([(a * dt, (b + 1) * dt) for a, b in stretches])
+    return out
+
+
+def _recurs(ts: list[float], stretches: list[list[tuple[float, float]]]) -> bool:
+    """Whether a GPU flagged at window ends `ts` deviates in a way that recurs (see the
+    module doc): within its flagged span, two or more stretches or one of at least
+    straggler_min_span_seconds, with the flags lasting 2 minutes; or two stretches
+    within one flagged 5-minute window (straggler_recur_seconds) off the GPU (cold:
+    analysis.verdict). One stretch alone is a pause of the job."""
+    span, recur = value("straggler_min_span_seconds"), value("straggler_recur_seconds")
+    for cold, st in enumerate(stretches):
+        inside = [(a, b) for a, b in st if b > ts[0] - 300 and a < ts[-1]]
+        if (ts[-1] - ts[0] >= 120 - 1e-6 and len(ts) >= 12
+                and (len(inside) >= 2 or any(b - a >= span for a, b in inside))):
+            return True
+        if cold and any(sum(1 for a, b in inside if b > t - recur and a < t) >= 2 for t in ts):
+            return True
+    return False
+
+
 def _truth(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: int,
            period: float | None, imbalance: bool | None = None, dt: float = GRID,
            co: list[bool] | None = None) -> Truth:
@@ -387,7 +432,7 @@ def _truth(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: i
     # a hot straggler stands out in real work, a cold one in busy (the others
     # spin-wait for it while its rank works off the GPU)
     flagged, early = _stragglers(act, busy, held, n, dt), _stragglers(act, busy, held, n, dt, 60.0)
-    strag = {g: ts for g, ts in flagged.items() if ts[-1] - ts[0] >= 120 - 1e-6 and len(ts) >= 12}
+    strag = {g: ts for g, ts in flagged.items() if _recurs(ts, _deviation_stretches(g, act, busy, n, dt))}
     # onset: when it first stood out over one minute, in the 5 minutes before the
     # first 5-minute window that flags it (the 5-minute mean lags the change)
     onset = {g: min([t for t in early.get(g, []) if ts[0] - 300 <= t <= ts[0]] or [ts[0]])

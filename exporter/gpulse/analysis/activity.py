@@ -39,6 +39,9 @@ sample's power lies between them:
     W: its working level, the WORK_QUANTILE of its power over its sustained-compute
        samples (busy above G for at least a second: the average is all work), at
        least share_work_seconds of them; both over its last ~10 minutes.
+    Where no GPU of the source has a spin level (steps with sub-second waits only),
+    S is its idle floor, a lower bound: every GPU's waits read ~0.17 of work on the
+    H100 levels, and a straggler's cost ~0.84 of its true figure (Engine._judge_share).
 The share applies only where W - S is at least share_gap_factor x G: on a GPU that
 never computes long enough to show its full power (ckpt1's peers peak at ~300 W
 between checkpoints), a spin-wait a few watts above S would read as work.

@@ -132,6 +132,10 @@ _TABLE = (
               "peers spin-waiting at least this share of the time is worth saying in a straggler finding"),
     Threshold("straggler_break_seconds", 30.0, "seconds",
               "a straggler that stops deviating for less than this (a few ordinary steps) is still the same straggler"),
+    Threshold("straggler_recur_seconds", 300.0, "seconds",
+              "deviating runs of one GPU this close together, costing its peers straggler_cost_ratio of this long, "
+              "make it a straggler without a run of straggler_min_span_seconds (a rank off the GPU every few minutes); "
+              "one run alone is a pause"),
     Threshold("straggler_high_gap_ratio", 0.15, "ratio",
               "a straggler costing its peers this share of their time is a high-severity finding"),
     Threshold("imbalance_alert_ratio", 0.3, "ratio",

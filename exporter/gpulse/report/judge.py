@@ -364,7 +364,8 @@ class Judgement:
                     if not any(costs[i] >= cost_min for i in ticks):   # NaN compares false
                         continue          # the common case, cheaply: never cost anyone enough
                     persistence, spans = straggler_spans(
-                        [deviating(sign * dev[i], costs[i]) for i in ticks], ticks, self.iv)
+                        [deviating(sign * dev[i], costs[i]) for i in ticks], ticks, self.iv,
+                        [costs[i] for i in ticks] if signal == "busy" else None)
                     if not spans:
                         continue
                     span_ticks = [i for a, b in spans for i in range(a, b + 1)]
@@ -450,7 +451,7 @@ class Judgement:
                     costs[(n, "active")].append(hot)
                     costs[(n, "busy")].append(cold)
             for (n, signal), fl in flags.items():
-                _, spans = straggler_spans(fl, ticks, self.iv)
+                _, spans = straggler_spans(fl, ticks, self.iv, costs[(n, signal)] if signal == "busy" else None)
                 if not spans:
                     continue
                 pos = {t: j for j, t in enumerate(ticks)}

@@ -213,12 +213,14 @@ def test_ckpt50_headline_rhythm_is_the_one_the_heatmap_shows():
     assert 27 <= snap.groups[0].stall_period <= 30
 
 
-@pytest.mark.parametrize("name, stragglers", [("ckpt1", {"0"}), ("ckpt50", {"0"}), ("ckpt1000", set())])
+@pytest.mark.parametrize("name, stragglers", [("ckpt1", {"0"}), ("ckpt50", {"0"}), ("ckpt1000", {"0"})])
 def test_live_and_report_name_the_same_stragglers(name, stragglers):
     doc, (_, flagged) = recorded_run(name)
     assert {s["gpu"] for s in doc["stragglers"]} == stragglers
     for s in doc["stragglers"]:
-        assert s["whole_run"] and s["direction"] == "idler"
+        # ckpt1000: rank 0 off the GPU ~16 s every ~250 s, a straggler by recurrence
+        # for the span of its two checkpoints, not of the whole run
+        assert s["whole_run"] is (name != "ckpt1000") and s["direction"] == "idler"
         [f] = kinds(doc, "straggler")
         # the finding covers the straggler's spans (and the stalls it causes)
         for sp in s["spans"]:

@@ -158,18 +158,51 @@ def test_power_is_matched_to_each_sample_by_time(nvml):
         assert s.memory_used_bytes == 60e9
 
 
-def test_power_without_power_samples_uses_power_usage(nvml):
+def test_power_without_power_samples_reads_the_instant_field(nvml):
+    # a fast square wave: an instant reads either level, a 1 s average their mean
     o = nvml("""
         gpus 1
         power_samples 0 off
-        power 0 const 412.5
+        power 0 square period=0.25 duty=0.5 high=600 low=200
     """)
+    assert o.src.power_averaged is False          # declared as the source opens
+    usage = fakenvml.calls("nvmlDeviceGetPowerUsage")
+    fields = fakenvml.calls("nvmlDeviceGetFieldValues")
+    res = o.drive(1.2)
+    assert fakenvml.calls("nvmlDeviceGetPowerUsage") == usage
+    assert fakenvml.calls("nvmlDeviceGetFieldValues") - fields >= 2
+    powers = {s.power_w for s in samples(res, "0")}
+    assert powers and powers <= {200.0, 600.0}
+    assert readings(res, "0")[-1].gauges["power_watts"] in (200.0, 600.0)
+    assert o.src.power_averaged is False
+
+
+def test_power_without_instant_field_uses_power_usage_and_is_averaged(nvml):
+    o = nvml("""
+        gpus 2
+        power_samples 0 off
+        power_instant 0 off
+        power * square period=0.25 duty=0.5 high=600 low=200
+    """)
+    # GPU 0 reads nvmlDeviceGetPowerUsage, a 1 s average: the source says so
+    assert o.src.power_averaged is True
     before = fakenvml.calls("nvmlDeviceGetPowerUsage")
     res = o.drive(1.2)
     assert fakenvml.calls("nvmlDeviceGetPowerUsage") - before >= 2
     r = readings(res, "0")[-1]
-    assert r.gauges["power_watts"] == 412.5
-    assert all(s.power_w == 412.5 for s in samples(res, "0"))
+    assert r.gauges["power_watts"] == pytest.approx(400.0, abs=1.0)
+    assert all(s.power_w == pytest.approx(400.0, abs=1.0) for s in samples(res, "0"))
+    # GPU 1 keeps the driver's power samples: instants, matched to each sample
+    assert {s.power_w for s in samples(res, "1")} <= {200.0, 600.0}
+    assert o.src.power_averaged is True
+
+
+def test_power_kind_with_every_gpu_on_instants(nvml):
+    o = nvml("""
+        gpus 2
+        power_samples 1 off
+    """)
+    assert o.src.power_averaged is False
 
 
 # ---------------------------------------------------------------- metric families

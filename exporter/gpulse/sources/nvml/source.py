@@ -18,7 +18,11 @@ resolution is the driver's (~0.17 s), not the read interval; reading more often
 would only add calls and lower the latency below the 1 s analysis tick, where it
 buys nothing. Power comes from the driver's power-sample buffer too and is matched
 to each utilisation sample by time, so a sample taken while computing is never
-judged by the power of a later stall. Clock-event reasons are read every second
+judged by the power of a later stall. A GPU whose driver keeps no power samples is
+read once a second through the instantaneous field (NVML_FI_DEV_POWER_INSTANT), and
+only where that is unsupported too through nvmlDeviceGetPowerUsage, which NVML
+documents as a 1 s average on Ampere (but GA100) and newer: the source then declares
+its power averaged (`power_averaged`), so the engine judges it as such. Clock-event reasons are read every second
 because they are integrated into throttle seconds; memory, because it decides
 whether a GPU holds a job. The 5 s tier holds counters (rate() is exact at any read
 interval) and gauges that a 15 s scrape would alias anyway.
@@ -69,6 +73,9 @@ CLOCK_STEP_BACK = 2.0
 
 UTIL_SAMPLES = "nvmlDeviceGetSamples[util]"
 POWER_SAMPLES = "nvmlDeviceGetSamples[power]"
+POWER_INSTANT = "nvmlDeviceGetFieldValues[power_instant]"
+POWER_USAGE = "nvmlDeviceGetPowerUsage"
+F_POWER_INSTANT = pynvml.NVML_FI_DEV_POWER_INSTANT          # mW
 REASONS = "nvmlDeviceGetCurrentClocksEventReasons"
 REASONS_OLD = "nvmlDeviceGetCurrentClocksThrottleReasons"
 
@@ -178,6 +185,11 @@ class _State:
         self.fields = list(FIELD_SCOPES)
         self.field_buf: Any = None    # nvmlFieldValue_t[len(fields)], ids filled in, reused
         self.gpm = False
+        # how its power is read: "samples" (the driver's buffer), "instant" (the
+        # instantaneous field), "average" (nvmlDeviceGetPowerUsage: a 1 s mean on
+        # Ampere and newer), or None before a read decides
+        self.power_path: str | None = None
+        self.instant_buf: Any = None   # nvmlFieldValue_t[1] for F_POWER_INSTANT, reused
 
     def adopt(self, old: "_State") -> None:
         """Keep what must survive an NVML re-initialisation: our own accumulators and
@@ -227,7 +239,6 @@ class _State:
 
 class NvmlSource(Source):
     name = "nvml"
-    power_averaged = False   # the driver's power-sample buffer: instants, matched to each utilisation sample
 
     def __init__(self, cfg: Any):
         self.cfg = cfg
@@ -269,6 +280,21 @@ class NvmlSource(Source):
     def devices(self) -> list[DeviceInfo]:
         return [s.entity.info for s in self.states]
 
+    @property
+    def power_averaged(self) -> bool | None:   # type: ignore[override]
+        """True when some GPU's power is read through nvmlDeviceGetPowerUsage (a 1 s
+        average on Ampere and newer); False when every GPU's is an instant (the
+        driver's power samples, matched to each utilisation sample, or the
+        instantaneous field); None before any GPU's power has been read
+        (--nvml.wait), for the engine to judge from the data. One answer for the
+        source: the engine's averaged-power judgement (Engine.power_averaged, the
+        share) is one for all its GPUs. Known as the source opens, when the engine
+        is built from it."""
+        paths = [s.power_path for s in self.states if not s.entity.is_mig and s.power_path is not None]
+        if not paths:
+            return None
+        return "average" in paths
+
     def _start(self, previous: list[_State] | None = None) -> None:
         """nvmlInit, discover, start XID events and GPM. Raises NVMLError/DriverGone."""
         pynvml.nvmlInit()
@@ -290,6 +316,11 @@ class NvmlSource(Source):
                 st.adopt(prev)
             states.append(st)
         self.states = states
+        try:
+            self._probe_power(self.loop_clock.wall())
+        except BaseException:
+            self._shutdown()
+            raise
         self.has_sm_active = False
         if self.cfg.nvml.gpm:
             self.gpm = GpmReader(self.caller)
@@ -499,19 +530,60 @@ class NvmlSource(Source):
             self.caller.fail(key, name, err)
             return None if not self.caller.supported(key, name) else []
 
+    def _probe_power(self, wall: float) -> None:
+        """Read each GPU's power once as the source opens, so that every GPU's power
+        path (and power_averaged) is known before the engine is built; what it read is
+        put back, for the first read to match to its utilisation samples. A GPU lost
+        meanwhile is judged at its first read."""
+        for st in self.states:
+            if st.entity.is_mig or st.entity.handle is None:
+                continue
+            kept = st.power_ts, st.power_t, st.power_w
+            try:
+                self._read_power(st, wall)
+            except GpuLost:
+                pass
+            st.power_ts, st.power_t, st.power_w = kept
+
     def _read_power(self, st: _State, wall: float) -> None:
+        """The driver's power samples; without them the instantaneous field; without
+        that nvmlDeviceGetPowerUsage, a 1 s average on Ampere and newer."""
         e = st.entity
         raw = self._samples(st, POWER_SAMPLES, pynvml.NVML_TOTAL_POWER_SAMPLES, st.power_ts)
-        if raw is None:
-            mw = self.caller.call(e.key, pynvml.nvmlDeviceGetPowerUsage, e.handle)
-            st.set_power([] if mw is None else [(wall, mw / 1000.0)])
-        else:
+        if raw is not None:
+            st.power_path = "samples"
             new = [(ts / 1e6, mw / 1000.0) for ts, mw in raw if ts > st.power_ts]
             if new:
                 st.power_ts = raw[-1][0]
             st.set_power(new)
+        else:
+            mw = self._power_instant(st)
+            if mw is not None:
+                st.power_path = "instant"
+            elif not self.caller.supported(e.key, POWER_INSTANT):
+                mw = self.caller.call(e.key, pynvml.nvmlDeviceGetPowerUsage, e.handle, name=POWER_USAGE)
+                if self.caller.supported(e.key, POWER_USAGE):
+                    st.power_path = "average"
+            st.set_power([] if mw is None else [(wall, mw / 1000.0)])
         if st.power_w:
             st.gauges["power_watts"] = st.power_w[-1]
+
+    def _power_instant(self, st: _State) -> float | None:
+        """NVML_FI_DEV_POWER_INSTANT in mW, or None: unsupported (remembered, so the
+        caller turns to nvmlDeviceGetPowerUsage) or a failure this read (counted)."""
+        e, c = st.entity, self.caller
+        if not c.supported(e.key, POWER_INSTANT):
+            return None
+        if st.instant_buf is None:
+            st.instant_buf = (pynvml.c_nvmlFieldValue_t * 1)()
+            st.instant_buf[0].fieldId, st.instant_buf[0].scopeId = F_POWER_INSTANT, 0
+        got = c.call(e.key, self.direct.field_values, e.handle, st.instant_buf, name=POWER_INSTANT)
+        if not got:
+            return None
+        _, ret, value = got[0]
+        if value is None:
+            c.fail(e.key, POWER_INSTANT, pynvml.NVMLError(ret))
+        return value
 
     def _read_util(self, st: _State, wall: float) -> list[tuple[float, float]]:
         e = st.entity
