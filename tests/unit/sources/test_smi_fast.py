@@ -212,3 +212,12 @@ def test_replay_polls_alike(log, speed, monkeypatch, tmp_path):
     for k, (a, b) in enumerate(zip(fast, slow)):
         assert a == b, k
     assert len(fast) > 3
+
+
+def test_rows_with_clock_event_states_are_made_records():
+    """A log whose only rarer column is a clock-event state or the `.active` mask still
+    needs smi_record (its states become throttle seconds): no plain-Rows plan for it."""
+    from gpulse.sources.recorded.smi import gauge_plan
+    assert gauge_plan(("t", "util", "power")) is not None
+    for extra in ("thr_mask", "thr_state:sw_power_cap", "thr:sw_thermal"):
+        assert gauge_plan(("t", "util", "power", extra)) is None, extra

@@ -102,7 +102,8 @@ def _plan(keys: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[str, str]
     (in _SMI_GAUGES order; power is always set), whether any rarer field is there."""
     have = set(keys) | {"power"}
     return (tuple(k for k in _POWER_KEYS if k in keys), tuple((k, g) for k, g in _SMI_GAUGES if k in have),
-            any(k in _RARE_KEYS or k.startswith("thr:") for k in keys))
+            # throttle counters (thr:) and clock-event states (thr_state:, thr_mask) alike
+            any(k in _RARE_KEYS or k.startswith(("thr:", "thr_state:")) or k == "thr_mask" for k in keys))
 
 
 def _rare_fields(gpu: str, t: float, v: dict[str, Any], gauges: dict[str, Any], counters: dict[str, Any],
