@@ -102,10 +102,13 @@ class Attributed:
         return getattr(self.source, name)
 
 
-def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 60.0, workload: str = ""):
+def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 60.0, workload: str = "",
+               now: float | None = None):
     """A run of `source` through the engine in virtual time (with the live page's
-    history), anchored so its last snapshot is `ago` seconds before now, scraped every
-    `scrape` seconds: (the last snapshot, the scrapes as metric families with their
+    history), anchored so its last snapshot is `ago` seconds before `now` (the wall
+    clock unless given: runs stored side by side pass one `now`, or each is anchored
+    to when it was recorded and a loaded machine leaves the earlier ones stale at the
+    last one's end), scraped every `scrape` seconds: (the last snapshot, the scrapes as metric families with their
     samples' timestamps, the first and last scrape time, the promtool input series
     {series: values})."""
     import math
@@ -114,7 +117,7 @@ def scrape_run(cfg, source, seconds: float, scrape: float = 15.0, ago: float = 6
     from gpulse.drive import run_offline
     from gpulse.export import Series, store_scrape
 
-    wall0 = math.floor(time.time() - seconds - ago)
+    wall0 = math.floor((time.time() if now is None else now) - seconds - ago)
     store = Series()
     series: dict[str, list] = {}
     t = first = served = None

@@ -12,6 +12,7 @@ are checked there (`testing/vmstack.checked_live`)."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 
@@ -27,12 +28,14 @@ SECONDS = 6 * 60.0    # long enough for the 5m rules and two evaluations of ever
 SCRAPE = 1.0          # the dashboards' test datasource interval (testing/dashstack.py)
 
 
-def recorded(source_name: str, node: str, workload: str = "", **settings):
-    """(metric families, first and last scrape) of a node run in virtual time."""
+def recorded(source_name: str, node: str, now: float, workload: str = "", **settings):
+    """(metric families, first and last scrape) of a node run in virtual time, its
+    last scrape 5 s before `now`."""
     from gpulse.sources import make_source
 
     cfg = test_config(source=source_name, node_name=node, **settings)
-    _, families, first, last, _ = scrape_run(cfg, make_source(cfg), SECONDS, SCRAPE, ago=5.0, workload=workload)
+    _, families, first, last, _ = scrape_run(cfg, make_source(cfg), SECONDS, SCRAPE, ago=5.0, workload=workload,
+                                             now=now)
     return families, first, last
 
 
@@ -42,10 +45,14 @@ class Store:
 
     def __init__(self, tmp):
         dcgm = node_exporter(require_data("captures/dcgm-exporter/l4-gpu-operator.prom").read_text())
+        # One end for every node: the panels ask for the instant where the runs end,
+        # and a node recorded earlier (a loaded machine takes minutes over three
+        # runs) would have ended before it, its 5m records gone stale there.
+        now = time.time()
         try:
-            runs = [(STALL_NODE, recorded("sim", STALL_NODE, STALL_JOB, sim__scenario="sync-stall")),
-                    (STRAGGLER_NODE, recorded("sim", STRAGGLER_NODE, STRAGGLER_JOB, sim__scenario="straggler")),
-                    (DCGM_NODE, recorded("dcgm", DCGM_NODE, dcgm__url=dcgm.url, dcgm__interval=1.0))]
+            runs = [(STALL_NODE, recorded("sim", STALL_NODE, now, STALL_JOB, sim__scenario="sync-stall")),
+                    (STRAGGLER_NODE, recorded("sim", STRAGGLER_NODE, now, STRAGGLER_JOB, sim__scenario="straggler")),
+                    (DCGM_NODE, recorded("dcgm", DCGM_NODE, now, dcgm__url=dcgm.url, dcgm__interval=1.0))]
         finally:
             dcgm.stop()
         self.vm = VictoriaMetrics(tmp, None, None, external_labels={"cluster": "local"})
