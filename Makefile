@@ -32,10 +32,11 @@ demo: $(BASE)
 # Four workers, one test file each at a time (a file's module fixtures, such as one
 # Prometheus, stay in one worker). Most of the suite's time is waiting: a straggler is
 # confirmed after 2 minutes of deviation, rules need minutes of samples. Override with
-# make test PYTEST_WORKERS=0 for one process.
+# make test PYTEST_WORKERS=0 for one process. The 25 slowest tests are listed at the
+# end, so a CI log says where the time went.
 PYTEST_WORKERS ?= 4
 test: $(TESTS)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 # the unit tests alone (tests/unit/, under a minute): no gpulse process, no external binary
 test-unit: $(TESTS)
