@@ -139,6 +139,9 @@ class Driver:
                 self.engine.ingest(pending, wall=wall)
                 return
             self._next_tick = min(ts) + self.analysis_interval
+        if _before(pending, self._next_tick):   # the common case live-like: no tick inside the poll
+            self.engine.ingest(pending, wall=wall)
+            return
         cuts = _Cuts.of(pending)
         while True:
             if cuts is not None:
@@ -163,10 +166,10 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
     """Split a poll at a source-time boundary: samples (and recorded instants) with
     t <= boundary, and the rest. Each side carries the gauges and counters of its own
     last instant, so no value read after the boundary is charged before it."""
+    if _before(result, boundary):
+        return result, None      # the common case offline: the whole poll is before the boundary
     cuts = [None if not r.samples or max(map(_T, r.samples)) <= boundary
             else _first_after(list(map(_T, r.samples)), boundary) for r in result.readings]
-    if all(cut is None for cut in cuts):
-        return result, None      # the common case offline: the whole poll is before the boundary
     later = []
     early_readings = []
     for r, cut in zip(result.readings, cuts):
@@ -192,6 +195,11 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
     return early, (PollResult(later) if later else None)
 
 
+def _before(result: PollResult, boundary: float) -> bool:
+    """Whether no sample of the poll is past `boundary`."""
+    return all(not r.samples or max(map(_T, r.samples)) <= boundary for r in result.readings)
+
+
 class _Cuts:
     """One poll cut at tick after tick as repeated _split calls cut it, into the same
     Readings, where every reading's samples and instants are in time order (a
@@ -215,7 +223,7 @@ class _Cuts:
         for r in result.readings:
             ts = list(map(_T, r.samples))
             its = None if r.instants is None else list(map(_T0, r.instants))
-            if ts != sorted(ts) or (its is not None and its != sorted(its)):
+            if (len(ts) > 1 and ts != sorted(ts)) or (its is not None and len(its) > 1 and its != sorted(its)):
                 return None
             left.append([r, ts, its, 0, 0, r.gauges, r.counters])
         return cls(result, left)
