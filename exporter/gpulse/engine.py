@@ -274,7 +274,6 @@ class Engine:
             return
         limit = g.gauges.get("power_limit_watts")
         mem_total = g.gauges.get("memory_total_bytes")
-        mem_gauge = g.gauges.get("memory_used_bytes")
         hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
         # G changes only with the power reference: computed again only when that moves
         gate, idle_thr, max_gap, mode = self.gate, self.idle_thr, self.max_gap, self.activity_mode
@@ -329,7 +328,7 @@ class Engine:
             if hint is not None:
                 holds = hint
             else:
-                mem = s.memory_used_bytes if s.memory_used_bytes is not None else mem_gauge
+                mem = s.memory_used_bytes if s.memory_used_bytes is not None else g.gauges.get("memory_used_bytes")
                 holds = mem is not None and mem >= hold_min
             inactive = act < idle_thr
             idle = util < idle_thr
