@@ -133,19 +133,27 @@ class Driver:
         """Ingest a poll split at the source-time ticks it spans, with the snapshot of
         each tick it closes."""
         wall = self.clock.wall()
-        while pending is not None:
-            if self._next_tick is None:
-                ts = [smp.t for r in pending.readings for smp in r.samples]
-                if ts:
-                    self._next_tick = min(ts) + self.analysis_interval
-            if self._next_tick is None:
+        if self._next_tick is None:
+            ts = [smp.t for r in pending.readings for smp in r.samples]
+            if not ts:
                 self.engine.ingest(pending, wall=wall)
                 return
-            part, pending = _split(pending, self._next_tick)
+            self._next_tick = min(ts) + self.analysis_interval
+        if _before(pending, self._next_tick):   # the common case live-like: no tick inside the poll
+            self.engine.ingest(pending, wall=wall)
+            return
+        cuts = _Cuts.of(pending)
+        while True:
+            if cuts is not None:
+                part, more = cuts.cut(self._next_tick)
+            else:
+                part, pending = _split(pending, self._next_tick)
+                more = pending is not None
             self.engine.ingest(part, wall=wall)
-            if pending is not None:
-                yield self.analyze()
-                self._next_tick += self.analysis_interval
+            if not more:
+                return
+            yield self.analyze()
+            self._next_tick += self.analysis_interval
 
     def analyze(self) -> Snapshot:
         """The snapshot of now: analysis tick closed at the clock's time."""
@@ -158,10 +166,10 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
     """Split a poll at a source-time boundary: samples (and recorded instants) with
     t <= boundary, and the rest. Each side carries the gauges and counters of its own
     last instant, so no value read after the boundary is charged before it."""
+    if _before(result, boundary):
+        return result, None      # the common case offline: the whole poll is before the boundary
     cuts = [None if not r.samples or max(map(_T, r.samples)) <= boundary
             else _first_after(list(map(_T, r.samples)), boundary) for r in result.readings]
-    if all(cut is None for cut in cuts):
-        return result, None      # the common case offline: the whole poll is before the boundary
     later = []
     early_readings = []
     for r, cut in zip(result.readings, cuts):
@@ -185,6 +193,78 @@ def _split(result: PollResult, boundary: float) -> tuple[PollResult, PollResult 
                              r.holds_workload, after))
     early = PollResult(early_readings, result.devices, result.call_errors, result.events)
     return early, (PollResult(later) if later else None)
+
+
+def _before(result: PollResult, boundary: float) -> bool:
+    """Whether no sample of the poll is past `boundary`."""
+    return all(not r.samples or max(map(_T, r.samples)) <= boundary for r in result.readings)
+
+
+class _Cuts:
+    """One poll cut at tick after tick as repeated _split calls cut it, into the same
+    Readings, where every reading's samples and instants are in time order (a
+    replay's are): each reading's times are read once, and each cut is a bisection
+    from the previous one instead of a pass over what is left."""
+
+    __slots__ = ("result", "left", "first")
+
+    def __init__(self, result: PollResult, left: list[list[Any]]):
+        self.result = result
+        # per reading still to hand out: [reading, sample times, instant times (None
+        # without instants), first sample left, first instant left, gauges, counters];
+        # the last two are what the rest of the reading carries (_split's `later`)
+        self.left = left
+        self.first = True
+
+    @classmethod
+    def of(cls, result: PollResult) -> "_Cuts | None":
+        """The cutter of `result`, or None where some reading's times are out of order."""
+        left = []
+        for r in result.readings:
+            ts = list(map(_T, r.samples))
+            its = None if r.instants is None else list(map(_T0, r.instants))
+            if (len(ts) > 1 and ts != sorted(ts)) or (its is not None and len(its) > 1 and its != sorted(its)):
+                return None
+            left.append([r, ts, its, 0, 0, r.gauges, r.counters])
+        return cls(result, left)
+
+    def _rest(self, e: list[Any]) -> Reading:
+        r, _, its, i, k, gauges, counters = e
+        if self.first:
+            return r
+        return Reading(r.gpu, r.samples[i:], gauges, counters, r.up, r.error, r.attribution, r.holds_workload,
+                       None if its is None else r.instants[k:])
+
+    def cut(self, boundary: float) -> tuple[PollResult, bool]:
+        """What is left up to `boundary` (as _split's first part), and whether a part
+        after it is left."""
+        early: list[Reading] = []
+        later: list[list[Any]] = []
+        for e in self.left:
+            r, ts, its, i, k, gauges, counters = e
+            if i >= len(ts) or ts[-1] <= boundary:
+                early.append(self._rest(e))
+                continue
+            c = bisect.bisect_right(ts, boundary, i)
+            if its is None:
+                early.append(Reading(r.gpu, r.samples[i:c], gauges, counters, r.up, r.error, r.attribution,
+                                     r.holds_workload))
+                e[5], e[6] = {}, {}
+            else:
+                ic = bisect.bisect_right(its, boundary, k)
+                before = r.instants[k:ic]
+                early.append(Reading(r.gpu, r.samples[i:c], before[-1][1] if before else {},
+                                     before[-1][2] if before else {}, r.up, r.error, r.attribution,
+                                     r.holds_workload, before))
+                e[4] = ic
+            e[3] = c
+            later.append(e)
+        if not later and self.first:
+            return self.result, False
+        res = self.result if self.first else PollResult([])
+        self.first = False
+        self.left = later
+        return PollResult(early, res.devices, res.call_errors, res.events), bool(later)
 
 
 _T = operator.attrgetter("t")

@@ -269,38 +269,46 @@ class Engine:
         elif r.gauges:
             cause.accumulate(g.signals, r.gauges)
         g.src_attr = r.attribution
-        g.holds_hint = r.holds_workload
+        g.holds_hint = hint = r.holds_workload
+        if not r.samples:
+            return
         limit = g.gauges.get("power_limit_watts")
         mem_total = g.gauges.get("memory_total_bytes")
         hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
         # G changes only with the power reference: computed again only when that moves
         gate, idle_thr, max_gap, mode = self.gate, self.idle_thr, self.max_gap, self.activity_mode
-        watch, levels, tick, runs, hint = self._share_watch, g.levels, g.tick, g.runs, g.holds_hint
-        gate_w = spin_gate_watts(gate, limit, g.max_power, g.idle_floor)
+        watch, levels, tick, runs, share = self._share_watch, g.levels, g.tick, g.runs, g.share
+        # the GPU's and the engine's running state as locals, written back after the loop
+        max_power, idle_floor, last_t, latest, spacing = g.max_power, g.idle_floor, g.last_t, self.t, g.spacing
+        p1, p2 = g.prev_sample, g.prev2_sample
+        last = runs[-1] if runs else None
+        taken = False
+        gate_w = spin_gate_watts(gate, limit, max_power, idle_floor)
         # one pass per sample of a replayed log: what each sample is read for, read once
         for s in r.samples:
             t, u, pw = s.t, s.util, s.power_w
             if pw is not None and pw > 1.0:
-                if g.max_power is None or pw > g.max_power:
-                    g.max_power = pw
-                    gate_w = spin_gate_watts(gate, limit, pw, g.idle_floor)
-                if u is not None and u < idle_thr and (g.idle_floor is None or pw < g.idle_floor):
-                    g.idle_floor = pw
-                    gate_w = spin_gate_watts(gate, limit, g.max_power, pw)
-            prev = g.last_t
+                if max_power is None or pw > max_power:
+                    g.max_power = max_power = pw
+                    gate_w = spin_gate_watts(gate, limit, pw, idle_floor)
+                if u is not None and u < idle_thr and (idle_floor is None or pw < idle_floor):
+                    g.idle_floor = idle_floor = pw
+                    gate_w = spin_gate_watts(gate, limit, max_power, pw)
+            prev = last_t
             if prev is not None and t <= prev:
                 if t < prev - max_gap:   # the clock jumped back: start over from here
-                    g.last_t = t
+                    last_t = t
                 continue                         # duplicate or reordered sample
-            g.last_t = t
-            g.last_wall = wall
-            if self.t is None or t > self.t:
-                self.t = t
+            last_t = t
+            taken = True
+            if latest is None or t > latest:
+                latest = t
             if prev is None or t - prev > max_gap:
                 continue                          # first sample after start or a gap: anchor only
             dt = t - prev
-            g.spacing = dt
-            pps, ps, g.prev_sample, g.prev2_sample = g.prev2_sample, g.prev_sample, s, g.prev_sample
+            spacing = dt
+            ps, pps = p1, p2
+            p1, p2 = s, ps
             if (ps is not None and u is not None and ps.util is not None
                     and abs(u - ps.util) >= POWER_EDGE):
                 self._power_edge(g, s, ps, pps, gate_w)
@@ -314,8 +322,8 @@ class Engine:
             worked = act   # the active integral's share; co-idle below keeps the gate's `act`
             if watch:
                 levels.add(t, dt, u, pw, gate_w)
-                if g.share is not None:
-                    worked = share_of(s, mode, act, g.share)
+                if share is not None:
+                    worked = share_of(s, mode, act, share)
             integrate_sample(tick, dt, util, worked, idle_thr)
             if hint is not None:
                 holds = hint
@@ -324,12 +332,15 @@ class Engine:
                 holds = mem is not None and mem >= hold_min
             inactive = act < idle_thr
             idle = util < idle_thr
-            last = runs[-1] if runs else None
             if (last is not None and last.end == prev and last.inactive == inactive and last.holds == holds
                     and last.idle == idle):
                 last.end = t
             else:
-                runs.append(Run(prev, t, inactive, holds, idle))
+                last = Run(prev, t, inactive, holds, idle)
+                runs.append(last)
+        g.last_t, self.t, g.spacing, g.prev_sample, g.prev2_sample = last_t, latest, spacing, p1, p2
+        if taken:
+            g.last_wall = wall
 
     @staticmethod
     def _power_edge(g: "_Gpu", s: Sample, ps: Sample, pps: Sample | None, gate_w: float | None) -> None:

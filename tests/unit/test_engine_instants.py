@@ -3,8 +3,10 @@ gives each side of an analysis tick its own instants' gauges and counters, and t
 cause signals sum every instant's gauges once, at their recorded rate."""
 from __future__ import annotations
 
+import pytest
+
 from gpulse.analysis import cause
-from gpulse.drive import _split
+from gpulse.drive import _Cuts, _split
 from gpulse.engine import Engine
 from gpulse.model import DeviceInfo, PollResult, Reading, Sample
 from testing.config import test_config
@@ -44,3 +46,39 @@ def test_cause_signals_sum_every_instant_once():
     eng.ingest(later, wall=0.0)
     v = eng.signals("0")
     assert v[i - 1] == 40 and v[i] / v[i - 1] == (20 * 1980e6 + 20 * 345e6) / 40
+
+
+def _poll() -> PollResult:
+    """Five GPUs in one chunk: with instants, without, one whose rows end early, one
+    whose rows start late, and one that could not be read."""
+    full = _chunk().readings[0]
+    late = [Sample(3.0 + i * 0.1, util=0.5) for i in range(5)]
+    return PollResult([full,
+                       Reading("1", [Sample(1.0 + i * 0.25, util=0.9) for i in range(16)], {"temperature_c": 50.0},
+                               {"xid_errors_total": {("79",): 1.0}}),
+                       Reading("2", list(full.samples[:6]), dict(full.instants[5][1]), dict(full.instants[5][2]),
+                               instants=list(full.instants[:6])),
+                       Reading("3", late, {}, {}, instants=[(s.t, {"temperature_c": 40.0}, {}) for s in late]),
+                       Reading("4", [], {}, {}, False, "lost")],
+                      devices=[DeviceInfo(gpu=str(i)) for i in range(5)], call_errors={"x": 1})
+
+
+@pytest.mark.parametrize("step", [0.3, 0.5, 1.0, 7.0])
+def test_cutting_a_poll_at_every_tick_gives_what_splitting_it_again_and_again_gives(step):
+    """The offline driver cuts an ordered poll by bisection (drive._Cuts): every part
+    is the one _split of what was left gives, to the field."""
+    cuts, pending, boundary = _Cuts.of(_poll()), _poll(), 1.05
+    while True:
+        part, more = cuts.cut(boundary)
+        want, pending = _split(pending, boundary)
+        assert part == want
+        assert more == (pending is not None)
+        if not more:
+            break
+        boundary += step
+
+
+def test_a_poll_out_of_order_is_not_cut_by_bisection():
+    r = _chunk().readings[0]
+    r.samples[3], r.samples[4] = r.samples[4], r.samples[3]
+    assert _Cuts.of(PollResult([r])) is None
