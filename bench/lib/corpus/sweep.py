@@ -52,7 +52,7 @@ a pause of the job, no cost; stretches less than straggler_recur_seconds apart t
 together reach COST_LIMIT of straggler_recur_seconds make the rank a recurring
 straggler, and then each is a step of its cost (its off time against its peers'
 none). A checkpoint of CKPT_SECONDS every CKPT_EVERY + CKPT_SECONDS is 16 s of every
-216 s, 7-11 % of every 5 minutes: rank 0 of every ckpt/ case is a straggler, onset at
+216 s, 5-11 % of any 5 minutes (its cost: 10.7 %, two in one window): rank 0 of every ckpt/ case is a straggler, onset at
 its second checkpoint (`onsets`), its cause off_gpu. The detectors agree: before this
 truth, the report and the live gauge named rank 0 in the 18 ckpt/ cases whose slow
 GPU is not rank 0, each then counted a false positive (report and live precision
@@ -294,8 +294,8 @@ def truth(case: SweepCase, tls: list[Timeline], steps: list[tuple[float, float]]
     med = statistics.median
     cost, node_cost = {}, {}
     for k in keys:
-        # the stretches count for the rank that recurs: for any other, its own time
-        # off the GPU in another rank's checkpoint is no cost to its peers
+        # the stretches are steps of the recurring rank's cost only: every other
+        # rank's cost is over the training steps, as without checkpoints
         own = [i for i, s in enumerate(all_steps) if s not in extra or s in recurring.get(k, (0, ()))[1]]
         diff = [work[k][s] - med(work[o][s] for o in keys if o != k) for s in own]
         cost[f"{case.node(k[0])}/{k[1]}"] = _worst_window(diff, [all_steps[s] for s in own])
