@@ -19,15 +19,17 @@ alerts name, on synchronous training jobs with one slow GPU or node.
              naming a node), the `gpulse_gpu_straggler_cause` it shows longest;
    - alerts: the same scrapes of all its nodes in one promtool unit-test file with the
              shipped rules (detection.write_test_file / first_firing): the first firing
-             of `GpulseStragglerGPU` per GPU and, when the rules define it,
-             `GpulseStragglerNode` per node;
+             of `GpulseStragglerGPU` or `GpulseStragglerGPURecurring` per GPU and, when
+             the rules define it, `GpulseStragglerNode` per node;
    - report: `gpulse report --input LOG` for one node; for 4 x 8, the exports
              backfilled (`promtool tsdb create-blocks-from openmetrics`) into a real
              Prometheus and `gpulse report --prometheus URL --workload W`; its
              findings.json `stragglers` (with `node`) and their `cause`.
 3. Prints recall per slowdown and per cause, precision over all cases, the 4 x 8
-   cells and the median and max time to detect / to page from the labelled onset,
-   and writes bench/out/straggler_sweep.json.
+   cells, the checkpointing rank of the ckpt/ cases (a recurring straggler in the
+   truth: sweep.py) and the median and max time to detect / to page from the
+   labelled onset (a recurring straggler's own: its second checkpoint), and writes
+   bench/out/straggler_sweep.json.
 
 Scoring: a positive case is a hit when a detector names one of its stragglers (for a
 slow node: the node or one of its GPUs); a case where a detector names a GPU or node
@@ -58,7 +60,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "exporter")]     # bench.lib, testing/; gp
 
 from bench.lib.corpus import sweep  # noqa: E402
 from bench.dashboards_scale import Prometheus, need  # noqa: E402
-from bench.detection import RULES, SHIPPED, first_firing, write_test_file  # noqa: E402
+from bench.detection import ALSO, RULES, SHIPPED, first_firing, write_test_file  # noqa: E402
 from bench.detection_corpus import SCRAPE, report_doc  # noqa: E402
 from bench.lib.verdicts import finding_cause, series_key  # noqa: E402
 
@@ -191,22 +193,30 @@ def run_case(args: tuple[sweep.SweepCase, Path, bool]) -> dict:
     sweep.build(case, out / "logs")
     texts = [export(p, case.node(n), case.workload) for n, p in enumerate(case.paths)]
     sc = Scrapes(texts)
-    onset = calendar.timegm(time.strptime(EPOCH, "%Y/%m/%d %H:%M:%S")) + case.onset
+    epoch = calendar.timegm(time.strptime(EPOCH, "%Y/%m/%d %H:%M:%S"))
+
+    def lag(key: str, t: float) -> float:
+        """t from the labelled onset of the straggler `key` (the case's, for others)."""
+        return t - epoch - case.onsets.get(key, case.onset)
     named: dict[str, dict[str, float | None]] = {}
     causes: dict[str, dict[str, str]] = {}
     # live: the gauges of every node's exporter
     live = sc.first_one("gpulse_gpu_straggler", ("node", "gpu"))
     live.update(sc.first_one("gpulse_node_straggler", ("node",)))
-    named["live"] = {k: t - onset for k, t in live.items()}
+    named["live"] = {k: lag(k, t) for k, t in live.items()}
     causes["live"] = sc.causes()
     # alerts: the shipped rules over the scrapes of all its nodes
     with tempfile.TemporaryDirectory() as tmp:
         tf = Path(tmp) / "sweep.test.yml"
-        alerts = {GPU_ALERT: "node, gpu", **({NODE_ALERT: "node"} if node_alert else {})}
+        alerts = {name: "node, gpu" for name in (GPU_ALERT, *ALSO.get(GPU_ALERT, ()))}
+        alerts.update({NODE_ALERT: "node"} if node_alert else {})
         write_test_file([sc], None, tf, alerts)
         fired = first_firing(tf)
-        named["alerts"] = {f"{n}/{g}" if g else n: sc.t0 + t - onset
-                           for name in alerts for (n, g), t in fired.get(name, {}).items()}
+        named["alerts"] = {}
+        for name in alerts:     # the first firing of any of them
+            for (n, g), t in fired.get(name, {}).items():
+                k = f"{n}/{g}" if g else n
+                named["alerts"][k] = min(named["alerts"].get(k, float("inf")), lag(k, sc.t0 + t))
         node_alerts = sorted(n for (n, _g) in fired.get(NODE_ALERT, {}))
         if case.nodes == 1:
             doc = report_doc("--input", str(case.paths[0]))
@@ -315,14 +325,21 @@ def print_tables(rows: list[dict], results: dict[str, dict], node_alert: bool) -
                 print(f"    {d:7} {len(names):2d} named: {shown[:150] or '-'}")
             node = (", ".join(r["node_alerts"]) or "none") if node_alert else NA_NODE
             print(f"    {NODE_ALERT}: {node}")
+    ckpt = [r for r in rows if r["case"].checkpoint]
+    if ckpt:
+        print("\nthe checkpointing rank 0 of the ckpt/ cases (a recurring straggler in the truth): named")
+        for d in DETECTORS:
+            hits = [r for r in ckpt if f"{r['case'].node(0)}/0" in r["named"][d]]
+            print(f"  {d:7} {len(hits)}/{len(ckpt)}")
     print("\ncause named for the straggler (report | live; accepted):")
     for r in rows:
         c = r["case"]
-        if c.kind != "gpu" or c.nodes > 1:
-            continue
-        key = f"{c.node(0)}/{c.slow[0][1]}"
-        rep, live = r["causes"]["report"].get(key, "-"), r["causes"]["live"].get(key, "-")
-        print(f"  {c.name:14} {rep:18} {live:18} {','.join(c.accept)}")
+        keys = [(f"{c.node(0)}/{c.slow[0][1]}", c.accept)] if c.kind == "gpu" and c.nodes == 1 else []
+        if c.checkpoint and f"{c.node(0)}/0" in c.onsets:
+            keys.append((f"{c.node(0)}/0", ("off_gpu",)))
+        for key, accept in keys:
+            rep, live = r["causes"]["report"].get(key, "-"), r["causes"]["live"].get(key, "-")
+            print(f"  {c.name:22} {key.rsplit('/', 1)[1]:>2} {rep:18} {live:18} {','.join(accept)}")
     print("\nerrors:")
     for d in DETECTORS:
         for e in results[d]["errors"]:
@@ -333,7 +350,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="straggler sensitivity: recall per slowdown and cause, precision, "
                                              "time to page, for the report, the live gauges and the shipped alerts")
     ap.add_argument("--quick", action="store_true", help="a subset: thermal +10/+20 %%, two controls, the 4 x 8 "
-                                                         "slow node (a few minutes on 2 cores)")
+                                                         "slow node, and thermal +10 %% and the hot GPU control with "
+                                                         "rank 0 checkpointing (ckpt/; a few minutes on 2 cores)")
     ap.add_argument("--cases", metavar="REGEX", help="only the cases whose name matches (e.g. 'power|control')")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--out", default=str(ROOT / "bench" / "out"))

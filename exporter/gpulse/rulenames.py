@@ -61,6 +61,12 @@ GPU_COLD_WAIT_5M = "node_gpu:gpulse_gpu_cold_wait:ratio5m"
 GPU_COLD_WAIT_2M = "node_gpu:gpulse_gpu_cold_wait:ratio2m"
 GPU_PEER_WAIT_5M = "node_gpu:gpulse_gpu_peer_wait:ratio5m"
 GPU_PEER_WAIT_2M = "node_gpu:gpulse_gpu_peer_wait:ratio2m"
+# recurring cold stragglers: 15 s tiles of what the peers waited (gpulse.gpu.wait15s)
+HELD_BUSY_15S = "workload_gpu:gpulse_gpu_busy:ratio15s"
+HELD_SPIN_WAIT_15S = "workload_gpu:gpulse_gpu_spin_wait:ratio15s"
+GPU_COLD_WAIT_15S = "node_gpu:gpulse_gpu_cold_wait:ratio15s"
+GPU_COLD_RUN_15S = "node_gpu:gpulse_gpu_cold_run:bool15s"
+GPU_RECUR_WAIT_5M = "node_gpu:gpulse_gpu_recurring_wait:ratio5m"
 
 # -- one workload's nodes against each other -------------------------------------
 WNODE_ACTIVE_5M = "workload_node:gpulse_gpu_active:ratio_rate5m"

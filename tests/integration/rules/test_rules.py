@@ -189,8 +189,16 @@ def test_alerts_that_judge_performance_persist_and_page_early():
         assert alerts[name].get("for") == "90s", name
         assert "min_over_time(" in alerts[name]["expr"] and "[2m])" in alerts[name]["expr"], name
         assert "gpulse_group_sampled_seconds_total[5m]" in alerts[name]["expr"], name
-    for name in ("GpulseSyncStalls", "GpulseStragglerGPU", "GpulseStragglerNode", "GpulseSyncPause",
-                 "GpulseWorkloadImbalance"):
+    # a recurring straggler: the recurrence is its persistence (two runs minutes
+    # apart, held 5 minutes after), so no `for:` delays it past the next
+    # checkpoint or the job's exit (promtool tests: training-recurring)
+    recurring = alerts["GpulseStragglerGPURecurring"]
+    assert "for" not in recurring
+    assert "max_over_time(node_gpu:gpulse_gpu_recurring_wait:ratio5m[5m])" in recurring["expr"]
+    assert "gpulse_group_sampled_seconds_total[5m]" in recurring["expr"]
+    assert "gpulse_group_active == 1" in recurring["expr"]
+    for name in ("GpulseSyncStalls", "GpulseStragglerGPU", "GpulseStragglerGPURecurring", "GpulseStragglerNode",
+                 "GpulseSyncPause", "GpulseWorkloadImbalance"):
         assert "keep_firing_for" not in alerts[name], name
     assert "sync_stalls_total[10m]" in alerts["GpulseSyncStalls"]["expr"]
     assert alerts["GpulseWorkloadImbalance"].get("for") == "15m"

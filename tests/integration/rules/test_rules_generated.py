@@ -126,6 +126,7 @@ def test_runbooks_quote_the_table():
     runbooks = ROOT / "docs" / "runbooks"
     for page, names in (("GpulseSyncStalls.md", ("stall_page_ratio",)),
                         ("GpulseStragglerGPU.md", ("straggler_cost_ratio",)),
+                        ("GpulseStragglerGPURecurring.md", ("straggler_cost_ratio",)),
                         ("GpulseStragglerNode.md", ("straggler_cost_ratio",)),
                         ("GpulseWorkloadImbalance.md", ("imbalance_alert_ratio", "imbalance_min_active_ratio"))):
         text = (runbooks / page).read_text(encoding="utf-8")

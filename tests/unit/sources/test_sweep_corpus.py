@@ -6,7 +6,8 @@ peers within +-2 % of each other and an all-reduce of 3 %, about s / (1 + s + 0.
 Checked on a few cases: the cost comes out at that figure and on the slow GPU only,
 positives and negatives (and the borderline +5 %) are labelled by it, a slow node
 costs as a node while a slow GPU of a 4 x 8 job does not make its node slow, the
-controls cost nothing, and a written case reads as a clean log with its columns.
+controls cost nothing, a checkpointing rank costs as a recurring straggler (one
+pause alone nothing), and a written case reads as a clean log with its columns.
 """
 from __future__ import annotations
 
@@ -111,9 +112,36 @@ def test_checkpointed_cases_cost_as_without_and_every_peer_waits_through_the_che
     assert c.fmt == "avg" and c.checkpoint
     key = f"{c.node(0)}/{c.slow[0][1]}"
     assert c.cost[key] == pytest.approx(_expected(c.slowdown), abs=0.015)
-    assert c.stragglers == (key,)
-    assert not _label("ckpt/control-jitter2").positive
+    # rank 0, off the GPU 16 s every 216 s while its peers spin-wait, is a recurring
+    # straggler: two checkpoints in 5 minutes, 32 s of it; its onset its second one
+    zero = f"{c.node(0)}/0"
+    assert c.stragglers == (zero, key)
+    assert c.cost[zero] == pytest.approx(2 * sweep.CKPT_SECONDS / sweep.WINDOW, abs=0.01)
+    assert c.onset + sweep.CKPT_EVERY / 2 < c.onsets[zero] < c.onset + sweep.CKPT_EVERY + sweep.CKPT_SECONDS + 60
+    assert key not in c.onsets
+    control = _label("ckpt/control-jitter2")
+    assert control.positive and control.stragglers == (f"{control.node(0)}/0",)
+    assert max(v for k, v in control.cost.items() if not k.endswith("/0")) < 0.015
     tls, _, _ = sweep.lay_out(c, random.Random(c.seed))
     long_spins = [[b - a for a, b, state, _ in tls[0].seg[g] if state == "spin" and b - a >= sweep.CKPT_SECONDS - 1e-6]
                   for g in range(sweep.GPUS)]
     assert long_spins[0] == [] and all(len(s) >= 2 for s in long_spins[1:])
+
+
+def test_a_pause_recurs_only_with_another_within_five_minutes_that_adds_up():
+    ckpt = sweep.CKPT_SECONDS
+    assert sweep.recurs([(100.0, 100.0 + ckpt)]) is None                      # one pause
+    assert sweep.recurs([(100.0, 100.0 + ckpt), (316.0, 316.0 + ckpt)]) == 316.0
+    assert sweep.recurs([(100.0, 100.0 + ckpt), (500.0, 500.0 + ckpt)]) is None   # 384 s apart
+    assert sweep.recurs([(100.0, 105.0), (200.0, 205.0)]) is None              # 10 s of 5 minutes
+    assert sweep.recurs([(100.0, 105.0), (200.0, 205.0), (290.0, 296.0)]) == 290.0
+
+
+def test_the_checkpoints_are_rank_0s_pauses_and_nobody_elses():
+    c = CASES["ckpt/control-jitter2"]
+    tls, _, _ = sweep.lay_out(c, random.Random(c.seed))
+    found = sweep.pauses(tls)
+    assert set(found) == {(0, 0)}
+    assert len(found[(0, 0)]) >= 2 and all(b - a == pytest.approx(sweep.CKPT_SECONDS) for a, b in found[(0, 0)])
+    plain = CASES["control-jitter2"]
+    assert sweep.pauses(sweep.lay_out(plain, random.Random(plain.seed))[0]) == {}
