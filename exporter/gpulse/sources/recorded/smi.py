@@ -84,8 +84,8 @@ def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | Non
     v["power"] = power
     gauges: dict[str, Any] = {g: x for k, g in gauge_keys if (x := v[k]) is not None}
     counters: dict[str, Any] = {}
-    if rare:
-        _rare_fields(gpu, t, v, gauges, counters, reasons)
+    if rare is not None:
+        _rare_fields(gpu, t, v, gauges, counters, reasons, rare)
     # positional: one call per row, and keywords cost a dataclass's __init__ more
     return Record(Reading(gpu, [Sample(t, v.get("util"), power, v.get("mem_used"))], gauges, counters,
                           lost is None, lost), line)
@@ -94,37 +94,61 @@ def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | Non
 _POWER_KEYS = ("power", "power_avg", "power_inst")
 _RARE_KEYS = frozenset(("limit_enforced", "limit", "remap_correctable", "remap_uncorrectable", "remap_pending",
                         "ecc_corrected", "ecc_uncorrected", "thr_states"))
-_plans: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[tuple[str, str], ...], bool]] = {}
+# the rarer fields of rows with a given set of fields: the power limit's fields in order
+# of preference, the remapped rows' and ECC's (label values, field) pairs, whether the
+# remapping is pending is logged, the throttle counters' (label values, field) pairs in
+# the rows' order, whether states are logged
+_RarePlan = tuple[tuple[str, ...], tuple[tuple[tuple[str], str], ...], bool, tuple[tuple[tuple[str], str], ...],
+                  tuple[tuple[tuple[str], str], ...], bool]
+_Plan = tuple[tuple[str, ...], tuple[tuple[str, str], ...], "_RarePlan | None"]
+_plans: dict[tuple[str, ...], _Plan] = {}
 
 
-def _plan(keys: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], bool]:
+def _plan(keys: tuple[str, ...]) -> _Plan:
     """For rows with these fields: the power fields in order of preference, the gauges
-    (in _SMI_GAUGES order; power is always set), whether any rarer field is there."""
+    (in _SMI_GAUGES order; power is always set), the plan of their rarer fields (None
+    when there is none)."""
     have = set(keys) | {"power"}
-    return (tuple(k for k in _POWER_KEYS if k in keys), tuple((k, g) for k, g in _SMI_GAUGES if k in have),
-            # throttle counters (thr:) and clock-event states (thr_state:, thr_mask) alike
-            any(k in _RARE_KEYS or k.startswith(("thr:", "thr_state:")) or k == "thr_mask" for k in keys))
+    power_keys = tuple(k for k in _POWER_KEYS if k in keys)
+    gauge_keys = tuple((k, g) for k, g in _SMI_GAUGES if k in have)
+    # throttle counters (thr:) and clock-event states (thr_state:, thr_mask) alike
+    if not any(k in _RARE_KEYS or k.startswith(("thr:", "thr_state:")) or k == "thr_mask" for k in keys):
+        return power_keys, gauge_keys, None
+    rare: _RarePlan = (tuple(k for k in ("limit_enforced", "limit") if k in have),
+                       tuple(((k,), f"remap_{k}") for k in ("correctable", "uncorrectable") if f"remap_{k}" in have),
+                       "remap_pending" in have,
+                       tuple(((k,), f"ecc_{k}") for k in ("corrected", "uncorrected") if f"ecc_{k}" in have),
+                       tuple(((k[4:],), k) for k in keys if k.startswith("thr:")),
+                       "thr_states" in have)
+    return power_keys, gauge_keys, rare
 
 
 def _rare_fields(gpu: str, t: float, v: dict[str, Any], gauges: dict[str, Any], counters: dict[str, Any],
-                 reasons: ReasonTime | None) -> None:
+                 reasons: ReasonTime | None, plan: _RarePlan) -> None:
     """Power limit, remapped rows, ECC and throttle reasons: into gauges and counters."""
-    limit = v.get("limit_enforced") if v.get("limit_enforced") is not None else v.get("limit")
-    if limit is not None:
-        gauges["power_limit_watts"] = limit
-    rows = {(k,): v[f"remap_{k}"] for k in ("correctable", "uncorrectable") if v.get(f"remap_{k}") is not None}
-    if rows:
-        gauges["remapped_rows"] = rows
-    if v.get("remap_pending") is not None:
+    limit_keys, remap, pending, ecc_keys, thr_keys, has_states = plan
+    for k in limit_keys:
+        limit = v[k]
+        if limit is not None:
+            gauges["power_limit_watts"] = limit
+            break
+    if remap:
+        rows = {lab: x for lab, k in remap if (x := v[k]) is not None}
+        if rows:
+            gauges["remapped_rows"] = rows
+    if pending and v["remap_pending"] is not None:
         gauges["remapping_pending"] = 1.0 if v["remap_pending"].lower() in ("yes", "1", "true") else 0.0
-    ecc = {(k,): v[f"ecc_{k}"] for k in ("corrected", "uncorrected") if v.get(f"ecc_{k}") is not None}
-    if ecc:
-        counters["ecc_errors_total"] = ecc
-    thr = {(k[4:],): val for k, val in v.items() if k.startswith("thr:") and val is not None}
-    states = v.get("thr_states")
-    if states and reasons is not None:
-        for r, secs in reasons.add(gpu, t, states).items():
-            thr.setdefault((r,), secs)
+    if ecc_keys:
+        ecc = {lab: x for lab, k in ecc_keys if (x := v[k]) is not None}
+        if ecc:
+            counters["ecc_errors_total"] = ecc
+    thr = {lab: x for lab, k in thr_keys if (x := v[k]) is not None}
+    if has_states and reasons is not None:
+        states = v["thr_states"]
+        if states:
+            setdefault = thr.setdefault
+            for r, secs in reasons.add(gpu, t, states).items():
+                setdefault((r,), secs)
     if thr:
         counters["throttle_seconds_total"] = thr
 
@@ -135,7 +159,7 @@ def gauge_plan(keys: tuple[str, ...]) -> tuple[str | None, tuple[tuple[str, str]
     smi_record's order, the power's under the field "power"; None when a rarer field
     (a power limit, ECC, remapped rows, throttle reasons) needs smi_record row by row."""
     power_keys, gauge_keys, rare = _plan(keys)
-    if rare:
+    if rare is not None:
         return None
     power = power_keys[0] if power_keys else None
     return power, tuple((k, g) for k, g in gauge_keys if k != "power" or power is not None)

@@ -6,7 +6,7 @@ instant in order; how many rows make one instant is read from the timestamp rhyt
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from ...model import DeviceInfo, Sample
@@ -186,16 +186,24 @@ class _Plain:
     cols: list[_Column]
     columns: list[list[Any]]
     key_field: str | None
+    plan: Any = field(default=None, init=False, repr=False, compare=False)   # values()' own, made once
 
     def values(self, j: int, err: Problems) -> dict[str, Any]:
         """Row j's values as _row_values makes them (the time as epoch seconds)."""
         k = self.where[j]
-        values: dict[str, Any] = {}
-        for c, column in zip(self.cols, self.columns):
-            if c.field in _STATE_FIELDS:
-                _state(values, c, column[k], self.lines[j], err)
-            else:
-                values[c.field] = column[k]
+        plan = self.plan
+        if plan is None:
+            # once per run: the fields of the plain columns, and the state columns apart
+            plain = [(c.field, column) for c, column in zip(self.cols, self.columns) if c.field not in _STATE_FIELDS]
+            plan = self.plan = (tuple(f for f, _ in plain), tuple(col for _, col in plain),
+                                 tuple((c, column) for c, column in zip(self.cols, self.columns)
+                                       if c.field in _STATE_FIELDS))
+        fields, columns, states = plan
+        values: dict[str, Any] = dict(zip(fields, [column[k] for column in columns]))
+        if states:
+            line = self.lines[j]
+            for c, column in states:
+                _state(values, c, column[k], line, err)
         return values
 
 

@@ -301,9 +301,11 @@ class LogStream:
             else:
                 rest = (item,)
             for r in rest:
-                if r.gpu not in last and len(last) >= MAX_GPUS:
-                    self.facts.found.pop(r.gpu, None)
-                    self.err.add(r.line, f"GPU {r.gpu[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
+                g = r.gpu
+                prev = last.get(g)
+                if prev is None and len(last) >= MAX_GPUS:
+                    self.facts.found.pop(g, None)
+                    self.err.add(r.line, f"GPU {g[:40]!r}: more than {MAX_GPUS} GPUs in one log; row skipped")
                     continue
                 t = r.t + offset
                 jump = t - latest
@@ -314,22 +316,25 @@ class LogStream:
                         gaps += jump
                     else:
                         self._note_forward(r.line, jump)
-                        shift = jump - step.get(r.gpu, self.interval)
+                        shift = jump - step.get(g, self.interval)
                         offset -= shift
                         t -= shift
-                prev = last.get(r.gpu)
-                if prev is not None and t < prev:
-                    self._note_backwards(r.line)
-                    if t < prev - REORDER_S:
-                        shift = max(latest, prev) - t + step.get(r.gpu, self.interval)
-                        offset += shift
-                        t += shift
+                if prev is None:
+                    last[g] = t
+                else:
+                    if t < prev:
+                        self._note_backwards(r.line)
+                        if t < prev - REORDER_S:
+                            shift = max(latest, prev) - t + step.get(g, self.interval)
+                            offset += shift
+                            t += shift
+                    if t > prev:
+                        step[g] = t - prev
+                        last[g] = t
                 if offset:
                     r = r.moved(t - r.t)
-                if prev is not None and t > prev:
-                    step[r.gpu] = t - prev
-                last[r.gpu] = max(t, prev) if prev is not None else t
-                latest = max(latest, t)
+                if t > latest:
+                    latest = t
                 yield r
 
     def _in_order(self, recs: Iterable[Record | Rows]) -> Iterator[Record | Rows]:
