@@ -172,7 +172,8 @@ _TABLE = (
     Threshold("pause_page_seconds", 60, "seconds",
               "co-idle seconds within 5 minutes, in a pause that does not recur, before GpulseSyncPause tells"),
     Threshold("straggler_settle_seconds", 270, "seconds",
-              "a group must have held its workload this long of the last 5 minutes before GpulseStragglerGPU pages"),
+              "a group must have held its workload this long of the last 5 minutes before GpulseStragglerGPU, "
+              "GpulseStragglerGPURecurring or GpulseStragglerNode pages"),
     Threshold("stall_for_seconds", 60, "seconds",
               "recurring stalls over the page share this long before GpulseSyncStalls pages (`for:`)"),
     Threshold("pause_for_seconds", 60, "seconds",
