@@ -12,7 +12,7 @@ peers' busy time, off the GPU, over a span holding both checkpoints, and nothing
 no imbalance, no recurring stalls, no other straggler.
 
 At a 15 s step each checkpoint falls across two steps, in which the peers still
-compute 13-18 % of the time, so no step has every GPU inactive: the report finds the
+compute 12-19 % of the time, so no step has every GPU inactive: the report finds the
 straggler by what it costs its peers (4.6 % and 5.3 % of 5 minutes in its two runs,
 against 4.8 % and 5.3 % from the log at 1 s), not by the stalls it causes.
 """
