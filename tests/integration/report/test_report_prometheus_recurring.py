@@ -92,8 +92,8 @@ def test_report_from_prometheus_names_the_checkpointing_rank(tmp_path):
     [st] = doc["stragglers"]
     assert (st["node"], st["gpu"], st["direction"], st["signal"]) == (NODE, "0", "idler", "busy"), st
     assert st["cost"] >= value("straggler_cost_ratio") and not st["whole_run"], st
-    # one span, from the first checkpoint to the second (a span's times are its ticks'
-    # ends; a scrape's stall seconds are those of the step before it)
+    # one span, from the first checkpoint to the second (a scrape's stall seconds are
+    # those of the step before it: a step of slack either side)
     [(a, b)] = [(s["start"], s["end"]) for s in st["spans"]]
     assert all(a - SCRAPE <= t <= b + SCRAPE for t in stalled), (a, b, stalled)
     [f] = [f for f in doc["findings"] if f["kind"] == "straggler"]
