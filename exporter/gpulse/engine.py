@@ -187,8 +187,11 @@ class Engine:
         self._episode_copies: dict[str, tuple[int, tuple[Episode, ...], int]] = {}   # per group: (changes, episodes, pending)
         self._stall_history: dict[str, deque[tuple[float, float]]] = {}       # per group, with the GPUs' history
         # per straggler candidate: (start of its deviating run, every group member's
-        # cause signals then); the span's aggregates are now minus then
+        # cause signals as the run's first tick began); the span's aggregates are now
+        # minus then
         self._marks: dict[str, tuple[float, dict[str, list[float]]]] = {}
+        # every GPU's view at the previous tick: where a deviating run's span begins
+        self._before: dict[str, GpuView] = {}
         # per confirmed straggler: (ticks until it is judged again, verdict). Once per
         # analysis window: a span is at least straggler_min_span_seconds long, so a
         # window more changes its figures little, and judging every tick would cost
@@ -627,6 +630,7 @@ class Engine:
                 lost_to=self._lost_to.get(k, 0.0),
                 cause_sums=tuple(g.signals),
             ))
+        self._before = {k: v for k, v in zip(self.gpus, views)}
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,
                         gpus=tuple(views), groups=tuple(groups),
                         call_errors=dict(self.call_errors), source_events=dict(self.source_events),
@@ -649,6 +653,13 @@ class Engine:
         g = self.gpus[k]
         return cause.vector(g.signals, g.totals, g.counters)
 
+    def _signals_before(self, k: str) -> list[float]:
+        """GPU k's cumulative cause signals at the previous tick (now, for a GPU that
+        had none): a span from a deviating run's first tick holds that tick, as the
+        report's spans do, however long a tick is."""
+        v = self._before.get(k)
+        return self.signals(k) if v is None else cause.vector(v.cause_sums, v.totals, v.counters)
+
     def _cause(self, k: str, since: float | None, peers: list[str], confirmed: bool) -> cause.Verdict | None:
         """Mark the group's cause signals when GPU k starts deviating; while it is a
         confirmed straggler, the verdict over the span since then."""
@@ -656,7 +667,7 @@ class Engine:
             return None
         mark = self._marks.get(k)
         if mark is None or mark[0] != since:
-            mark = self._marks[k] = (since, {p: self.signals(p) for p in peers})
+            mark = self._marks[k] = (since, {p: self._signals_before(p) for p in peers})
         if not confirmed:
             self._verdicts.pop(k, None)
             return None
