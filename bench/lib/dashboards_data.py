@@ -329,7 +329,7 @@ class Cluster:
 
 def tile(jobs: list[Job], patterns: int | None) -> list[int]:
     """For each node, the node whose values it repeats (itself when patterns is None):
-    within each job the first node is its own (the straggler job's slow GPU is there)
+    within each job the first node is its own (the straggler job's slow GPUs are there)
     and the others cycle through `patterns` - 1 of the job's next nodes. A fleet of
     thousands of nodes is then computed as a bounded set of node patterns; every node
     keeps its own labels, so every series is still its own series to the database."""
