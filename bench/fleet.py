@@ -63,6 +63,7 @@ import os
 import random
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -292,8 +293,9 @@ def queries(server, start: int, end: int, repeat: int, only: re.Pattern | None =
         if only and not only.search(where):
             continue
         try:
-            t, size, _, _ = timed(server, expr, instant, step, end - span, end,
-                                  max(repeat, 3) if target_of(where) else repeat)
+            runs = [timed(server, expr, instant, step, end - span, end)
+                    for _ in range(max(repeat, 3) if target_of(where) else repeat)]
+            t, size = statistics.median(r[0] for r in runs), runs[-1][1]
         except (SystemExit, requests.RequestException) as e:
             # one refused or timed-out panel is a result, not the end of an hour's run
             print(f"  FAILED {where}: {e}"[:300], flush=True)

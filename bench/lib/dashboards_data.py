@@ -9,7 +9,10 @@ Nodes are split between training jobs with the failures the dashboards are
 for, so the recording rules and panels compute on realistic shapes:
 
     ckpt   every 10 minutes all GPUs stall for 45 s (sync stalls, stripes)
-    strag  one GPU per job is slower; its peers spin-wait (busy but not active)
+    strag  one GPU per job is slower; its peers spin-wait (busy but not active);
+           and on the job's first node another GPU's rank leaves the GPU for 30 s
+           every 2 minutes (checkpoint writes) while its peers keep spinning: a
+           recurring cold straggler
     imbal  half of each node's GPUs do a third of the work
     idle   nodes with no workload (no attribution labels)
 
@@ -45,6 +48,10 @@ class Job:
     kind: str          # ckpt | strag | imbal | idle
     level: float
 
+
+# The recurring cold straggler of each straggler job: off the GPU for the first
+# OFF_GPU_S of every OFF_GPU_PERIOD_S (its peers' spin-wait bounds what that costs them).
+OFF_GPU_S, OFF_GPU_PERIOD_S = 30, 120
 
 # Share of the nodes each job takes, in node order.
 JOB_MIX = ((Job("llm-pretrain", "ckpt", 0.93), 0.375), (Job("moe-finetune", "strag", 0.80), 0.375),
@@ -91,11 +98,12 @@ class Cluster:
         self.gpu_state = [[GpuState() for _ in range(GPUS_PER_NODE)] for _ in range(nodes)]
         self.group_state = [GroupState() for _ in range(nodes)]
         self.seed = seed
-        # the slow GPU of each straggler job: its first node, GPU 3
-        self.straggler = {}
+        # the slow GPU of each straggler job: its first node, GPU 3; its rank that
+        # recurrently leaves the GPU: the same node, GPU 5
+        self.straggler, self.off_gpu = {}, {}
         for n, job in enumerate(self.jobs):
             if job.kind == "strag" and job.name not in self.straggler:
-                self.straggler[job.name] = (n, 3)
+                self.straggler[job.name], self.off_gpu[job.name] = (n, 3), (n, 5)
 
     @property
     def gpus(self) -> int:
@@ -128,7 +136,13 @@ class Cluster:
             if (n, g) == self.straggler[job.name]:
                 return 0.99, 0.99
             # waiting for the slow rank: busy (spinning) but doing less real work
-            return min(1.0, 0.97 + noise / 4), job.level * 0.85 + noise
+            busy, active = min(1.0, 0.97 + noise / 4), job.level * 0.85 + noise
+            if (n, g) == self.off_gpu[job.name]:
+                # seconds of (t - 15, t] inside [0, OFF_GPU_S) of each period: off the GPU
+                phase = t % OFF_GPU_PERIOD_S
+                on = 1 - max(0, min(phase, OFF_GPU_S) - max(phase - STEP_S, 0)) / STEP_S
+                return on * busy, on * active
+            return busy, active
         level = job.level if g < GPUS_PER_NODE // 2 else job.level / 3   # imbal
         return level + noise, level + noise
 
@@ -315,7 +329,7 @@ class Cluster:
 
 def tile(jobs: list[Job], patterns: int | None) -> list[int]:
     """For each node, the node whose values it repeats (itself when patterns is None):
-    within each job the first node is its own (the straggler job's slow GPU is there)
+    within each job the first node is its own (the straggler job's slow GPUs are there)
     and the others cycle through `patterns` - 1 of the job's next nodes. A fleet of
     thousands of nodes is then computed as a bounded set of node patterns; every node
     keeps its own labels, so every series is still its own series to the database."""
