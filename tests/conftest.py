@@ -12,6 +12,14 @@ from testing.daemons import (IN_CI, SHARED_DATA, Gpulse, free_port, require_bina
                              require_data, wait_http)
 
 
+# Real-trace replays, reports and promtool runs over them are CPU-bound, not waiting:
+# on two cores shared by four workers and other load they take 2-4x their idle time
+# (a module's fixture and its first test together), past the suite's 300 s hang guard
+# (pyproject's addopts). Their modules carry this longer guard instead:
+# `pytestmark = CPU_BOUND`.
+CPU_BOUND = pytest.mark.timeout(900)
+
+
 @pytest.fixture
 def gpulse_proc():
     """Factory: gpulse_proc('--source', 'sim', ...) -> Gpulse; stopped after the test."""

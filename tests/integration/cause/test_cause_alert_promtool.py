@@ -21,7 +21,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, require_binary, require_data
+from conftest import CPU_BOUND, ROOT, require_binary, require_data
 import bench.lib.corpus.causes as causes  # noqa: E402
 from bench.cause_matrix import live_cause  # noqa: E402
 
@@ -29,6 +29,8 @@ from gpulse.collector import snapshot_families  # noqa: E402
 from testing.config import test_config  # noqa: E402
 from gpulse.drive import run_offline  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
+
+pytestmark = CPU_BOUND
 
 CASES = ("pai-throttled-power-avg", "pai-link-width-avg")
 SCRAPE_S = 15

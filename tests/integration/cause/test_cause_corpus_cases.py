@@ -13,6 +13,10 @@ import bench.lib.corpus.causes as causes
 
 from gpulse.sources.recorded import read_log
 
+from conftest import CPU_BOUND
+
+pytestmark = CPU_BOUND
+
 
 def test_the_case_list_is_the_generated_one(tmp_path):
     assert causecorpus.generated_names(tmp_path) == causecorpus.NAMES

@@ -15,6 +15,10 @@ import pytest
 
 import causecorpus
 
+from conftest import CPU_BOUND
+
+pytestmark = CPU_BOUND
+
 CASES = causecorpus.SUBJECTS["hardware"]
 
 

@@ -14,6 +14,10 @@ import pytest
 
 import causecorpus
 
+from conftest import CPU_BOUND
+
+pytestmark = CPU_BOUND
+
 CASES = causecorpus.SUBJECTS["spellings"]
 
 

@@ -17,7 +17,7 @@ import functools
 
 import pytest
 
-from conftest import require_data
+from conftest import CPU_BOUND, require_data
 from realtrace import alibaba_job, real_levels, write_smi_log
 
 from gpulse.analysis.cause import REMEDIES
@@ -26,6 +26,8 @@ from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.sources.replay import ReplaySource
+
+pytestmark = CPU_BOUND
 
 ROW = 12.0
 STARTUP = 20.0
@@ -110,11 +112,9 @@ def test_alibaba_straggler_without_clocks_is_unknown_and_names_what_is_missing(t
     assert live == {"6": {"unknown"}, "0": {"unknown"}}
 
 
-# CPU-bound, not waiting: the report and the live replay each read the 1.3 h log
-# row by row (its clock-event counter columns keep it off the column path), ~85 s of
-# CPU on an idle core, which four workers on two loaded cores stretch past the
-# suite's 300 s hang guard.
-@pytest.mark.timeout(900)
+# The report and the live replay each read the 1.3 h log row by row (its
+# clock-event counter columns keep it off the column path): ~85 s of CPU on an idle
+# core, the module's longest (CPU_BOUND).
 @pytest.mark.parametrize("throttled, cause", [(None, "more_work"), ("6", "throttling")])
 def test_alibaba_straggler_with_clock_columns(tmp, throttled, cause):
     path, workers = alibaba1(tmp)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import require_data
+from conftest import CPU_BOUND, require_data
 
 from bench.lib.corpus import sweep
 
@@ -28,6 +28,8 @@ from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.sources.replay import ReplaySource
+
+pytestmark = CPU_BOUND
 
 CASES = ("ckpt/more_work+15", "ckpt/control-jitter2", "more_work+15", "control-jitter2")
 

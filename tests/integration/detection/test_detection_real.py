@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import require_data
+from conftest import CPU_BOUND, require_data
 from realtrace import START, alibaba_job, real_levels, stall_schedule, training, write_smi_log
 
 from gpulse.analysis.thresholds import value
@@ -24,6 +24,8 @@ from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.sources.replay import ReplaySource
+
+pytestmark = CPU_BOUND
 
 STARTUP = 20.0
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import require_data
+from conftest import CPU_BOUND, require_data
 
 import bench.lib.corpus as corpus  # noqa: E402
 
@@ -29,6 +29,8 @@ from gpulse.drive import run_offline  # noqa: E402
 from gpulse.report.findings import analyse  # noqa: E402
 from gpulse.report.inputs import from_log  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
+
+pytestmark = CPU_BOUND
 
 PAI1, SEED = "pai/job_1-instant", "seed-imbalance-instant"
 GAUGE, EXPLAINED = "gpulse_group_imbalance_ratio", "gpulse_group_imbalance_explained"
