@@ -155,6 +155,9 @@ class Recording:
     notes: list[str] = field(default_factory=list)
     clock: Any = None             # report.clock.Clock the times are shown on (None: UTC)
     clocks: dict | None = None    # a job's per-node logs: the clock offset applied per node
+    # from Prometheus: the exporter's group counters over the selection (inputs.py), which
+    # see the stalls shorter than a step; None: stalls and lost time are the engine's ticks'
+    exporter_counts: dict[Any, float] | None = None
     _order: tuple[int, list[GpuTrack]] = field(default=(-1, []), repr=False, compare=False)
 
     @property

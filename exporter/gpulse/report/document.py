@@ -39,7 +39,7 @@ def as_json(j: Judgement, findings: list[Finding], headline: str) -> dict[str, A
         "phases": [],
         "gaps": [],
         "stall_episodes": [],
-        "stall_fraction": round(stalled / work, 6) if work > 0 else None,
+        "stall_fraction": _stall_fraction(j, stalled, work),
         "stall_period_seconds": None,
         "stall_patterns": [],
         "stragglers": [],
@@ -113,6 +113,17 @@ def as_json(j: Judgement, findings: list[Finding], headline: str) -> dict[str, A
 def _gpu_ref(j: Judgement, key: str) -> dict[str, str]:
     g = j.rec.gpus.get(key)
     return {"node": g.node if g else "", "gpu": g.gpu if g else key}
+
+
+def _stall_fraction(j: Judgement, stalled: float, work: float) -> float | None:
+    """The share of the work time every GPU of a group was stalled: from Prometheus,
+    the exporter's GPU-seconds lost to sync stalls over the GPUs' work time (its count
+    holds the stalls shorter than a step, which no step's mean shows)."""
+    if j.rec.exporter_counts is not None:
+        gpu_work = j.lost["work_gpu_seconds"]
+        lost = j.rec.exporter_counts.get(("lost", "sync_stall", ""), 0.0)
+        return round(lost / gpu_work, 6) if gpu_work > 0 else None
+    return round(stalled / work, 6) if work > 0 else None
 
 
 def _time(j: Judgement, t: float) -> tuple[float, str | None]:

@@ -188,6 +188,18 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
     collect((snap for _, snap in run_offline(source, cfg)), rec, source.node_and_gpu)
     _require_time(rec, f"the gpulse series matching {sel} have fewer than two scrapes between "
                        f"{_iso(start)} and {_iso(end)}: nothing to analyse")
+    ex = _exporter_counts(prom.group_totals(client, sel, start, end, step, max_points), data)
+    if ex is not None:
+        rec.exporter_counts = ex
+        # said where the exporter saw stall time the steps do not show
+        drawn = sum(gr.lost.get(("sync_stall", ""), 0.0) for gr in rec.groups.values())
+        if ex["held_seconds"] > 0 and ex.get(("lost", "sync_stall", ""), 0.0) > 1.05 * drawn + 1.0:
+            rec.notes.append(
+                f"Sync stalls and lost time are the exporter's own counters, at its sampling rate "
+                f"(gpulse_group_sync_stall_seconds_total, gpulse_group_lost_seconds_total): {ex['stalls']:.0f} "
+                f"stall episode(s), {ex['stall_seconds']:.1f} s stalled in {ex['held_seconds']:.0f} s held "
+                f"({ex['stall_seconds'] / ex['held_seconds']:.1%}). At this {step:g} s step only a stall that "
+                "fills a whole step shows, so the stall episodes drawn here may be fewer")
     # what a straggler's cause would need and Prometheus does not hold: said where the
     # data is missing (the exporter's source), not as log columns to record
     absent = [prom.CAUSE_SERIES[k][0] for k, held in (("throttle_seconds_total", prom.THROTTLE_KNOWN),
@@ -198,6 +210,26 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
                          "dcgm, enable them in dcgm-exporter: docs/migrating-from-dcgm-exporter.md, \"What to "
                          "enable\")")
     return rec
+
+
+def _exporter_counts(groups: dict[tuple[str, str], dict[Any, float]], data: dict[str, Any]) -> dict[Any, float] | None:
+    """The exporter's group counters summed over the selected GPUs' peer groups
+    (GROUP_SERIES keys; the lost time as ("lost", reason, cause)), or None unless the
+    selection is made of whole groups that all have them (a selector on a GPU's own
+    labels picks part of a group, whose stalls are not its)."""
+    chosen: dict[tuple[str, str], int] = {}
+    for (node, _gpu), slot in data.get("sampled", {}).items():
+        key = (node, slot.get("workload", ""))
+        chosen[key] = chosen.get(key, 0) + 1
+    totals: dict[Any, float] = {}
+    for key, n in chosen.items():
+        g = groups.get(key)
+        if g is None or g.get("gpus") != n or any(k not in g for k in ("stall_seconds", "stalls", "held_seconds")):
+            return None
+        for k, v in g.items():
+            if k != "gpus":
+                totals[k] = totals.get(k, 0.0) + v
+    return totals if chosen else None
 
 
 def _require_time(rec: Recording, message: str) -> None:

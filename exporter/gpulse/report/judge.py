@@ -477,16 +477,38 @@ class Judgement:
 
     def _lost(self) -> dict[str, Any]:
         """GPU-seconds lost, from the engine's counters (gpulse_group_lost_seconds_total):
-        the figure the exporter and the rules give for the same run."""
+        the figure the exporter and the rules give for the same run. From Prometheus,
+        the exporter's own counters over the range (_from_exporter)."""
         by: dict[tuple[str, str], float] = {}
         for gr in self.rec.groups.values():
             for key, v in gr.lost.items():
                 by[key] = by.get(key, 0.0) + v
+        if self.rec.exporter_counts is not None:
+            by = self._from_exporter(by, self.rec.exporter_counts)
         work = sum((st.get("sampled_seconds") or 0.0) for st in self.gpu_stats.values())
         total = sum(by.values())
         return {"gpu_seconds": total, "work_gpu_seconds": work,
                 "by_reason": [{"reason": r, "cause": c, "gpu_seconds": v}
                               for (r, c), v in sorted(by.items(), key=lambda kv: -kv[1]) if v > 0]}
+
+    def _from_exporter(self, engine: dict[tuple[str, str], float],
+                       counts: dict[Any, float]) -> dict[tuple[str, str], float]:
+        """The lost time the exporter counted at its own rate, which the engine over
+        steps of a scrape cannot match: a stall shorter than a step reads there as its
+        peers waiting for whichever rank is slowest, and is booked twice if both are
+        added. Each named straggler's and slow node's share is the exporter's
+        straggler time in proportion to the engine's booking. A straggler the exporter
+        booked nothing for, one across nodes that no node's exporter sees, keeps the
+        engine's figures."""
+        by = {(k[1], k[2]): v for k, v in counts.items() if isinstance(k, tuple) and k[0] == "lost"}
+        booked = sum(v for (r, _), v in engine.items() if r == "straggler")
+        seen = sum(v for (r, _), v in by.items() if r == "straggler")
+        if seen <= 0:
+            by.update({k: v for k, v in engine.items() if k[0] == "straggler"})
+        elif booked > 0:
+            for st in self.stragglers + self.straggler_nodes:
+                st["lost_gpu_seconds"] *= seen / booked
+        return by
 
     def _imbalance(self) -> None:
         vals: list[float] = []

@@ -330,6 +330,68 @@ def fetch(client: PromClient, sel: str, start: float, end: float, step: float, m
     return out
 
 
+# The exporter's own counters of its peer groups, integrated at its sampling rate: a
+# sync stall shorter than a step (most all-reduce waits, a 16 s checkpoint across two
+# 15 s steps) is in these and in no step's mean, so the report takes the run's stall
+# time and its lost time from them (report/inputs.py), the figures the dashboards and
+# the gpulse.lost records show. The lost time is split by reason and cause.
+GROUP_SERIES = {
+    "stall_seconds": "gpulse_group_sync_stall_seconds_total",
+    "stalls": "gpulse_group_sync_stalls_total",
+    "held_seconds": "gpulse_group_sampled_seconds_total",
+    "lost": "gpulse_group_lost_seconds_total",
+    "gpus": "gpulse_group_gpus",
+}
+
+
+def group_totals(client: PromClient, sel: str, start: float, end: float, step: float,
+                 max_points: int = PROM_MAX_POINTS) -> dict[tuple[str, str], dict[Any, float]]:
+    """{(node, workload): {GROUP_SERIES key: its increase over the range}} for the peer
+    groups the selector matches; "gpus" is the most GPUs the group had, and the lost
+    time is keyed ("lost", reason, cause). Increases are of the raw values on the step
+    grid, a reset counting the new value, as the GPU counters' are. One series per
+    group and key: two jobs scraping one exporter are not twice its stalls."""
+    parts = chunks(start, end, step, max(2, min(max_points, PROM_MAX_POINTS)))
+    n = steps(start, end, step)
+    out: dict[tuple[str, str], dict[Any, float]] = {}
+    for name, metric in GROUP_SERIES.items():
+        grids: dict[tuple[str, ...], Grid] = {}
+        for a, b in parts:
+            result = client.query_range(metric + sel, a, b, step)
+            while result:
+                series = result.pop()
+                labels = series.get("metric", {})
+                key = tuple(str(labels.get(k, "")) for k in
+                            (("node", "workload", "reason", "cause") if name == "lost" else ("node", "workload")))
+                grid = grids.get(key)
+                if grid is None:
+                    if len(grids) >= 8 * MAX_GPUS:
+                        raise SourceError(f"{client.url}: {metric}{sel} matches more than {8 * MAX_GPUS} series: "
+                                          "narrow the report with --node, --workload or --selector")
+                    grid = grids[key] = Grid(start, step, n)
+                try:
+                    grid.put_all(series.get("values", []))
+                except SourceError as e:
+                    raise SourceError(f"{client.url}: {metric}{sel}: {e}") from None
+        for key, grid in grids.items():
+            vals = grid.values()
+            slot = out.setdefault(key[:2], {})
+            if name == "gpus":
+                slot[name] = max(vals, default=0.0)
+            else:
+                slot[(name, *key[2:]) if name == "lost" else name] = increase(vals)
+    return out
+
+
+def increase(values: list[float]) -> float:
+    """A counter's increase over its successive values; a drop is a reset (an exporter
+    restart), after which the new value counts whole."""
+    total = 0.0
+    for a, b in zip(values, values[1:]):
+        total += b - a if b >= a else b
+    return total
+
+
 def _with(sel: str, matcher: str) -> str:
     """The selector `{...}` with one more matcher."""
     if not matcher:
