@@ -491,7 +491,7 @@ class Judgement:
                 "by_reason": [{"reason": r, "cause": c, "gpu_seconds": v}
                               for (r, c), v in sorted(by.items(), key=lambda kv: -kv[1]) if v > 0]}
 
-    def _from_exporter(self, engine: dict[tuple[str, str], float],
+    def _from_exporter(self, ticks: dict[tuple[str, str], float],
                        counts: dict[Any, float]) -> dict[tuple[str, str], float]:
         """The lost time the exporter counted at its own rate, which the engine over
         steps of a scrape cannot match: a stall shorter than a step reads there as its
@@ -501,10 +501,10 @@ class Judgement:
         booked nothing for, one across nodes that no node's exporter sees, keeps the
         engine's figures."""
         by = {(k[1], k[2]): v for k, v in counts.items() if isinstance(k, tuple) and k[0] == "lost"}
-        booked = sum(v for (r, _), v in engine.items() if r == "straggler")
+        booked = sum(v for (r, _), v in ticks.items() if r == "straggler")
         seen = sum(v for (r, _), v in by.items() if r == "straggler")
         if seen <= 0:
-            by.update({k: v for k, v in engine.items() if k[0] == "straggler"})
+            by.update({k: v for k, v in ticks.items() if k[0] == "straggler"})
         elif booked > 0:
             for st in self.stragglers + self.straggler_nodes:
                 st["lost_gpu_seconds"] *= seen / booked
