@@ -112,9 +112,8 @@ def test_alibaba_straggler_without_clocks_is_unknown_and_names_what_is_missing(t
     assert live == {"6": {"unknown"}, "0": {"unknown"}}
 
 
-# The report and the live replay each read the 1.3 h log row by row (its
-# clock-event counter columns keep it off the column path): ~85 s of CPU on an idle
-# core, the module's longest (CPU_BOUND).
+# The report and the live replay each read the whole 1.3 h log (~30 s of CPU on an
+# idle core for both), the module's longest (CPU_BOUND).
 @pytest.mark.parametrize("throttled, cause", [(None, "more_work"), ("6", "throttling")])
 def test_alibaba_straggler_with_clock_columns(tmp, throttled, cause):
     path, workers = alibaba1(tmp)

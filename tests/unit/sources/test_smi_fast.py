@@ -148,6 +148,52 @@ def test_odd_state_cells_are_judged_row_by_row(seed, monkeypatch, tmp_path):
     assert run[4] > 50                                          # the odd words are problems, found alike
 
 
+def _counter_log(path, seed: int) -> None:
+    """A long log with a power limit and clock-event counters (microseconds, as
+    nvidia-smi writes them), one GPU throttled, a counter reset (the driver reloaded)
+    and a few [N/A] cells."""
+    rng = random.Random(seed)
+    lines = smi_csv(polls=3000, gpus=4).splitlines()
+    out = [lines[0] + ", power.limit [W], clocks_event_reasons_counters.sw_power_cap [us], "
+                      "clocks_event_reasons_counters.hw_thermal_slowdown [us]"]
+    thermal = [0] * 4
+    for k, ln in enumerate(lines[1:]):
+        gpu = k % 4
+        if k == 7000:
+            thermal = [0] * 4                                   # reset: counted on from the new value
+        thermal[gpu] += 90_000 if gpu == 2 else rng.randrange(0, 3) * 1000
+        cells = ["700.00 W", f"{k // 4 * 10} us", f"{thermal[gpu]} us"]
+        if rng.random() < 0.002:
+            cells[rng.randrange(3)] = "[N/A]"
+        out.append(f"{ln}, {', '.join(cells)}")
+    path.write_text("\n".join(out) + "\n")
+
+
+def test_clock_event_counters_and_the_power_limit_take_the_fast_path(monkeypatch, tmp_path):
+    """The counters and the limit are plain numbers: such rows are Rows, to the same
+    records (throttle seconds, the limit as a gauge) as row by row."""
+    p = tmp_path / "counters.csv"
+    _counter_log(p, 3)
+    run = read_alike(str(p), monkeypatch, 0.9)
+    readings = [reading for _, reading in run[2]]
+    assert any(r.counters.get("throttle_seconds_total", {}).get(("hw_thermal",), 0) > 0 for r in readings)
+    limits = [r.gauges.get("power_limit_watts") for r in readings if r.up]
+    assert limits.count(700.0) > 0.99 * len(limits), set(limits)
+    # and they travel as Rows, columns still, not a Record each
+    from gpulse.sources.recorded import read_log
+    from gpulse.sources.recorded.records import Rows
+    made = [0]
+    real = Rows.__init__
+
+    def counted(self, t, *rest):
+        made[0] += len(t)
+        real(self, t, *rest)
+
+    monkeypatch.setattr(Rows, "__init__", counted)
+    read_log(str(p))
+    assert made[0] > 0.9 * len(readings), (made[0], len(readings))
+
+
 def _clock_trouble_log(path) -> None:
     """A long log with what LogStream takes apart: a clock stepped back a minute, a row
     repeated, a row of one GPU a second out of order, a clock jumping two days ahead,
@@ -190,7 +236,7 @@ def _polls(path: str, fast: bool, monkeypatch: pytest.MonkeyPatch, speed: float)
 
 
 @pytest.mark.parametrize("speed", [0, 400])
-@pytest.mark.parametrize("log", ["ckpt50", "hostile", "clock", "states"])
+@pytest.mark.parametrize("log", ["ckpt50", "hostile", "clock", "states", "counters"])
 def test_replay_polls_alike(log, speed, monkeypatch, tmp_path):
     """The replay hands the engine the same polls whether the log's plain rows came as
     Rows (whole, from the vectorised reader) or as a Record each: same readings, same
@@ -203,6 +249,8 @@ def test_replay_polls_alike(log, speed, monkeypatch, tmp_path):
             p.write_text(_hostile_log(4), newline="")
         elif log == "clock":
             _clock_trouble_log(p)
+        elif log == "counters":
+            _counter_log(p, 9)
         else:
             _state_log(p, 8, broken=0.02)
         path = str(p)
@@ -215,9 +263,12 @@ def test_replay_polls_alike(log, speed, monkeypatch, tmp_path):
 
 
 def test_rows_with_clock_event_states_are_made_records():
-    """A log whose only rarer column is a clock-event state or the `.active` mask still
-    needs smi_record (its states become throttle seconds): no plain-Rows plan for it."""
+    """A log whose rarer columns include a clock-event state or the `.active` mask
+    (its states integrate into throttle seconds per GPU, in row order), ECC or
+    remapped rows still needs smi_record: no plain-Rows plan for it. Clock-event
+    counters and the power limit are plain columns."""
     from gpulse.sources.recorded.smi import gauge_plan
     assert gauge_plan(("t", "util", "power")) is not None
-    for extra in ("thr_mask", "thr_state:sw_power_cap", "thr:sw_thermal"):
-        assert gauge_plan(("t", "util", "power", extra)) is None, extra
+    assert gauge_plan(("t", "util", "power", "limit", "thr:sw_thermal")) is not None
+    for extra in ("thr_mask", "thr_state:sw_power_cap", "ecc_uncorrected", "remap_pending", "remap_correctable"):
+        assert gauge_plan(("t", "util", "power", "thr:sw_thermal", extra)) is None, extra

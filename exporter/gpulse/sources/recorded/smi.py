@@ -153,13 +153,24 @@ def _rare_fields(gpu: str, t: float, v: dict[str, Any], gauges: dict[str, Any], 
         counters["throttle_seconds_total"] = thr
 
 
-def gauge_plan(keys: tuple[str, ...]) -> tuple[str | None, tuple[tuple[str, str], ...]] | None:
+def gauge_plan(keys: tuple[str, ...]) -> tuple[str | None, tuple[tuple[str, str], ...], str | None,
+                                               tuple[tuple[tuple[str], str], ...]] | None:
     """For rows with these fields, none of them None (a batch reader's plain rows): the
-    field their power is read from and the (field, gauge) pairs of their gauges, in
-    smi_record's order, the power's under the field "power"; None when a rarer field
-    (a power limit, ECC, remapped rows, throttle reasons) needs smi_record row by row."""
-    power_keys, gauge_keys, rare = _plan(keys)
-    if rare is not None:
+    field their power is read from, the (field, gauge) pairs of their gauges in
+    smi_record's order (the power's under the field "power"), the field of their power
+    limit (None: not logged) and the (label values, field) pairs of their throttle
+    counters, as smi_record makes them; None when a rarer field (ECC, remapped rows,
+    clock-event states, which integrate per GPU in row order) needs smi_record row by
+    row."""
+    if any(k == "thr_mask" or k.startswith("thr_state:") for k in keys):
         return None
+    power_keys, gauge_keys, rare = _plan(keys)
+    limit, thr = None, ()
+    if rare is not None:
+        limit_keys, remap, pending, ecc_keys, thr, has_states = rare
+        if remap or pending or ecc_keys or has_states:
+            return None
+        # every field of a plain row has a value: the first of the preferred limits is it
+        limit = limit_keys[0] if limit_keys else None
     power = power_keys[0] if power_keys else None
-    return power, tuple((k, g) for k, g in gauge_keys if k != "power" or power is not None)
+    return power, tuple((k, g) for k, g in gauge_keys if k != "power" or power is not None), limit, thr

@@ -501,7 +501,12 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
         gpus: list[str] = []
         taken: list[int] = []      # rows of the block as Rows (their places in the columns)
         out_lines: list[int] = []
-        power, gauge_keys = plan
+        power, gauge_keys, limit, thr_keys = plan
+        # the gauges' names in smi_record's order: the power limit after the others
+        names_ = tuple(g for _, g in gauge_keys) + (("power_limit_watts",) if limit is not None else ())
+        gcols = [col[power if k == "power" else k] for k, _ in gauge_keys] + ([col[limit]] if limit else [])
+        labels = tuple(lab for lab, _ in thr_keys)
+        tcols = [col[k] for _, k in thr_keys]
 
         def rows_so_far() -> Iterator[Rows]:
             if not ts:
@@ -509,10 +514,12 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             us = [col["util"][k] for k in taken] if "util" in col else [None] * len(taken)
             ps = [col[power][k] for k in taken] if power is not None else [None] * len(taken)
             ms = [col["mem_used"][k] for k in taken] if "mem_used" in col else [None] * len(taken)
-            names_ = tuple(g for _, g in gauge_keys)
-            gcols = [col[power if k == "power" else k] for k, _ in gauge_keys]
             gauges = [dict(zip(names_, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])]
-            yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges, None, True)
+            # the clock-event counters, seconds by reason, as smi_record counts them
+            counters = ([{"throttle_seconds_total": dict(zip(labels, vals))}
+                         for vals in zip(*[[c[k] for k in taken] for c in tcols])] if tcols else None)
+            yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges, counters,
+                       True)
             ts.clear()
             gpus.clear()
             taken.clear()
