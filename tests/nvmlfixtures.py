@@ -22,15 +22,18 @@ def fake():
 class Opened:
     def __init__(self, src: NvmlSource, devices, epoch: float):
         self.src, self.devices, self.epoch = src, devices, epoch
+        self.began: list[float] = []    # per result drive() returned: the wall time its poll began
 
     def drive(self, seconds: float, step: float = 0.1):
         """Poll like the sampler does for `seconds`; the results that carried readings."""
         out = []
         end = time.monotonic() + seconds
         while (now := time.monotonic()) < end:
+            began = time.time()
             r = self.src.poll(now)
             if r.readings or r.devices is not None:
                 out.append(r)
+                self.began.append(began)
             time.sleep(step)
         return out
 
