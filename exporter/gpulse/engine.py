@@ -70,6 +70,14 @@ class GpuView(NamedTuple):
     cause_sums: tuple[float, ...] = ()
 
 
+def _peer_wait(costs: tuple[float, float]) -> float:
+    """GpuView.peer_wait of its (hot, cold) costs: the larger, 0 at least."""
+    # max(0.0, hot, cold) spelt out (once per GPU per tick); NaN compares as max does
+    hot, cold = costs
+    w = hot if hot > 0.0 else 0.0
+    return cold if cold > w else w
+
+
 @dataclass(frozen=True, slots=True)
 class GroupView:
     workload: str
@@ -124,7 +132,7 @@ class _Gpu:
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
                  "history", "spacing", "persistence", "prev_sample", "prev2_sample", "edges", "sharp", "signals",
-                 "levels", "share")
+                 "levels", "share", "hold_min")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -154,8 +162,9 @@ class _Gpu:
         # its share between while power is averaged (analysis.activity), else None
         self.levels = PowerLevels()
         self.share: tuple[float, float] | None = None
+        self.hold_min: tuple[float | None, float] = (None, HOLD_MIN_BYTES)   # (memory total, bytes held)
         # running gauge sums of the cause signals (analysis.cause.accumulate), one update per reading
-        self.signals = cause.new_vector()
+        self.signals = cause.new_sums()
         # (t, busy fraction, active fraction) per tick, for the live heatmap page
         self.history: deque[tuple[float, float | None, float | None]] = deque(maxlen=history_ticks)
 
@@ -241,13 +250,15 @@ class Engine:
         for key, n in result.events.items():
             self.source_events[key] = self.source_events.get(key, 0) + n
         any_ok = False
+        ingest_reading = self._ingest_reading
         for r in result.readings:
             g = self.gpus.get(r.gpu)
             if g is None:   # a reading for an undiscovered entity: adopt it
                 g = _Gpu(DeviceInfo(gpu=r.gpu), self.window_ticks, self.history_ticks)
                 self._adopt({**self.gpus, r.gpu: g})
-            self._ingest_reading(g, r, wall)
-            any_ok = any_ok or r.up
+            ingest_reading(g, r, wall)
+            if r.up:
+                any_ok = True
         if any_ok:
             self.last_success_wall = wall
 
@@ -277,7 +288,10 @@ class Engine:
             return
         limit = g.gauges.get("power_limit_watts")
         mem_total = g.gauges.get("memory_total_bytes")
-        hold_min = max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total else HOLD_MIN_BYTES
+        if mem_total != g.hold_min[0]:   # the memory a workload holds, figured once per total
+            g.hold_min = (mem_total, max(HOLD_MIN_BYTES, HOLD_MIN_FRACTION * mem_total) if mem_total
+                          else HOLD_MIN_BYTES)
+        hold_min = g.hold_min[1]
         # G changes only with the power reference: computed again only when that moves
         gate, idle_thr, max_gap, mode = self.gate, self.idle_thr, self.max_gap, self.activity_mode
         watch, levels, tick, runs, share = self._share_watch, g.levels, g.tick, g.runs, g.share
@@ -453,7 +467,10 @@ class Engine:
         window_ticks, history = self.window_ticks, self.history_ticks > 0
         for g in self.gpus.values():
             tick, g.tick = g.tick, Integrals()
-            g.totals.add(tick)
+            # a new object each tick, never changed after: the GPU's view shares it
+            tot = g.totals
+            g.totals = Integrals(tot.busy + tick.busy, tot.active + tick.active, tot.spin_wait + tick.spin_wait,
+                                 tot.idle + tick.idle, tot.sampled + tick.sampled)
             g.window.append(tick)
             g.win.add(tick)
             while len(g.window) > window_ticks:
@@ -605,30 +622,33 @@ class Engine:
             self._stall_history.pop(gone, None)
 
         views = []
+        lost_to = self._lost_to
         for k, g in self.gpus.items():
             a = attribution[k] or {}
             dev = deviations.get(k)
+            win, up = g.win, g.up
+            # positional, in GpuView's field order: one is made per GPU per tick, and
+            # keywords cost about as much again as the tuple
             views.append(GpuView(
-                info=g.info,
-                attribution=tuple((n, a[n]) for n in _attr_label_names(a) if a.get(n)) if a else (),
-                workload=a.get("workload", ""),
-                up=g.up,
-                error=g.error,
-                totals=Integrals(g.totals.busy, g.totals.active, g.totals.spin_wait,
-                                 g.totals.idle, g.totals.sampled),
-                util_ratio=g.win.busy / g.win.sampled if g.win.sampled > 0 and g.up else None,
-                active_ratio=g.win.active / g.win.sampled if g.win.sampled > 0 and g.up else None,
-                deviation_busy=dev[0] if dev else None,
-                deviation_active=dev[1] if dev else None,
-                peer_wait=max(0.0, *dev[3]) if dev and dev[3] else None,
-                gauges=g.gauges,
-                counters=g.counters,
-                last_sample_wall=g.last_wall,
-                straggler=dev[2] if dev else None,
-                cause=verdicts.get(k),
-                costs=dev[3] if dev else None,
-                lost_to=self._lost_to.get(k, 0.0),
-                cause_sums=tuple(g.signals),
+                g.info,
+                tuple((n, a[n]) for n in _attr_label_names(a) if a.get(n)) if a else (),   # attribution
+                a.get("workload", ""),
+                up,
+                g.error,
+                g.totals,
+                win.busy / win.sampled if win.sampled > 0 and up else None,                    # util_ratio
+                win.active / win.sampled if win.sampled > 0 and up else None,                  # active_ratio
+                dev[0] if dev else None,                                                       # deviation_busy
+                dev[1] if dev else None,                                                       # deviation_active
+                _peer_wait(dev[3]) if dev and dev[3] else None,                                # peer_wait
+                g.gauges,
+                g.counters,
+                g.last_wall,                                                                   # last_sample_wall
+                dev[2] if dev else None,                                                       # straggler
+                verdicts.get(k),                                                               # cause
+                dev[3] if dev else None,                                                       # costs
+                lost_to.get(k, 0.0),
+                tuple(g.signals),                                                              # cause_sums
             ))
         self._before = {k: v for k, v in zip(self.gpus, views)}
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,

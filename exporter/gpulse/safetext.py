@@ -76,8 +76,18 @@ def finite(doc: Any) -> Any:
 
 
 def dumps(doc: Any, **kw: Any) -> str:
-    """Strict JSON: non-finite numbers as null, strings as valid Unicode."""
-    return json.dumps(clean_all(finite(doc)), allow_nan=False, **kw)
+    """Strict JSON: non-finite numbers as null, strings as valid Unicode.
+
+    Most documents need neither repair, and the report's are megabytes: they are
+    encoded once as they are, and walked (copied with finite and clean_all) only when
+    that encoding meets a NaN or infinity, or writes a surrogate, paired or lone."""
+    try:
+        text = json.dumps(doc, allow_nan=False, **kw)
+    except ValueError:            # a non-finite number
+        return json.dumps(clean_all(finite(doc)), allow_nan=False, **kw)
+    if _SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text):
+        return json.dumps(clean_all(finite(doc)), allow_nan=False, **kw)
+    return text
 
 
 def script_json(doc: Any) -> str:

@@ -28,6 +28,21 @@ def test_strict_json_has_no_nan_or_infinity():
     assert finite((1.0, float("nan"))) == [1.0, None]
 
 
+def test_strict_json_repairs_each_defect_alone_and_leaves_sound_text_as_json_writes_it():
+    # dumps encodes a sound document once and walks it only for a defect: each one
+    # alone must still send it down the repairing path
+    for doc, want in (({"e": ["x\ud800"]}, {"e": ["x\ufffd"]}),             # a lone surrogate, no NaN
+                      ({"\udfff": 1.0}, {"\ufffd": 1.0}),                   # in a key
+                      ({"a": (1.0, float("-inf"))}, {"a": [1.0, None]})):    # a non-finite number alone
+        for kw in ({}, {"ensure_ascii": False}, {"indent": 2}):
+            text = dumps(doc, **kw)
+            text.encode("utf-8")
+            assert json.loads(text, parse_constant=lambda w: pytest.fail(f"{w} in strict JSON")) == want
+    sound = {"emoji": "\U0001f600", "t": (1, 2.5), "n": None, "nested": [{"k": "v"}]}
+    for kw in ({}, {"ensure_ascii": False}, {"indent": 2, "separators": (",", ":")}):
+        assert dumps(sound, **kw) == json.dumps(sound, **kw)
+
+
 def test_script_json_cannot_end_its_element_or_start_markup():
     doc = {"name": "</script><!--<script>&\u2028\u2029"}
     text = script_json(doc)

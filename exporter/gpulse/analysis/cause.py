@@ -119,14 +119,26 @@ class Aggregate:
     throttle: Mapping[str, float] | None = None   # seconds by reason the source reports; None: none
 
 
-def new_vector() -> list[float]:
-    """A GPU's running gauge sums, for accumulate(); vector() makes the full one."""
-    return [0.0] * len(SLOTS)
+# The running sums are the vector's gauge slots alone (a count and a sum per gauge, in
+# SLOTS order from clock_n): the engine copies them into every GPU's view at every tick
+_SUMS0 = _I["clock_n"]
+_SUMS_LEN = 2 * len(_GAUGES)
+assert SLOTS[_SUMS0:_SUMS0 + _SUMS_LEN:2] == tuple(slot + "_n" for slot, _ in _GAUGES)
 
 
-# (slot index of the count, of the sum, catalog key), resolved once: accumulate runs
-# for every reading of every GPU
-_GAUGE_SLOTS = tuple((_I[slot] - 1, _I[slot], key) for slot, key in _GAUGES)
+def new_sums() -> list[float]:
+    """A GPU's running gauge sums, for accumulate(); vector() makes the full vector."""
+    return [0.0] * _SUMS_LEN
+
+
+def sums_index(slot: str) -> int:
+    """Where gauge slot `slot` (its sum; its count is one before) is in the running sums."""
+    return _I[slot] - _SUMS0
+
+
+# (index of the count, of the sum, catalog key) in the running sums, resolved once:
+# accumulate runs for every reading of every GPU
+_GAUGE_SLOTS = tuple((sums_index(slot) - 1, sums_index(slot), key) for slot, key in _GAUGES)
 
 
 def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
@@ -144,7 +156,8 @@ def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
 def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> list[float]:
     """The cumulative vector of a GPU now: its running gauge sums, `totals` its
     cumulative Integrals, `counters` its latest Reading counters (NaN where absent)."""
-    v = list(sums)
+    v = [0.0] * len(SLOTS)
+    v[_SUMS0:_SUMS0 + _SUMS_LEN] = sums
     v[0], v[1], v[2], v[3] = totals.busy, totals.active, totals.spin_wait, totals.sampled
     for n in ("pcie_replays", "ecc_uncorrected", "xid", "nvlink_errors"):
         v[_I[n]] = NAN

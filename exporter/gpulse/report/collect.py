@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..analysis import Episode, cause
+from ..analysis.integrate import Integrals
 from ..engine import Snapshot
 from ..model import gpu_sort_key
 
@@ -29,15 +30,18 @@ NAN = float("nan")
 # The per-tick integrals kept for every GPU (seconds within the tick).
 FIELDS = ("busy", "active", "spin_wait", "idle", "sampled")
 # where the power readings' count and sum sit in the engine's cause-signal sums
-POWER_N, POWER_SUM = cause.SLOTS.index("power_n"), cause.SLOTS.index("power")
+POWER_N, POWER_SUM = cause.sums_index("power") - 1, cause.sums_index("power")   # in GpuView.cause_sums
 # The engine's cumulative cause signals (analysis.cause) are kept every this many
 # seconds, not every tick: a straggler span is minutes long, so its ends move inwards
 # by at most this much (never outwards: the idle after a job is no part of its span),
 # and 26 doubles a tick would cost 64 GPUs x 4 h about 190 MB.
 SIGNALS_EVERY_SECONDS = 10.0
+_ZERO = Integrals()
 
 
-@dataclass(eq=False)          # a track is one GPU: equal means the same one (list.index, `in`)
+# a track is one GPU: equal means the same one (list.index, `in`); slots: add() writes
+# a dozen of them per GPU per tick
+@dataclass(eq=False, slots=True)
 class GpuTrack:
     key: str                  # the engine's GPU key ("3", or "node-b:3" for a second node)
     node: str
@@ -56,7 +60,7 @@ class GpuTrack:
     # mean power of the tick's readings (W; NaN without one): what a sentence about a
     # state (its peers' power while it was idle) is figured over
     power: array = field(default_factory=lambda: array("f"))
-    prev: tuple[float, ...] | None = None
+    prev: Integrals | None = None   # the cumulative totals of the tick before
     prev_power: tuple[float, float] = (0.0, 0.0)   # the engine's power reading count and sum
     # analysis.cause vectors (len(cause.SLOTS) values each) at ticks signal_ticks,
     # and the one at the end of the run
@@ -227,25 +231,32 @@ class Collector:
                 node, gpu = self.node_and_gpu(k)
                 g = rec.gpus[k] = GpuTrack(k, node, gpu)
                 g.pad(i)
-            g.workload = v.workload or g.workload
-            tot = v.totals
-            cur = (tot.busy, tot.active, tot.spin_wait, tot.idle, tot.sampled)
+            if v.workload:
+                g.workload = v.workload
+            tot = v.totals            # a new Integrals each tick, which nothing changes
             prev = g.prev
-            if prev is None or cur[4] < prev[4]:     # first tick, or the GPU was re-adopted
-                prev = (0.0,) * 5
-            g.busy.append(cur[0] - prev[0])
-            g.active.append(cur[1] - prev[1])
-            g.spin_wait.append(cur[2] - prev[2])
-            g.idle.append(cur[3] - prev[3])
-            g.sampled.append(cur[4] - prev[4])
-            g.dev_busy.append(NAN if v.deviation_busy is None else v.deviation_busy)
-            g.dev_active.append(NAN if v.deviation_active is None else v.deviation_active)
-            hot, cold = v.costs if v.costs is not None else (NAN, NAN)
-            g.cost_active.append(hot)
-            g.cost_busy.append(cold)
+            if prev is None or tot.sampled < prev.sampled:     # first tick, or the GPU was re-adopted
+                prev = _ZERO
+            g.busy.append(tot.busy - prev.busy)
+            g.active.append(tot.active - prev.active)
+            g.spin_wait.append(tot.spin_wait - prev.spin_wait)
+            g.idle.append(tot.idle - prev.idle)
+            g.sampled.append(tot.sampled - prev.sampled)
+            g.prev = tot
+            x = v.deviation_busy
+            g.dev_busy.append(NAN if x is None else x)
+            x = v.deviation_active
+            g.dev_active.append(NAN if x is None else x)
+            costs = v.costs
+            if costs is None:
+                g.cost_active.append(NAN)
+                g.cost_busy.append(NAN)
+            else:
+                g.cost_active.append(costs[0])
+                g.cost_busy.append(costs[1])
             g.lost_to = v.lost_to
-            g.prev = cur
-            n, w = v.cause_sums[POWER_N], v.cause_sums[POWER_SUM]
+            sums = v.cause_sums
+            n, w = sums[POWER_N], sums[POWER_SUM]
             pn, pw = g.prev_power if n >= g.prev_power[0] else (0.0, 0.0)   # counted anew: re-adopted
             g.power.append((w - pw) / (n - pn) if n > pn else NAN)
             g.prev_power = (n, w)

@@ -216,7 +216,7 @@ def test_no_deviation_over_the_span_is_unknown():
 def test_aggregate_is_the_difference_of_two_vectors():
     g = {"sm_clock_hertz": 1400e6, "temperature_celsius": 80.0, "power_watts": 690.0,
          "power_limit_watts": 700.0, "remapping_pending": 0.0}
-    sums = cause.new_vector()
+    sums = cause.new_sums()
     cause.accumulate(sums, g)
     a = cause.vector(sums, Integrals(10, 8, 1, 0.0, 10), {"throttle_seconds_total": {("hw_thermal",): 5.0},
                                                          "pcie_replays_total": 3.0})
@@ -234,5 +234,5 @@ def test_aggregate_is_the_difference_of_two_vectors():
     assert agg.ecc_uncorrected is None  # never reported: unknown, not zero
     assert agg.remapping_pending is False
     # a source without throttle reasons leaves them unknown
-    assert cause.aggregate(None, cause.vector(cause.new_vector(), Integrals(1, 1, 0, 0, 1), {})).throttle is None
+    assert cause.aggregate(None, cause.vector(cause.new_sums(), Integrals(1, 1, 0, 0, 1), {})).throttle is None
     assert math.isnan(b[cause.SLOTS.index("ecc_uncorrected")])
