@@ -287,13 +287,46 @@ def chunks(start: float, end: float, step: float, max_points: int) -> list[tuple
     return out
 
 
+def _grids(client: PromClient, query: str, parts: list[tuple[float, float]], start: float, end: float, step: float,
+           key_of: Callable[[dict[str, Any]], tuple[str, ...]], limit: int, what: str,
+           seen: Callable[[tuple[str, ...], dict[str, Any]], None] | None = None,
+           chunk_done: Callable[[float, float], None] | None = None) -> dict[tuple[str, ...], Grid]:
+    """{key_of(labels): Grid on the step grid} of one query over the range's chunks. At
+    most `limit` keys (`what` names them in the error); `seen` hears every series'
+    key and labels, `chunk_done` every chunk fetched."""
+    n = steps(start, end, step)
+    grids: dict[tuple[str, ...], Grid] = {}
+    for a, b in parts:
+        result = client.query_range(query, a, b, step)
+        while result:              # consumed as copied: one answer's objects at a time
+            series = result.pop()
+            labels = series.get("metric", {})
+            key = key_of(labels)
+            grid = grids.get(key)
+            if grid is None:
+                if len(grids) >= limit:
+                    raise SourceError(f"{client.url}: {query} matches more than {limit} {what}: narrow "
+                                      "the report with --node, --workload or --selector")
+                grid = grids[key] = Grid(start, step, n)
+            if seen is not None:
+                seen(key, labels)
+            try:
+                grid.put_all(series.get("values", []))
+            except SourceError as e:
+                where = ", ".join(f"{k}={str(labels[k])[:60]!r}" for k in ("node", "gpu", "workload") if k in labels)
+                raise SourceError(f"{client.url}: {query}{{{where}}}: {e}") from None
+        del result
+        if chunk_done is not None:
+            chunk_done(a, b)
+    return grids
+
+
 def fetch(client: PromClient, sel: str, start: float, end: float, step: float, max_points: int = PROM_MAX_POINTS,
           progress: Callable[[str], None] | None = None) -> dict[str, dict[tuple[str, ...], dict[str, Any]]]:
     """{name: {(node, gpu): {"points": Grid, "workload": str}}} for every GPU_SERIES name,
     and for every CAUSE_SERIES key the same, keyed (node, gpu, label value) where the
     family has an extra label."""
     parts = chunks(start, end, step, max(2, min(max_points, PROM_MAX_POINTS)))
-    n = steps(start, end, step)
     families = [(name, metric + sel, "") for name, metric in GPU_SERIES.items()]
     families += [(key, metric + _with(sel, CAUSE_MATCHERS.get(key, "")), label)
                  for key, (metric, label) in CAUSE_SERIES.items()]
@@ -301,32 +334,24 @@ def fetch(client: PromClient, sel: str, start: float, end: float, step: float, m
     total = len(parts) * len(families)
     done = 0
     out: dict[str, dict[tuple[str, ...], dict[str, Any]]] = {}
-    for name, metric, label in families:
-        per: dict[tuple[str, ...], dict[str, Any]] = {}
-        for a, b in parts:
-            result = client.query_range(metric, a, b, step)
-            while result:              # consumed as copied: one answer's objects at a time
-                series = result.pop()
-                labels = series.get("metric", {})
-                key = ((str(labels.get("node", "")), str(labels.get("gpu", "")))
-                       + ((str(labels.get(label, "")),) if label else ()))
-                slot = per.get(key)
-                if slot is None:
-                    if len(per) >= MAX_GPUS:
-                        raise SourceError(f"{client.url}: {metric}{sel} matches more than {MAX_GPUS} GPUs: narrow "
-                                          "the report with --node, --workload or --selector")
-                    slot = per[key] = {"points": Grid(start, step, n), "workload": ""}
-                slot["workload"] = str(labels.get("workload", slot["workload"]))
-                try:
-                    slot["points"].put_all(series.get("values", []))
-                except SourceError as e:
-                    raise SourceError(f"{client.url}: {metric}{{node={key[0][:60]!r}, "
-                                      f"gpu={key[1][:20]!r}}}: {e}") from None
-            del result
+    for name, query, label in families:
+        workloads: dict[tuple[str, ...], str] = {}
+
+        def seen(key: tuple[str, ...], labels: dict[str, Any]) -> None:
+            workloads[key] = str(labels.get("workload", workloads.get(key, "")))
+
+        def chunk_done(a: float, b: float) -> None:
+            nonlocal done
             done += 1
             if progress is not None:
                 progress(f"fetched {done}/{total} ranges ({name}, {_iso(a)} .. {_iso(b)})")
-        out[name] = per
+
+        def key_of(labels: dict[str, Any]) -> tuple[str, ...]:
+            return ((str(labels.get("node", "")), str(labels.get("gpu", "")))
+                    + ((str(labels.get(label, "")),) if label else ()))
+
+        grids = _grids(client, query, parts, start, end, step, key_of, MAX_GPUS, "GPUs", seen, chunk_done)
+        out[name] = {key: {"points": grid, "workload": workloads[key]} for key, grid in grids.items()}
     return out
 
 
@@ -342,6 +367,8 @@ GROUP_SERIES = {
     "lost": "gpulse_group_lost_seconds_total",
     "gpus": "gpulse_group_gpus",
 }
+_GROUP_KEY = ("node", "workload")
+_LOST_KEY = ("node", "workload", "reason", "cause")
 
 
 def group_totals(client: PromClient, sel: str, start: float, end: float, step: float,
@@ -352,27 +379,11 @@ def group_totals(client: PromClient, sel: str, start: float, end: float, step: f
     grid, a reset counting the new value, as the GPU counters' are. One series per
     group and key: two jobs scraping one exporter are not twice its stalls."""
     parts = chunks(start, end, step, max(2, min(max_points, PROM_MAX_POINTS)))
-    n = steps(start, end, step)
     out: dict[tuple[str, str], dict[Any, float]] = {}
     for name, metric in GROUP_SERIES.items():
-        grids: dict[tuple[str, ...], Grid] = {}
-        for a, b in parts:
-            result = client.query_range(metric + sel, a, b, step)
-            while result:
-                series = result.pop()
-                labels = series.get("metric", {})
-                key = tuple(str(labels.get(k, "")) for k in
-                            (("node", "workload", "reason", "cause") if name == "lost" else ("node", "workload")))
-                grid = grids.get(key)
-                if grid is None:
-                    if len(grids) >= 8 * MAX_GPUS:
-                        raise SourceError(f"{client.url}: {metric}{sel} matches more than {8 * MAX_GPUS} series: "
-                                          "narrow the report with --node, --workload or --selector")
-                    grid = grids[key] = Grid(start, step, n)
-                try:
-                    grid.put_all(series.get("values", []))
-                except SourceError as e:
-                    raise SourceError(f"{client.url}: {metric}{sel}: {e}") from None
+        names = _LOST_KEY if name == "lost" else _GROUP_KEY
+        grids = _grids(client, metric + sel, parts, start, end, step,
+                       lambda labels: tuple(str(labels.get(k, "")) for k in names), 8 * MAX_GPUS, "series")
         for key, grid in grids.items():
             vals = grid.values()
             slot = out.setdefault(key[:2], {})
