@@ -88,6 +88,9 @@ WNODE_DEV_5M = "workload_node:gpulse_node:peer_deviation5m"
 # -- lost time and sync stalls ---------------------------------------------------
 WORKLOAD_LOST_5M = "cluster_workload:gpulse_group_lost_seconds:rate5m"
 CLUSTER_LOST_5M = "cluster:gpulse_group_lost_seconds:rate5m"
+# what a straggler on one node costs a workload's GPUs on its other nodes, which no
+# node's exporter counts as such (gpulse.lost): by the straggler's node
+OTHER_NODES_LOST_5M = "workload_node:gpulse_other_nodes_lost_seconds:rate5m"
 GROUP_STALL_2M = "node_workload:gpulse_group_sync_stall:ratio_rate2m"
 GROUP_STALL_5M = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
 

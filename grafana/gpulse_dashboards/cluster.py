@@ -171,7 +171,10 @@ def build() -> db.Dashboard:
              "sync stalls (every GPU, each stalled second), waiting for a straggler (by its cause: "
              "throttling and degraded hardware belong to whoever runs the nodes, more work and off-GPU "
              "work to the job's owner) and imbalance. From gpulse_group_lost_seconds_total, the figure "
-             "gpulse report's headline and the gpulse.lost records give.", "h",
+             "gpulse report's headline and the gpulse.lost records give, with what a straggler cost the "
+             f"workload's GPUs on its other nodes ({Q.OTHER_NODES_LOST_5M}, "
+             "on the straggler's node's line: waiting for it, and as a negative sync_stall the other "
+             "nodes' stall time that was that wait).", "h",
              query(Q.lost_hours(SEL, "workload, node"), "", instant=True, table=True),
              transformations=merge_table({"Value": "GPU-hours"}), sort_by="GPU-hours", w=24)))
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from gpulse.analysis.thresholds import value
 from gpulse.palette import SPIN_WEIGHT
 # the recording rules' names, written once for the rule templates and the dashboards
-from gpulse.rulenames import (CELL_SECONDS, CELLS_1M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
+from gpulse.rulenames import (CELL_SECONDS, CELLS_1M, OTHER_NODES_LOST_5M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
                               GPU_BUSY_DEV_5M as BUSY_PEER_DEV, GPU_BUSY_GAP_5M as BUSY_PEER_GAP,
                               GPU_PEER_WAIT_5M as PEER_WAIT, INCREASE_15S as INCREMENTS,
                               NODE_ACTIVE_DISTANCE_1M as NODE_DISTANCE,
@@ -386,5 +386,10 @@ LOST = "gpulse_group_lost_seconds_total"
 
 def lost_hours(sel: str, by: str) -> str:
     """GPU-hours lost over the dashboard's range, by `by` (reason and cause always):
-    increase() of the exporter's counter itself, exact at any range and scrape."""
-    return f"sum by ({by}, reason, cause) (increase({LOST}{{{sel}}}[$__range])) / 3600"
+    increase() of the exporter's counter itself, exact at any range and scrape, with
+    what a straggler cost a workload's GPUs on its other nodes, which no exporter
+    counts (the gpulse.lost record OTHER_NODES_LOST_5M, evaluated every minute, so
+    its integral is its sum over the range times 60; its sync_stall series is
+    negative: the other nodes' stall time that was that wait)."""
+    return (f"sum by ({by}, reason, cause) (\n  increase({LOST}{{{sel}}}[$__range])\n"
+            f"  or sum_over_time({OTHER_NODES_LOST_5M}{{{sel}}}[$__range]) * 60\n) / 3600")

@@ -93,7 +93,9 @@ def build() -> db.Dashboard:
              "GPU-hours the job lost over the range: to sync stalls (every GPU, each stalled second), "
              "waiting for a straggler (by its cause: throttling and degraded hardware belong to whoever "
              "runs the nodes, more work and off-GPU work to the job), and to imbalance "
-             "(gpulse_group_lost_seconds_total, the figure the report's headline gives).", "h",
+             "(gpulse_group_lost_seconds_total, the figure the report's headline gives; with what a "
+             "straggler cost the GPUs on the job's other nodes, which no node's exporter counts: "
+             f"{Q.OTHER_NODES_LOST_5M}).", "h",
              query(Q.lost_hours(SEL, "workload"), "", instant=True, table=True),
              transformations=merge_table({"Value": "GPU-hours"}), sort_by="GPU-hours")))
 
