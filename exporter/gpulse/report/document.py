@@ -121,7 +121,9 @@ def _stall_fraction(j: Judgement, stalled: float, work: float) -> float | None:
     holds the stalls shorter than a step, which no step's mean shows)."""
     if j.rec.exporter_counts is not None:
         gpu_work = j.lost["work_gpu_seconds"]
-        lost = j.rec.exporter_counts.get(("lost", "sync_stall", ""), 0.0)
+        # the judged figure: across nodes, a stall the other nodes counted that was
+        # their GPUs waiting for a straggler is the straggler's (Judgement._from_exporter)
+        lost = sum(x["gpu_seconds"] for x in j.lost["by_reason"] if x["reason"] == "sync_stall")
         return round(lost / gpu_work, 6) if gpu_work > 0 else None
     return round(stalled / work, 6) if work > 0 else None
 

@@ -214,9 +214,11 @@ def _from_prometheus(url: str, start: float, end: float, sel: str, auth: prom.Au
 
 def _exporter_counts(groups: dict[tuple[str, str], dict[Any, float]], data: dict[str, Any]) -> dict[Any, float] | None:
     """The exporter's group counters summed over the selected GPUs' peer groups
-    (GROUP_SERIES keys; the lost time as ("lost", reason, cause)), or None unless the
-    selection is made of whole groups that all have them (a selector on a GPU's own
-    labels picks part of a group, whose stalls are not its)."""
+    (GROUP_SERIES keys; the lost time as ("lost", reason, cause)), and each group's own
+    lost time and GPUs as ("lost_at", node, workload, reason, cause) and ("gpus_at",
+    node, workload), which a workload across nodes needs (Judgement._from_exporter);
+    or None unless the selection is made of whole groups that all have them (a
+    selector on a GPU's own labels picks part of a group, whose stalls are not its)."""
     chosen: dict[tuple[str, str], int] = {}
     for (node, _gpu), slot in data.get("sampled", {}).items():
         key = (node, slot.get("workload", ""))
@@ -226,9 +228,12 @@ def _exporter_counts(groups: dict[tuple[str, str], dict[Any, float]], data: dict
         g = groups.get(key)
         if g is None or g.get("gpus") != n or any(k not in g for k in ("stall_seconds", "stalls", "held_seconds")):
             return None
+        totals[("gpus_at", *key)] = n
         for k, v in g.items():
             if k != "gpus":
                 totals[k] = totals.get(k, 0.0) + v
+            if isinstance(k, tuple) and k[0] == "lost":
+                totals[("lost_at", *key, *k[1:])] = v
     return totals if chosen else None
 
 

@@ -496,19 +496,70 @@ class Judgement:
         """The lost time the exporter counted at its own rate, which the engine over
         steps of a scrape cannot match: a stall shorter than a step reads there as its
         peers waiting for whichever rank is slowest, and is booked twice if both are
-        added. Each named straggler's and slow node's share is the exporter's
-        straggler time in proportion to the engine's booking. A straggler the exporter
-        booked nothing for, one across nodes that no node's exporter sees, keeps the
-        engine's figures."""
+        added. Each node's exporter books only its own GPUs, so per workload and node
+        (the rules' gpulse.lost record of the other nodes' loss, docs/activity.md):
+        - a node whose exporter booked a straggler: its figure per local peer (its GPUs
+          less the stragglers named on it) is what each of the workload's GPUs on other
+          nodes lost too, and its named stragglers share that node's total in
+          proportion to the engine's booking;
+        - a straggler no exporter booked (a slow node; a GPU its node's exporter did
+          not confirm) keeps the engine's figure, split over the engine's causes;
+        - the stall time the other nodes counted beyond the straggler's node's own
+          stalls per GPU was their GPUs spin-waiting for it at once: it moves from
+          sync_stall to the straggler."""
         by = {(k[1], k[2]): v for k, v in counts.items() if isinstance(k, tuple) and k[0] == "lost"}
-        booked = sum(v for (r, _), v in ticks.items() if r == "straggler")
-        seen = sum(v for (r, _), v in by.items() if r == "straggler")
-        if seen <= 0:
-            by.update({k: v for k, v in ticks.items() if k[0] == "straggler"})
-        elif booked > 0:
-            for st in self.stragglers + self.straggler_nodes:
-                st["lost_gpu_seconds"] *= seen / booked
+        by_cause = {c: v for (r, c), v in ticks.items() if r == "straggler" and v > 0}
+        booked = sum(by_cause.values())
+        gpus: dict[str, dict[str, float]] = {}
+        lost_at: dict[tuple[str, str, str], float] = {}
+        for k, v in counts.items():
+            if isinstance(k, tuple) and k[0] == "gpus_at":
+                gpus.setdefault(k[2], {})[k[1]] = v
+            elif isinstance(k, tuple) and k[0] == "lost_at":
+                lost_at[(k[1], k[2], k[3])] = lost_at.get((k[1], k[2], k[3]), 0.0) + v
+        for w in sorted({st["workload"] for st in self.stragglers + self.straggler_nodes}):
+            nodes = gpus.get(w, {})
+            total = sum(nodes.values())
+            extra, worst = 0.0, ("", 0.0)
+            for n in sorted({st["node"] for st in self.stragglers if st["workload"] == w} | set(nodes)):
+                named = [st for st in self.stragglers if st["workload"] == w and st["node"] == n]
+                mine = lost_at.get((n, w, "straggler"), 0.0)
+                engine_n = sum(st["lost_gpu_seconds"] for st in named)
+                if mine > 0 and nodes.get(n, 0) > len(named):
+                    per_peer = mine / (nodes[n] - len(named))
+                    remote = per_peer * (total - nodes[n])
+                    for k, v in counts.items():
+                        if isinstance(k, tuple) and k[0] == "lost_at" and k[1:4] == (n, w, "straggler") and v > 0:
+                            by[("straggler", k[4])] = by.get(("straggler", k[4]), 0.0) + v / mine * remote
+                    if engine_n > 0:
+                        for st in named:
+                            st["lost_gpu_seconds"] *= (mine + remote) / engine_n
+                    extra += remote
+                    worst = max(worst, (n, remote), key=lambda x: x[1])
+                elif engine_n > 0:
+                    self._book_engine(by, by_cause, booked, engine_n)
+                    extra += engine_n
+                    worst = max(worst, (n, engine_n), key=lambda x: x[1])
+            for st in self.straggler_nodes:
+                if st["workload"] == w and st["lost_gpu_seconds"] > 0:
+                    self._book_engine(by, by_cause, booked, st["lost_gpu_seconds"])
+                    extra += st["lost_gpu_seconds"]
+                    worst = max(worst, (st["node"], st["lost_gpu_seconds"]), key=lambda x: x[1])
+            n = worst[0]
+            if extra > 0 and nodes.get(n):
+                stalls = {m: lost_at.get((m, w, "sync_stall"), 0.0) for m in nodes}
+                moved = min(extra, max(0.0, sum(stalls.values()) - stalls[n] * total / nodes[n]))
+                if moved > 0:
+                    by[("sync_stall", "")] = by.get(("sync_stall", ""), 0.0) - moved
         return by
+
+    @staticmethod
+    def _book_engine(by: dict[tuple[str, str], float], by_cause: dict[str, float], booked: float,
+                     seconds: float) -> None:
+        """Add the engine's figure for a straggler no exporter booked, under the
+        engine's causes in their proportions."""
+        for c, v in by_cause.items():
+            by[("straggler", c)] = by.get(("straggler", c), 0.0) + seconds * v / booked
 
     def _imbalance(self) -> None:
         vals: list[float] = []

@@ -8,13 +8,15 @@ a spin-wait reads as work), and all of node 1 computing 25 % longer (instantaneo
 power, so every GPU of another node spin-waits at once and its exporter sees a
 sync stall). Each node's log goes through `gpulse export` (the exporter's engine
 and collector at every 15 s scrape, labelled with the common workload), the four
-exports through the shipped recording rules in promtool, and the four logs through
-one `gpulse report`.
+exports through the shipped recording rules in promtool and, backfilled into a real
+Prometheus, through `gpulse report --prometheus`, and the four logs through one
+`gpulse report`.
 
 - Each exporter alone books a fraction of the straggler's cost (the slow GPU's own
   node: 7 of its 31 peers; the slow node: nothing);
-- the exporters' counter with the gpulse.lost record of the other nodes' loss gives
-  the report's straggler figure within 3 %, labelled by the straggler's node;
+- the exporters' counter with the gpulse.lost record of the other nodes' loss, and
+  the report from Prometheus, give the report's straggler figure within 3 %, the
+  record labelled by the straggler's node;
 - for the slow node the other nodes' sync-stall time that was that wait moves to
   the straggler: their stall time stays at least 0 and the total is within 10 % of
   the report's. What is left apart is the stalls themselves: each node's exporter
@@ -47,7 +49,12 @@ def _run(name: str, out):
     rep = out / "report"
     assert gpulse_main(["report", "--input", *map(str, case.paths), "--out", str(rep), "--quiet"]) == 0
     doc = json.loads((rep / "findings.json").read_text(encoding="utf-8"))
-    return case, ss.Scrapes(texts), texts, doc
+    sc = ss.Scrapes(texts)
+    # the same exports backfilled into a real Prometheus: `gpulse report --prometheus`
+    require_binary("prometheus")
+    (out / "prom").mkdir()
+    from_prom = ss.report_prometheus(case, texts, sc.t0, sc.t1, out / "prom")
+    return case, sc, texts, doc, from_prom
 
 
 def _live_straggler(texts: list[str]) -> float:
@@ -108,13 +115,17 @@ def data():
 
 
 def test_a_slow_gpu_costs_its_peers_on_every_node(data, tmp_path):
-    case, sc, texts, doc = _run("4x8/gpu+25", tmp_path)
+    case, sc, texts, doc, from_prom = _run("4x8/gpu+25", tmp_path)
     slow_node = case.node(case.slow[0][0])
     report = _reason(doc, "straggler")
     live = _live_straggler(texts)
     # the reproduction: its own node's exporter books its 7 local peers of 31
     assert 0 < live < 0.4 * report, (live, report)
     total = doc["lost"]["gpu_seconds"]
+    # from Prometheus: the exporters' counters, with the other nodes' share of the
+    # straggler's node's booking (it used to give the 7 local peers' alone)
+    assert _reason(from_prom, "straggler") == pytest.approx(report, rel=0.03)
+    assert from_prom["lost"]["gpu_seconds"] == pytest.approx(total, rel=0.02)
     _promtool(tmp_path, sc, [
         # within 3 % of the report's figure
         (_within(_rules("straggler"), report, 0.03), "{}"),
@@ -126,13 +137,19 @@ def test_a_slow_gpu_costs_its_peers_on_every_node(data, tmp_path):
 
 
 def test_a_slow_node_costs_the_other_nodes_and_their_stalls_were_that_wait(data, tmp_path):
-    case, sc, texts, doc = _run("4x8/node+25", tmp_path)
+    case, sc, texts, doc, from_prom = _run("4x8/node+25", tmp_path)
     (slow_node,) = {case.node(n) for n, _ in case.slow}
     report = _reason(doc, "straggler")
     assert report > 0 and [n["node"] for n in doc["straggler_nodes"]] == [slow_node]
     assert _live_straggler(texts) == 0        # no node's exporter sees a slow node
     stalls = _reason(doc, "sync_stall")
     total = doc["lost"]["gpu_seconds"]
+    # from Prometheus: the other nodes' stall time that was the wait is the node's,
+    # not counted twice (it used to give both: 4,504 GPU-seconds against 2,181)
+    assert [n["node"] for n in from_prom["straggler_nodes"]] == [slow_node]
+    assert _reason(from_prom, "straggler") == pytest.approx(report, rel=0.03)
+    assert stalls <= _reason(from_prom, "sync_stall") < 0.2 * report
+    assert from_prom["lost"]["gpu_seconds"] == pytest.approx(total, rel=0.10)
     _promtool(tmp_path, sc, [
         (_within(_rules("straggler"), report, 0.03), "{}"),
         (_within(ALL, total, 0.10), "{}"),
