@@ -13,7 +13,10 @@ For every straggler-cause sim scenario (sources/sim.py):
   scraped every 15 s, evaluated by the real promtool with the shipped rules: the
   firing GpulseStragglerGPU names the cause in its summary and description (never
   in a label, which would change its identity when the exporter confirms it).
-All three must name the same GPU and cause. The seed case (the `imbalance`
+All three must name the same GPU and cause. The ordinary case of a degraded link, a
+GPU 25 % slower per step while its PCIe link retries, is read from an export with
+DCGM_FI_PROF_SM_ACTIVE (SM activity tells the compute from the peers' spin-wait) by
+the report and the pager. The seed case (the `imbalance`
 scenario: upper half at 99 %, lower half at 12 %, clocks and health normal) is a
 work-distribution problem with the rebalancing remedy in the report, and no
 straggler anywhere.
@@ -41,7 +44,7 @@ from gpulse.drive import run_offline
 from gpulse.report.render import web_asset
 from gpulse.sources.dcgm.fields import _THROTTLE_BITS
 from gpulse.sources.replay import ReplaySource
-from gpulse.sources.sim import SimSource
+from gpulse.sources.sim import Scenario, SimSource
 
 CASES = {   # scenario -> (straggler GPU, cause, words its evidence must hold)
     "straggler-throttled": ("3", "throttling", "hw_thermal throttle"),
@@ -69,14 +72,23 @@ FIELDS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USE
           "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ROW_REMAP_PENDING", "DCGM_FI_DEV_XID_ERRORS")
 
 
-def record_dcgm(path, scenario: str, seconds: float = RECORD_SECONDS, seed: int = 7):
-    """The sim scenario as a dcgm-exporter CSV export (see module doc)."""
-    cfg = test_config(source="sim", sim__scenario=scenario, sim__gpus=GPUS)
-    src = SimSource(cfg)
+# SM activity a dcgm-exporter with profiling reports, by the sim's state: a computing
+# GPU's SMs are not all busy all the time; a spin-wait in a collective keeps a few
+SM_ACTIVE = {"compute": 0.92, "spin": 0.04, "dip": 0.5}
+
+
+def record_dcgm(path, scenario: str | Scenario, seconds: float = RECORD_SECONDS, seed: int = 7,
+                sm_active: bool = False):
+    """The sim scenario as a dcgm-exporter CSV export (see module doc); sm_active: with
+    DCGM_FI_PROF_SM_ACTIVE, as a dcgm-exporter with the profiling counters writes it."""
+    sc = scenario if isinstance(scenario, Scenario) else None
+    # a Scenario of the test's own replaces the configured one, which must be a known name
+    cfg = test_config(source="sim", sim__scenario="balanced" if sc else scenario, sim__gpus=GPUS)
+    src = SimSource(cfg, scenario=sc)
     src.open()
     rnd = random.Random(seed)
     prev: dict[str, dict] = {}
-    lines = [",".join(("timestamp", "gpu", "Hostname") + FIELDS)]
+    lines = [",".join(("timestamp", "gpu", "Hostname") + FIELDS + (("DCGM_FI_PROF_SM_ACTIVE",) if sm_active else ()))]
     for n in range(int(seconds / POLL) + 1):
         now = n * POLL
         t = START + now + rnd.uniform(-0.004, 0.004)
@@ -93,6 +105,9 @@ def record_dcgm(path, scenario: str, seconds: float = RECORD_SECONDS, seed: int 
                      round(g["temperature_celsius"]), round(g["sm_clock_hertz"] / 1e6), round(g["memory_clock_hertz"] / 1e6),
                      mask, c.get("pcie_replays_total", ""), ecc.get(("corrected",), ""), ecc.get(("uncorrected",), ""),
                      g.get("remapping_pending", ""), 0)
+            if sm_active:
+                level = SM_ACTIVE.get(src.state(int(r.gpu), now - src.t0))
+                cells += (0.0 if level is None else round(level + rnd.uniform(-0.01, 0.01), 3),)
             lines.append(",".join([f"{t:.3f}", r.gpu, NODE] + [str(x) for x in cells]))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -222,3 +237,19 @@ def test_seed_case_is_a_work_distribution_problem(live, tmp_path):
     assert "rebalance" in f["remedy"] and "more GPUs or overclocking will not help" in f["remedy"]
     assert "sm clock 1980 MHz vs peers 1980 MHz" in f["evidence"]
     assert not [f for f in doc["findings"] if f["kind"] == "straggler"]
+
+
+def test_a_link_25_percent_slower_under_sm_activity_is_degraded_hardware(tmp_path):
+    """The ordinary case: GPU 3 computes 25 % longer per step (SM activity 0.92 of
+    0.95 of each step against 0.76 for its peers, who spin-wait for it) while its
+    PCIe link retries and corrects errors, read from a dcgm-exporter export with the
+    profiling counters; the report and the alert name it and its cause."""
+    sc = Scenario("link-25", slow_cause="link-errors", peer_share=0.76, slow_share=0.95)
+    log = record_dcgm(tmp_path / "link-25.csv", sc, sm_active=True)
+    doc = report(tmp_path, log)
+    [f] = [f for f in doc["findings"] if f["kind"] == "straggler"]
+    assert [s["gpu"] for s in doc["stragglers"]] == ["3"]
+    assert f["cause"] == "degraded_hardware", f
+    assert any("PCIe replays" in e for e in f["evidence"]), f["evidence"]
+    assert "do not rebalance" in f["remedy"]
+    assert alert_causes(tmp_path, log) == {("degraded_hardware", "3")}
