@@ -91,6 +91,11 @@ CLUSTER_LOST_5M = "cluster:gpulse_group_lost_seconds:rate5m"
 # what a straggler on one node costs a workload's GPUs on its other nodes, which no
 # node's exporter counts as such (gpulse.lost): by the straggler's node
 OTHER_NODES_LOST_5M = "workload_node:gpulse_other_nodes_lost_seconds:rate5m"
+# ... and the per-node means it reads, per second of wall time, not gated by the
+# group holding its workload (their rises and falls after the job exits count)
+WNODE_ACTIVE_RATE_5M = "workload_node:gpulse_gpu_active_seconds:rate5m"
+WNODE_BUSY_RATE_5M = "workload_node:gpulse_gpu_busy_seconds:rate5m"
+WNODE_SPIN_WAIT_RATE_5M = "workload_node:gpulse_gpu_spin_wait_seconds:rate5m"
 GROUP_STALL_2M = "node_workload:gpulse_group_sync_stall:ratio_rate2m"
 GROUP_STALL_5M = "node_workload:gpulse_group_sync_stall:ratio_rate5m"
 

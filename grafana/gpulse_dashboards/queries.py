@@ -388,8 +388,9 @@ def lost_hours(sel: str, by: str) -> str:
     """GPU-hours lost over the dashboard's range, by `by` (reason and cause always):
     increase() of the exporter's counter itself, exact at any range and scrape, with
     what a straggler cost a workload's GPUs on its other nodes, which no exporter
-    counts (the gpulse.lost record OTHER_NODES_LOST_5M, evaluated every minute, so
-    its integral is its sum over the range times 60; its sync_stall series is
-    negative: the other nodes' stall time that was that wait)."""
+    counts (the gpulse.lost record OTHER_NODES_LOST_5M, a rate: its integral is its
+    value at each minute, a subquery's, times 60, whatever interval the ruler
+    evaluates it at; its sync_stall series is negative: the other nodes' stall time
+    that was that wait)."""
     return (f"sum by ({by}, reason, cause) (\n  increase({LOST}{{{sel}}}[$__range])\n"
-            f"  or sum_over_time({OTHER_NODES_LOST_5M}{{{sel}}}[$__range]) * 60\n) / 3600")
+            f"  or sum_over_time({OTHER_NODES_LOST_5M}{{{sel}}}[$__range:1m]) * 60\n) / 3600")
