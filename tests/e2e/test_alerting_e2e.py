@@ -14,6 +14,7 @@ What the test changes, and only that:
 """
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -110,6 +111,9 @@ def test_imbalance_pages_through_alertmanager_and_balanced_stays_quiet(stack):
     assert "of node e2e-imbalance did 8" in ann["description"] or "of node e2e-imbalance did 9" in ann["description"]
     assert "Least active: GPU 2" in ann["description"] or "Least active: GPU 3" in ann["description"]
     assert "Most active: GPU 0" in ann["description"] or "Most active: GPU 1" in ann["description"]
+    # and the lost time's query over the exporter's scraped counter, the alert carrying
+    # the external cluster label that the counter lacks
+    assert re.search(r"Lost to imbalance over the last hour: \d+\.\d\d GPU-hours\.", ann["description"]), ann
 
     # Intact: exactly the labels and annotations Prometheus computed for the alert
     (firing,) = [a for a in _prom_alerts(prom) if a["labels"].get("alertname") == "GpulseWorkloadImbalance"

@@ -18,6 +18,7 @@ victoria-metrics' `-search.latencyOffset=1s` (see testing/vmstack.py).
 """
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -64,6 +65,9 @@ def test_imbalance_pages_through_alertmanager_as_with_prometheus(stack):
     assert f"of node {IMBALANCE} did 8" in ann["description"] or f"of node {IMBALANCE} did 9" in ann["description"]
     assert "Least active: GPU 2" in ann["description"] or "Least active: GPU 3" in ann["description"]
     assert "Most active: GPU 0" in ann["description"] or "Most active: GPU 1" in ann["description"]
+    # and the lost time's query over the exporter's scraped counter, the alert carrying
+    # the external cluster label that the counter lacks
+    assert re.search(r"Lost to imbalance over the last hour: \d+\.\d\d GPU-hours\.", ann["description"]), ann
 
 
 def test_the_same_alerts_reach_the_webhook_as_with_prometheus(stack):
