@@ -32,12 +32,15 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, require_binary, require_data
+from conftest import CPU_BOUND, ROOT, require_binary, require_data
 
 from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.rulenames import OTHER_NODES_LOST_5M as OTHER  # noqa: E402
 
 PAD = 40          # the exporters keep serving their last values 10 minutes after the job
+
+# four nodes' exports, two reports and promtool per test: CPU-bound (conftest)
+pytestmark = CPU_BOUND
 
 
 def _run(name: str, out):
