@@ -24,10 +24,10 @@ from __future__ import annotations
 from gpulse.analysis.thresholds import value
 from gpulse.palette import SPIN_WEIGHT
 # the recording rules' names, written once for the rule templates and the dashboards
-from gpulse.rulenames import (CELL_SECONDS, CELLS_1M, OTHER_NODES_LOST_5M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
+from gpulse.rulenames import (CELL_SECONDS, CELLS_1M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
                               GPU_BUSY_DEV_5M as BUSY_PEER_DEV, GPU_BUSY_GAP_5M as BUSY_PEER_GAP,
                               GPU_PEER_WAIT_5M as PEER_WAIT, INCREASE_15S as INCREMENTS,
-                              NODE_ACTIVE_DISTANCE_1M as NODE_DISTANCE,
+                              NODE_ACTIVE_DISTANCE_1M as NODE_DISTANCE, OTHER_NODES_LOST_5M,
                               WNODE_DEV_5M as NODE_PEER_DEV, WNODE_PEER_WAIT_5M as NODE_PEER_WAIT, cells)
 
 # What makes a GPU a straggler, as the GpulseStragglerGPU alert judges it: it

@@ -511,26 +511,27 @@ class Judgement:
         by_cause = {c: v for (r, c), v in ticks.items() if r == "straggler" and v > 0}
         booked = sum(by_cause.values())
         gpus: dict[str, dict[str, float]] = {}
-        lost_at: dict[tuple[str, str, str], float] = {}
+        lost_at: dict[tuple[str, str, str], dict[str, float]] = {}     # (node, workload, reason) -> by cause
         for k, v in counts.items():
             if isinstance(k, tuple) and k[0] == "gpus_at":
                 gpus.setdefault(k[2], {})[k[1]] = v
             elif isinstance(k, tuple) and k[0] == "lost_at":
-                lost_at[(k[1], k[2], k[3])] = lost_at.get((k[1], k[2], k[3]), 0.0) + v
+                lost_at.setdefault(k[1:4], {})[k[4]] = v
         for w in sorted({st["workload"] for st in self.stragglers + self.straggler_nodes}):
             nodes = gpus.get(w, {})
             total = sum(nodes.values())
             extra, worst = 0.0, ("", 0.0)
             for n in sorted({st["node"] for st in self.stragglers if st["workload"] == w} | set(nodes)):
                 named = [st for st in self.stragglers if st["workload"] == w and st["node"] == n]
-                mine = lost_at.get((n, w, "straggler"), 0.0)
+                causes = lost_at.get((n, w, "straggler"), {})
+                mine = sum(causes.values())
                 engine_n = sum(st["lost_gpu_seconds"] for st in named)
                 if mine > 0 and nodes.get(n, 0) > len(named):
                     per_peer = mine / (nodes[n] - len(named))
                     remote = per_peer * (total - nodes[n])
-                    for k, v in counts.items():
-                        if isinstance(k, tuple) and k[0] == "lost_at" and k[1:4] == (n, w, "straggler") and v > 0:
-                            by[("straggler", k[4])] = by.get(("straggler", k[4]), 0.0) + v / mine * remote
+                    for c, v in causes.items():
+                        if v > 0:
+                            by[("straggler", c)] = by.get(("straggler", c), 0.0) + v / mine * remote
                     if engine_n > 0:
                         for st in named:
                             st["lost_gpu_seconds"] *= (mine + remote) / engine_n
@@ -547,7 +548,7 @@ class Judgement:
                     worst = max(worst, (st["node"], st["lost_gpu_seconds"]), key=lambda x: x[1])
             n = worst[0]
             if extra > 0 and nodes.get(n):
-                stalls = {m: lost_at.get((m, w, "sync_stall"), 0.0) for m in nodes}
+                stalls = {m: sum(lost_at.get((m, w, "sync_stall"), {}).values()) for m in nodes}
                 moved = min(extra, max(0.0, sum(stalls.values()) - stalls[n] * total / nodes[n]))
                 if moved > 0:
                     by[("sync_stall", "")] = by.get(("sync_stall", ""), 0.0) - moved
