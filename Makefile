@@ -36,7 +36,7 @@ demo: $(BASE)
 # end, so a CI log says where the time went.
 PYTEST_WORKERS ?= 4
 test: $(TESTS)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
 
 # the unit tests alone (tests/unit/, under a minute): no gpulse process, no external binary
 test-unit: $(TESTS)

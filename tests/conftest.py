@@ -48,23 +48,8 @@ def cause_corpus(tmp_path_factory):
 KINDS = ("unit", "integration", "e2e")
 
 
-# The order files are handed to the workers (make test runs xdist with
-# --no-loadscope-reorder, so this order is the schedule): the longest first, so that the
-# short ones fill the cores at the end instead of a long file running alone. xdist's own
-# order (files with the most tests first) started the 200 s two-test files last, and the
-# suite's last minutes ran on one core. A file's length is read from what it declares:
-# a module with a longer hang guard than the suite's (CPU_BOUND, or a test's own
-# timeout mark) is CPU-bound on real traces; end-to-end files wait on real stacks;
-# unit files are short.
-def _file_rank(item, top: str) -> tuple[int, int]:
-    mark = item.get_closest_marker("timeout")
-    guard = mark.args[0] if mark is not None and mark.args else 0
-    return (0 if guard > 300 else 1, {"e2e": 0, "integration": 1, "unit": 2}.get(top, 1))
-
-
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).resolve().parent
-    rank: dict[Path, tuple[int, int]] = {}
     for item in items:
         try:
             top = Path(str(item.path)).resolve().relative_to(tests).parts[0]
@@ -72,7 +57,3 @@ def pytest_collection_modifyitems(config, items):
             continue
         if top in KINDS:
             item.add_marker(top)
-        r = _file_rank(item, top)
-        rank[item.path] = min(rank.get(item.path, r), r)
-    # a stable sort: a file's tests stay together and in their own order
-    items.sort(key=lambda item: rank.get(item.path, (1, 1)))
