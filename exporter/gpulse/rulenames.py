@@ -15,7 +15,11 @@ from __future__ import annotations
 # The heatmap cell records, named from their parts because the dashboards select
 # among them by suffix (the "Cells from" variable) and level (node_gpu, node, workload).
 CELL_SECONDS = "gpulse_gpu_cell_seconds"
-INCREASE_15S = "increase15s"     # per-evaluation increments (gpulse.gpu.cells15s)
+CELL_RATIO = "gpulse_gpu_cell_ratio"     # a cell's share, divided when recorded (one evaluation's cells)
+# per-evaluation increments (gpulse.gpu.cells15s): the operation, then the group's
+# interval, which the dashboards compare with a cell's length (`$__interval`)
+INCREASE, CELL_INTERVAL = "increase", "15s"
+INCREASE_15S = INCREASE + CELL_INTERVAL
 CELLS_1M = "cells1m"             # the counters merged per GPU once a minute (gpulse.gpu.cells)
 RATE_5M = "ratio_rate5m"         # the downsampled per-GPU ratios (gpulse.gpu.downsample)
 
@@ -34,6 +38,7 @@ GPU_CELLS_1M = cells("node_gpu", CELLS_1M)
 GPU_CELLS_15S = cells("node_gpu", INCREASE_15S)
 NODE_CELLS_15S = cells("node", INCREASE_15S)
 WORKLOAD_CELLS_15S = cells("workload", INCREASE_15S)
+GPU_CELL_RATIO_15S = f"node_gpu:{CELL_RATIO}:{INCREASE_15S}"
 # each node's distance from its cluster's median node in active share, per minute
 # (gpulse.node.rank): what the nodes overview ranks its rows by, worst first
 NODE_ACTIVE_DISTANCE_1M = "node:gpulse_gpu_active:median_distance1m"

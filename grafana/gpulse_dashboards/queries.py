@@ -24,9 +24,9 @@ from __future__ import annotations
 from gpulse.analysis.thresholds import value
 from gpulse.palette import SPIN_WEIGHT
 # the recording rules' names, written once for the rule templates and the dashboards
-from gpulse.rulenames import (CELL_SECONDS, CELLS_1M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
+from gpulse.rulenames import (CELL_RATIO, CELL_SECONDS, CELLS_1M, GPU_ACTIVE_DEV_5M as PEER_DEV, GPU_ACTIVE_GAP_5M as PEER_GAP,
                               GPU_BUSY_DEV_5M as BUSY_PEER_DEV, GPU_BUSY_GAP_5M as BUSY_PEER_GAP,
-                              GPU_PEER_WAIT_5M as PEER_WAIT, INCREASE_15S as INCREMENTS,
+                              GPU_PEER_WAIT_5M as PEER_WAIT, INCREASE, INCREASE_15S as INCREMENTS,
                               NODE_ACTIVE_DISTANCE_1M as NODE_DISTANCE, OTHER_NODES_LOST_5M,
                               WNODE_DEV_5M as NODE_PEER_DEV, WNODE_PEER_WAIT_5M as NODE_PEER_WAIT, cells)
 
@@ -83,11 +83,31 @@ def _by(level: str) -> str:
     return {"node_gpu": "cluster, node, gpu", "node": "cluster, node", "workload": "cluster, workload"}[level]
 
 
+# A cell one evaluation of the 15 s records long (`$__interval` equal to their
+# interval: the default up to ranges of several hours) reads the share recorded
+# already divided (CELL_RATIO, levels RATIO_LEVELS); a longer cell sums the
+# increments and divides. `$__interval` is spliced into a name matcher the way
+# `${order}` is (NATURAL, RANKED): ONE_EVALUATION matches the records' names only
+# when the cell is one evaluation long, LONGER only when it is not, so exactly one
+# branch reads data.
+ONE_EVALUATION = f'__name__=~".+:{INCREASE}$__interval"'
+LONGER = f'__name__!~".+:{INCREASE}$__interval"'
+RATIO_LEVELS = ("node_gpu",)
+
+
 def recorded_cells(level: str, sel: str, by: str = "") -> str:
+    """recorded_cell_branches joined, the default (one evaluation's cells) last."""
+    return last_is_default(recorded_cell_branches(level, sel, by))
+
+
+def recorded_cell_branches(level: str, sel: str, by: str = "") -> tuple[str, ...]:
     """Cells from the gpulse.gpu.cells15s records (level node_gpu, node or
     workload): the sum of the 15 s increments a cell holds over the sum of their
     sampled time, one division per row at query time; with `by`, each side
-    summed by those labels first (rows of several records).
+    summed by those labels first (rows of several records). Where the level
+    records its share already divided (RATIO_LEVELS) and a cell is one
+    evaluation long, the cell is that share, the same value without the
+    division at every step: a second branch, last.
 
     The window is the cell shifted 1 ms later (`offset -1ms`): Prometheus 2.x
     windows include both ends, so where the evaluations fall on the cells'
@@ -96,15 +116,28 @@ def recorded_cells(level: str, sel: str, by: str = "") -> str:
     and the one at its end is in. A cell then holds the increments ending
     within it, and neighbouring cells tile the time axis: exact at every cell
     length, one evaluation (15 s, ranges up to an hour on a full panel) or
-    several, in one expression, so the default cells pass no `or` between two
-    kinds of cell (bench/dashboards_scale.py)."""
+    several, in one expression, so without the shares the default cells pass
+    no `or` between two kinds of cell, and with them the shares are the last
+    branch, the right side of their one `or` (last_is_default;
+    bench/dashboards_scale.py). The recorded share is read with
+    avg_over_time, which is the share itself for the one evaluation a cell of
+    that length holds, and stays in 0..1 should a ruler's jitter ever put two
+    in one window."""
+    ratio = level in RATIO_LEVELS and not by
+    gate = f"{LONGER}, " if ratio else ""
+
     def pick(signal: str) -> str:
         return f'{{__name__="{level}:{CELL_SECONDS}:{INCREMENTS}", __name__=~"{level}:{CELL_SECONDS}:${{cells}}", ' \
-               f'signal="{signal}", {sel}}}'
+               f'{gate}signal="{signal}", {sel}}}'
     work, sampled = (f"sum_over_time({pick(s)}[$__interval] offset -1ms)" for s in ("${metric}", "sampled"))
     if by:
-        return f"sum by ({by}) ({work})\n/ sum by ({by}) ({sampled})"
-    return f"{work}\n/ ignoring (signal) {sampled}"
+        return (f"sum by ({by}) ({work})\n/ sum by ({by}) ({sampled})",)
+    divided = f"{work}\n/ ignoring (signal) {sampled}"
+    if not ratio:
+        return (divided,)
+    return (divided, f'avg_over_time({{__name__="{level}:{CELL_RATIO}:{INCREMENTS}", '
+                     f'__name__=~"{level}:{CELL_RATIO}:${{cells}}", {ONE_EVALUATION}, signal="${{metric}}", '
+                     f'{sel}}}[$__interval] offset -1ms)')
 
 
 def cell_ratio(sel: str, by: str = "node, gpu") -> str:
@@ -277,7 +310,7 @@ def gpu_rows(sel: str) -> str:
         _ranked(recorded_cells("node_gpu", rk), rec,
                 _rank(_recorded_share("node_gpu", rk, keyed), keyed, "cluster, node"), "device"),
         row_key(cell_ratio(nat, by)),
-        recorded_cells("node_gpu", nat)))
+        *recorded_cell_branches("node_gpu", nat)))
 
 
 def node_rows(sel: str) -> str:

@@ -23,7 +23,13 @@ Variants (which ruler needs which: prometheus/README.md, "Compatibility"):
   the same, at the cost of summing the records rather than computing every GPU's
   increments again (the heatmap cell sums: bench/README.md, "Fleet"). The source
   repeats the expression because a ruler that writes through remote write
-  (vmalert) cannot read its own records within one evaluation.
+  (vmalert) cannot read its own records within one evaluation. A record so read
+  and then filtered by one label's value against a constant vector (the only way
+  to filter an expression in PromQL) becomes a selector with that matcher, which
+  Prometheus answers from its index instead of matching every series:
+
+      (<record>) and on (signal) label_replace(vector(1), "signal", "sampled", "", "")
+      ->  <record>{signal="sampled"}            (`unless`: signal!="sampled")
 - `vmalert`: for a ruler that refuses `keep_firing_for` (vmalert 1.79 as Debian
   ships it: "unknown fields in rule: keep_firing_for"). The field is dropped and
   its effect is written into the expression instead:
@@ -99,6 +105,25 @@ def _flat(expr: str) -> str:
     return "".join(c + s for c, s in zip(code, [*parts[1::2], ""]))
 
 
+# `(record) and|unless on (l) label_replace(vector(1), "l", "v", "", "")`, as _flat writes it
+_FILTERED = re.compile(r'\(([a-zA-Z_:][\w:]*)\) (and|unless) on \((\w+)\) '
+                       r'label_replace\(vector\(1\), "(\w+)", "([^"\\]*)", "", ""\)')
+
+
+def _as_matcher(records: set[str], m: re.Match) -> str:
+    """The filter as a matcher where that means the same: a record read back,
+    the label matched on the constant's, and nothing around that binds tighter
+    than `and`/`unless` (`X and V + 1` filters by V + 1; `Y / (X) and V` filters
+    Y / X), so only an opening parenthesis, `or` or the start before it and a
+    closing one, a set operator or the end after it."""
+    record, op, on, label, v = m.groups()
+    before, after = m.string[:m.start()].rstrip(), m.string[m.end():].lstrip()
+    if (record not in records or on != label or not (before == "" or before.endswith(("(", " or")))
+            or not (after == "" or after.startswith((")", "or ", "and ", "unless ")))):
+        return m.group(0)
+    return f'{record}{{{label}{"=" if op == "and" else "!="}"{v}"}}'
+
+
 def read_records(rules: list[dict]) -> list[dict]:
     """The rules of one group, each repeating the expression of a record written
     before it in the group reading that record instead (see the module doc)."""
@@ -110,6 +135,7 @@ def read_records(rules: list[dict]) -> list[dict]:
         for expr, record in earlier:
             read = read.replace(f"({expr})", f"({record})")
         if read != flat:
+            read = _FILTERED.sub(lambda m: _as_matcher({r for _, r in earlier}, m), read)
             rule = {k: (read + "\n" if k == "expr" else v) for k, v in rule.items()}
         if "record" in rule:
             # the longest first, so a record whose expression holds another's is matched whole

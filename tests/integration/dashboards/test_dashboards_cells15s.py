@@ -113,3 +113,21 @@ def test_rows_in_node_then_gpu_order_and_the_node_row_sums_its_gpus(prom):
     assert min(values) < 0.05 < max(values)
     for t, v in got.items():
         assert v == pytest.approx(want[t], abs=1e-9), t
+
+
+@pytest.mark.parametrize("panel", [sv.HEATMAP, "Nodes"])
+def test_one_evaluation_gpu_cells_read_the_recorded_shares_and_other_cells_divide(prom, panel):
+    """The GPU rows' 15 s cells read the shares recorded already divided
+    (gpulse_gpu_cell_ratio, whose series keep their `signal`); their 1-minute cells,
+    and the node rows' cells at any length, sum the increments and divide (the
+    division drops `signal`). Exactly one branch answers."""
+    p, start, end = prom
+    for range_s, step_s in ((3600, 15), (4 * 3600, 60)):
+        expr, step = _request(range_s, panel, cells=RECORDS)
+        assert step == step_s
+        r = requests.post(p.url + "/api/v1/query_range",
+                          data=dict(query=expr, start=start + 120, end=end, step=step), timeout=120).json()
+        series = r["data"]["result"]
+        assert len(series) == (8 if panel == sv.HEATMAP else 1), (range_s, [s["metric"] for s in series])
+        recorded = panel == sv.HEATMAP and step_s == 15
+        assert {s["metric"].get("signal") for s in series} == ({"active|busy"} if recorded else {None}), range_s

@@ -150,6 +150,10 @@ def test_prometheus_variant_sums_the_records_of_its_group():
     assert exprs["node:gpulse_gpu_cell_seconds:increase15s"] == f"sum by (cluster, node, signal) ({gpu})"
     assert exprs["workload:gpulse_gpu_cell_seconds:increase15s"] == \
         f"sum by (cluster, workload, signal) ({gpu}) unless on (workload) vector(1)"
+    # the shares divide the work and sampled increments of one record, read back
+    # with a matcher each
+    assert exprs["node_gpu:gpulse_gpu_cell_ratio:increase15s"] == (
+        f'({gpu}{{signal!="sampled"}}) / ignoring (signal) group_left () ({gpu}{{signal="sampled"}})')
     assert "offset" in exprs[gpu]
 
 
@@ -165,6 +169,24 @@ def test_read_records_needs_the_whole_expression_of_an_earlier_record():
              {"record": "d:x", "expr": 'max(label_replace(a, "l", "($1)", "m", "(.*)"))'}]
     got = [r["expr"].strip() for r in variants.read_records(rules)]
     assert got[1:] == ['max(b:x) + on (l) x{l="( y )"}', 'max(label_replace(a, "l", "($1)", "m", "(.*)"))']
+
+
+def test_read_records_filters_a_record_read_back_with_a_matcher():
+    sampled = 'label_replace(vector(1), "signal", "sampled", "", "")'
+    rules = [{"record": "b:x", "expr": "sum by (signal) (a)"},
+             {"record": "c:x", "expr": f"(sum by (signal) (a)) and on (signal) {sampled}"},
+             {"record": "d:x", "expr": f"((\n  sum by (signal) (a)\n) unless on (signal) {sampled}) + 1"},
+             # another label than the one matched on, no record read back, or an operator
+             # that binds tighter on either side (the filter is then of more than the
+             # record): left as written
+             {"record": "e:x", "expr": f"(sum by (signal) (a)) and on (other) {sampled}"},
+             {"record": "f:x", "expr": f"(sum(a)) and on (signal) {sampled}"},
+             {"record": "g:x", "expr": f"(sum by (signal) (a)) unless on (signal) {sampled} + 1"},
+             {"record": "h:x", "expr": f"y / (sum by (signal) (a)) and on (signal) {sampled}"}]
+    got = [r["expr"].strip() for r in variants.read_records(rules)]
+    assert got[1:] == ['b:x{signal="sampled"}', '(b:x{signal!="sampled"}) + 1',
+                       f"(b:x) and on (other) {sampled}", f"(sum(a)) and on (signal) {sampled}",
+                       f"(b:x) unless on (signal) {sampled} + 1", f"y / (b:x) and on (signal) {sampled}"]
 
 
 def test_prometheus_variant_records_what_the_source_records(tmp_path):
@@ -197,6 +219,7 @@ def test_prometheus_variant_records_what_the_source_records(tmp_path):
     # that record is there at every order
     inputs = {"node:gpulse_gpu_cell_seconds:increase15s": ("cells15s", 15, 60, 300),
               "workload:gpulse_gpu_cell_seconds:increase15s": ("cells15s", 15, 60, 300),
+              "node_gpu:gpulse_gpu_cell_ratio:increase15s": ("cells15s", 15, 60, 300),
               "workload_node:gpulse_other_nodes_lost_seconds:rate5m": ("training-cost", 60, 360, 840)}
     assert changed == list(inputs)
     rules = tmp_path / "both.rules.yml"
