@@ -84,7 +84,7 @@ def _by(level: str) -> str:
 
 
 # A cell one evaluation of the 15 s records long (`$__interval` equal to their
-# interval: the default up to ranges of several hours) reads the share recorded
+# interval: the GPU heatmap's cells up to a 1-hour range) reads the share recorded
 # already divided (CELL_RATIO, levels RATIO_LEVELS); a longer cell sums the
 # increments and divides. `$__interval` is spliced into a name matcher the way
 # `${order}` is (NATURAL, RANKED): ONE_EVALUATION matches the records' names only
