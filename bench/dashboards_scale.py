@@ -116,11 +116,11 @@ class Prometheus:
             self.proc.wait(timeout=60)
 
 
-def rule_levels(folder: str = "rules") -> list[list[tuple[str, dict]]]:
-    """The shipped recording rules (of prometheus/`folder`) grouped by dependency
-    depth: level 0 reads only scraped series, level n reads rules of level < n."""
+def rule_levels() -> list[list[tuple[str, dict]]]:
+    """The shipped recording rules grouped by dependency depth: level 0 reads
+    only scraped series, level n reads rules of level < n."""
     rules: list[tuple[str, dict]] = []
-    for f in sorted((ROOT / "prometheus" / folder).glob("*.yml")):
+    for f in sorted((ROOT / "prometheus" / "rules").glob("*.yml")):
         for g in yaml.safe_load(f.read_text())["groups"]:
             rules += [(g.get("interval", ""), r) for r in g["rules"] if "record" in r]
     names = {r["record"] for _, r in rules}
@@ -195,10 +195,9 @@ NODE_RECORD = NODE_CELLS_15S
 
 def node_record_rules() -> list[list[tuple[str, dict]]]:
     """The shipped rules that read the node cell sums alone (the nodes overview's
-    worst-first rank and its recorded shares), as rule_levels gives them for
-    Prometheus, whose variant reads the records written before in a group."""
+    worst-first rank), as rule_levels gives them."""
     return [[(iv, r) for iv, r in level if NODE_RECORD in r["expr"] and "gpulse_gpu_" not in
-             r["expr"].replace(NODE_RECORD, "")] for level in rule_levels("rules-prometheus")][1:]
+             r["expr"].replace(NODE_RECORD, "")] for level in rule_levels()][1:]
 
 
 def write_node_records(om: Path, nodes: int, w0: int, w1: int) -> tuple[int, int]:
