@@ -5,9 +5,11 @@ a hash of the per-tick fields the report keeps from the engine's snapshots (each
 integrals, peer deviations and costs, each group's holding, stall seconds, imbalance
 and episodes: collect.Recording). Inputs: the recorded logs of a directory (the
 detection corpus written by `python -m bench.lib.corpus`, and the real traces and captures
-of ../shared/data), and the simulator run of bench/report_render.py.
+of ../shared/data), multi-node jobs (a glob of per-node logs read as one job, as
+`gpulse report --input 'GLOB'` reads them), and the simulator run of
+bench/report_render.py.
 
-    .venv/bin/python bench/findings_hash.py [--corpus DIR] [--sim 64x4] [--against REV]
+    .venv/bin/python bench/findings_hash.py [--corpus DIR] [--job GLOB ...] [--sim 64x4] [--against REV]
 
 With --against REV the tree at REV computes the same hashes in a process of its own and
 every input is compared: the command exits 1 on any difference.
@@ -15,6 +17,7 @@ every input is compared: the command exits 1 on any difference.
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -32,6 +35,8 @@ sys.path.insert(0, str(ROOT))          # bench.lib
 from bench.lib.proc import tree_at  # noqa: E402
 
 LOG_SUFFIXES = (".csv", ".txt", ".log", ".prom")
+# an input that is a job: this prefix, then a glob of its per-node logs
+JOB = "job:"
 
 
 def logs(corpus: str | None) -> list[Path]:
@@ -80,8 +85,14 @@ def compute(paths: list[str], sims: list[str]) -> dict[str, dict]:
     for p in paths:
         c0 = time.process_time()
         try:
-            rec = inputs.from_log(p)
-            with open(p, encoding="utf-8", errors="replace", newline="") as fh:
+            if p.startswith(JOB):
+                # one job: its logs' clocks aligned, judged as one workload
+                rec = inputs.from_logs([p[len(JOB):]])
+                p_first = sorted(glob.glob(p[len(JOB):]))[0]
+            else:
+                rec = inputs.from_log(p)
+                p_first = p
+            with open(p_first, encoding="utf-8", errors="replace", newline="") as fh:
                 settle(rec, detect_format([fh.readline().rstrip("\r\n") for _ in range(50)]), None)
         except ReportError as e:
             out[p] = {"error": str(e)}
@@ -110,6 +121,8 @@ def worker(tree: str, paths: list[str], sims: list[str]) -> dict[str, dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", metavar="DIR", help="a corpus written by `python -m bench.lib.corpus --out DIR`")
+    ap.add_argument("--job", action="append", default=[], metavar="GLOB",
+                    help="a multi-node job: a glob of its per-node logs (repeatable)")
     ap.add_argument("--sim", default="64x4", help="simulator runs, GPUSxHOURS, comma-separated ('' for none)")
     ap.add_argument("--against", metavar="REV", help="compare with the tree at git revision REV")
     ap.add_argument("--worker", metavar="TREE", help=argparse.SUPPRESS)
@@ -120,7 +133,7 @@ def main() -> int:
         sys.path[:0] = [os.path.join(ns.worker, "exporter")]
         print(json.dumps(compute(ns.paths, sims)))
         return 0
-    paths = [str(p) for p in logs(ns.corpus)]
+    paths = [str(p) for p in logs(ns.corpus)] + [JOB + os.path.abspath(g) for g in ns.job]
     if not paths and not sims:
         raise SystemExit("nothing to hash: give --corpus DIR or --sim")
     mine = worker(str(ROOT), paths, sims)
@@ -131,7 +144,8 @@ def main() -> int:
     differ = 0
     every = hashlib.sha256()
     for name, r in mine.items():
-        shown = os.path.relpath(name, ns.corpus) if ns.corpus and name.startswith(ns.corpus) else Path(name).name
+        shown = (name if name.startswith(JOB) else
+                 os.path.relpath(name, ns.corpus) if ns.corpus and name.startswith(ns.corpus) else Path(name).name)
         line = (f"{shown:<44} error: {r['error'][:60]}" if "error" in r else
                 f"{shown:<44} findings {r['findings']} tracks {r['tracks']} cpu {r['cpu']:7.2f} s")
         every.update(json.dumps({k: v for k, v in r.items() if k != "cpu"}, sort_keys=True).encode())

@@ -262,13 +262,63 @@ def test_replay_polls_alike(log, speed, monkeypatch, tmp_path):
     assert len(fast) > 3
 
 
-def test_rows_with_clock_event_states_are_made_records():
-    """A log whose rarer columns include a clock-event state or the `.active` mask
-    (its states integrate into throttle seconds per GPU, in row order), ECC or
-    remapped rows still needs smi_record: no plain-Rows plan for it. Clock-event
-    counters and the power limit are plain columns."""
-    from gpulse.sources.recorded.smi import gauge_plan
-    assert gauge_plan(("t", "util", "power")) is not None
-    assert gauge_plan(("t", "util", "power", "limit", "thr:sw_thermal")) is not None
-    for extra in ("thr_mask", "thr_state:sw_power_cap", "ecc_uncorrected", "remap_pending", "remap_correctable"):
-        assert gauge_plan(("t", "util", "power", "thr:sw_thermal", extra)) is None, extra
+def _rare_log(path, seed: int) -> None:
+    """A long log with every rarer column at once: the reasons' own states before the
+    `.active` mask (a reason's own column wins), ECC counts that grow, remapped rows
+    with `.pending` sometimes [N/A] (a text cell: the row stays plain), the link's
+    maximum generation from the GPU's and the root port's, and clock-event counters."""
+    rng = random.Random(seed)
+    lines = smi_csv(polls=2500, gpus=4).splitlines()
+    out = [lines[0] + ", clocks_event_reasons.hw_slowdown, clocks_event_reasons.active, "
+                      "ecc.errors.corrected.volatile.total, ecc.errors.uncorrected.volatile.total, "
+                      "remapped_rows.correctable, remapped_rows.uncorrectable, remapped_rows.pending, "
+                      "pcie.link.gen.gpumax, pcie.link.gen.hostmax, "
+                      "clocks_event_reasons_counters.sw_thermal_slowdown [us]"]
+    ecc = [0] * 4
+    for k, ln in enumerate(lines[1:]):
+        gpu = k % 4
+        ecc[gpu] += rng.random() < 0.01
+        pending = rng.choice(("No", "No", "Yes", "[N/A]"))
+        mask = f"0x{rng.choice((0, 4, 8, 0x24)):016x}"
+        out.append(f"{ln}, {rng.choice(('Active', 'Not Active'))}, {mask}, {ecc[gpu] * 3}, {ecc[gpu]}, "
+                   f"{gpu}, 0, {pending}, 5, {rng.choice((4, 5))}, {k * 1000} us")
+    path.write_text("\n".join(out) + "\n")
+
+
+def test_rows_with_rarer_fields_are_rows_read_alike(monkeypatch, tmp_path):
+    """Clock-event states (integrated per GPU in row order), ECC, remapped rows and a
+    derived link generation are made a column at a time (smi.plain_parts): the same
+    records as row by row, and they travel as Rows, not a Record each."""
+    p = tmp_path / "rare.csv"
+    _rare_log(p, 4)
+    run = read_alike(str(p), monkeypatch, 0.9)
+    readings = [reading for _, reading in run[2]]
+    assert any(r.counters.get("throttle_seconds_total", {}).get(("hw_slowdown",), 0) > 0 for r in readings)
+    assert any(r.counters.get("ecc_errors_total", {}).get(("uncorrected",), 0) > 0 for r in readings)
+    assert {r.gauges.get("remapping_pending") for r in readings} == {None, 0.0, 1.0}
+    assert {r.gauges.get("pcie_link_max_generation") for r in readings} == {4.0, 5.0}
+    from gpulse.sources.recorded import read_log
+    from gpulse.sources.recorded.records import Rows
+    made = [0]
+    real = Rows.__init__
+
+    def counted(self, t, *rest):
+        made[0] += len(t)
+        real(self, t, *rest)
+
+    monkeypatch.setattr(Rows, "__init__", counted)
+    read_log(str(p))
+    assert made[0] > 0.9 * len(readings), (made[0], len(readings))
+
+
+def test_a_log_of_utilisation_alone_reads_and_replays(monkeypatch, tmp_path):
+    """timestamp, index and utilization.gpu only: rows with no gauge at all. Its Rows
+    once had no gauges list (the replay failed on an index past its end)."""
+    p = tmp_path / "util.csv"
+    lines = smi_csv(polls=2500, gpus=4).splitlines()
+    p.write_text("\n".join(",".join(ln.split(",")[:3]) for ln in lines) + "\n")
+    run = read_alike(str(p), monkeypatch, 0.9)
+    assert all(not reading.gauges for _, reading in run[2])
+    polls = _polls(str(p), True, monkeypatch, 0)
+    assert polls[1:-1] == _polls(str(p), False, monkeypatch, 0)[1:-1]
+    assert sum(len(r.samples) for poll in polls[1:-1] if poll for r in poll.readings) == 10_000

@@ -202,23 +202,18 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
     first: float | None = None
     cut = False
     try:
-        for rec in stream.records():
+        for t, g, s, gauges in _readings(stream):
             if first is None:
-                first = rec.t
-            elif scan is not None and rec.t - first > scan:
+                first = t
+            elif scan is not None and t - first > scan:
                 cut = True
                 break
-            r = rec.reading
-            if r.error is not None:
-                continue
-            s = rec.sample
-            g = r.gpu
             if s.power_w is not None:
                 top[g] = max(top.get(g, 0.0), s.power_w)
                 if s.util is not None and s.util < idle:
                     floor[g] = min(floor.get(g, s.power_w), s.power_w)
-            if r.gauges and r.gauges.get("power_limit_watts"):
-                limit[g] = r.gauges["power_limit_watts"]
+            if gauges and gauges.get("power_limit_watts"):
+                limit[g] = gauges["power_limit_watts"]
             a = activity_of(s, "auto", spin_gate_watts(gate, limit.get(g), top.get(g), floor.get(g)))
             if a is None:
                 continue
@@ -229,8 +224,8 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
             elif now == state:
                 cand = None
             elif cand is None:
-                cand = rec.t
-            elif rec.t - cand >= EDGE_HOLD_S:
+                cand = t
+            elif t - cand >= EDGE_HOLD_S:
                 (starts if now else ends).append(cand)
                 state, cand = now, None
                 if len(starts) >= ALIGN_EDGES and len(ends) >= ALIGN_EDGES:
@@ -238,6 +233,18 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
     finally:
         stream.close()
     return (starts, ends), cut
+
+
+def _readings(stream: LogStream) -> Iterator[tuple[float, str, Any, dict[str, Any] | None]]:
+    """(t, gpu, sample, gauges) of every readable record of the stream, in its order;
+    a run of Rows read as columns, without a Record per row."""
+    for item in stream.items():
+        if type(item) is Rows:
+            yield from zip(item.t, item.gpu, item.samples, item.gauges)
+            continue
+        r = item.reading
+        if r.error is None:
+            yield item.t, r.gpu, r.samples[0], r.gauges
 
 
 def _offset(mine: tuple[list[float], list[float]], ref: tuple[list[float], list[float]]

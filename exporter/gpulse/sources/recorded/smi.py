@@ -3,7 +3,8 @@
 each held the clocks."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+import operator
+from typing import Any, Mapping, NamedTuple
 
 from ...catalog import THROTTLE_REASONS
 from ...model import Reading, Sample
@@ -33,6 +34,22 @@ def mask_states(mask: int) -> dict[str, bool]:
     return {r: bool(mask >> i & 1) for i, r in enumerate(THROTTLE_REASONS)}
 
 
+def mask_cell_states(cell: str) -> dict[str, bool]:
+    """mask_states of a mask cell as logged ('0x0000000000000004'); raises ValueError
+    when it is no hex number. The dict is shared: read it, do not change it. A log
+    writes a few distinct masks, one per row of every GPU, so each is decoded once."""
+    states = _mask_cells.get(cell)
+    if states is None:
+        states = mask_states(int(cell, 16))
+        if len(_mask_cells) > 4096:
+            _mask_cells.clear()
+        _mask_cells[cell] = states
+    return states
+
+
+_mask_cells: dict[str, dict[str, bool]] = {}
+
+
 class ReasonTime:
     """Reasons logged as states (Active / Not Active, or the bit mask) -> the seconds
     each held the clocks, as the counters NVML keeps (clocks_event_reasons_counters.*):
@@ -45,23 +62,36 @@ class ReasonTime:
 
     def __init__(self) -> None:
         self._last: dict[str, tuple[float, float]] = {}     # gpu -> (t, its latest step)
-        self._total: dict[str, dict[str, float]] = {}
+        # gpu -> {(reason,): seconds}: keyed as the throttle counter's label values
+        self._total: dict[str, dict[tuple[str], float]] = {}
+        self._known: dict[str, frozenset[str]] = {}       # gpu -> the reasons in its total
 
-    def add(self, gpu: str, t: float, states: Mapping[str, bool]) -> dict[str, float]:
-        total = self._total.setdefault(gpu, {})
+    def add(self, gpu: str, t: float, states: Mapping[str, bool]) -> dict[tuple[str], float]:
+        """The GPU's seconds by reason, as counter label values ((reason,): seconds),
+        every reason it has logged in the order first seen. The dict is this object's
+        own, changed by the next add(): read it, do not keep it (one call per row)."""
+        total = self._total.get(gpu)
+        if total is None:
+            total = self._total[gpu] = {}
         prev = self._last.get(gpu)
         dt = t - prev[0] if prev is not None else 0.0
         if dt > 0:
             if dt <= max(self.GAP_MIN, self.GAP_STEPS * prev[1]):
+                get = total.get
                 for r, on in states.items():
                     if on:
-                        total[r] = total.get(r, 0.0) + dt
+                        key = (r,)
+                        total[key] = get(key, 0.0) + dt
             self._last[gpu] = (t, dt if dt <= self.GAP_MIN else prev[1])
         elif prev is None:
             self._last[gpu] = (t, 0.0)
-        for r in states:
-            total.setdefault(r, 0.0)
-        return dict(total)
+        known = self._known.get(gpu)
+        if known is None or not states.keys() <= known:
+            # a reason not logged before joins, after those held in this row
+            for r in states:
+                total.setdefault((r,), 0.0)
+            self._known[gpu] = frozenset(r for (r,) in total)
+        return total
 
 
 def smi_record(t: float, gpu: str, v: dict[str, Any], line: int, lost: str | None,
@@ -146,31 +176,117 @@ def _rare_fields(gpu: str, t: float, v: dict[str, Any], gauges: dict[str, Any], 
     if has_states and reasons is not None:
         states = v["thr_states"]
         if states:
-            setdefault = thr.setdefault
-            for r, secs in reasons.add(gpu, t, states).items():
-                setdefault((r,), secs)
+            held = reasons.add(gpu, t, states)
+            if thr:
+                setdefault = thr.setdefault
+                for lab, secs in held.items():
+                    setdefault(lab, secs)
+            else:
+                thr = dict(held)
     if thr:
         counters["throttle_seconds_total"] = thr
 
 
-def gauge_plan(keys: tuple[str, ...]) -> tuple[str | None, tuple[tuple[str, str], ...], str | None,
-                                               tuple[tuple[tuple[str], str], ...]] | None:
-    """For rows with these fields, none of them None (a batch reader's plain rows): the
-    field their power is read from, the (field, gauge) pairs of their gauges in
-    smi_record's order (the power's under the field "power"), the field of their power
-    limit (None: not logged) and the (label values, field) pairs of their throttle
-    counters, as smi_record makes them; None when a rarer field (ECC, remapped rows,
-    clock-event states, which integrate per GPU in row order) needs smi_record row by
-    row."""
-    if any(k == "thr_mask" or k.startswith("thr_state:") for k in keys):
-        return None
+def _getter(keys: tuple[Any, ...]) -> Any:
+    """A function of a mapping: its values of `keys`, as a tuple."""
+    if len(keys) == 1:
+        (key,) = keys
+        return lambda d: (d[key],)
+    return operator.itemgetter(*keys) if keys else (lambda d: ())
+
+
+class RowPlan(NamedTuple):
+    """What smi_record makes of rows with a set of fields, each numeric one a number
+    (a batch reader's plain rows; a text field may be None): planned once, applied a
+    column at a time by plain_parts()."""
+    power: str | None                                   # the field power is read from
+    gauges: tuple[tuple[str, str], ...]                 # (field, gauge), smi_record's order; power's as "power"
+    limit: str | None                                   # the power limit's field
+    thr: tuple[tuple[tuple[str], str], ...]             # throttle counters: (label values, field)
+    remap: tuple[tuple[tuple[str], str], ...]           # remapped rows: (label values, field)
+    pending: bool                                       # remapped_rows.pending logged (text: may be None)
+    ecc: tuple[tuple[tuple[str], str], ...]             # ECC counters: (label values, field)
+    states: bool                                        # clock-event states logged (thr_states)
+
+
+def row_plan(keys: tuple[str, ...]) -> RowPlan:
+    """The plan of rows whose values have these fields, in the order a row's values
+    dict has them (clock-event states as one field, "thr_states")."""
     power_keys, gauge_keys, rare = _plan(keys)
-    limit, thr = None, ()
+    limit: str | None = None
+    thr = remap = ecc = ()
+    pending = states = False
     if rare is not None:
-        limit_keys, remap, pending, ecc_keys, thr, has_states = rare
-        if remap or pending or ecc_keys or has_states:
-            return None
-        # every field of a plain row has a value: the first of the preferred limits is it
+        limit_keys, remap, pending, ecc, thr, states = rare
+        # every numeric field of a plain row has a value: the first of the preferred limits is it
         limit = limit_keys[0] if limit_keys else None
     power = power_keys[0] if power_keys else None
-    return power, tuple((k, g) for k, g in gauge_keys if k != "power" or power is not None), limit, thr
+    return RowPlan(power, tuple((k, g) for k, g in gauge_keys if k != "power" or power is not None), limit, thr,
+                   remap, pending, ecc, states)
+
+
+def plain_parts(plan: RowPlan, col: Mapping[str, list[Any]], taken: list[int], gpus: list[str], ts: list[float],
+                states: list[Mapping[str, bool]] | None, reasons: ReasonTime
+                ) -> tuple[list[Sample], list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """smi_record's samples, gauges and counters of plain rows, a column at a time:
+    rows `taken` of the columns `col` (by field), their GPUs and times, and each row's
+    clock-event states where the plan has them (integrated by `reasons` in row order,
+    as smi_record does). Counters None: no row has any."""
+    n = len(taken)
+    none = [None] * n
+    us = [col["util"][k] for k in taken] if "util" in col else none
+    ps = [col[plan.power][k] for k in taken] if plan.power is not None else none
+    ms = [col["mem_used"][k] for k in taken] if "mem_used" in col else none
+    samples = list(map(Sample, ts, us, ps, ms))
+    names = tuple(g for _, g in plan.gauges) + (("power_limit_watts",) if plan.limit is not None else ())
+    gcols = [col[plan.power if k == "power" else k] for k, _ in plan.gauges]
+    if plan.limit is not None:
+        gcols.append(col[plan.limit])
+    gauges = ([dict(zip(names, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])] if gcols
+              else [{} for _ in taken])
+    if plan.remap or plan.pending:
+        rcols = [(lab, col[f]) for lab, f in plan.remap]
+        pcol = col["remap_pending"] if plan.pending else None
+        for g, k in zip(gauges, taken):
+            if rcols:
+                g["remapped_rows"] = {lab: c[k] for lab, c in rcols}
+            if pcol is not None and (word := pcol[k]) is not None:
+                g["remapping_pending"] = 1.0 if word.lower() in ("yes", "1", "true") else 0.0
+    if not (plan.thr or plan.ecc or (plan.states and states is not None)):
+        return samples, gauges, None
+    def dicts(pairs: tuple[tuple[tuple[str], str], ...]) -> list[dict[Any, Any]]:
+        """Per row, {label values: value} of these (label values, field) pairs."""
+        labels = [lab for lab, _ in pairs]
+        return [dict(zip(labels, vals)) for vals in zip(*[[col[f][k] for k in taken] for _, f in pairs])]
+
+    eccs = dicts(plan.ecc) if plan.ecc else None
+    thrs = dicts(plan.thr) if plan.thr else None
+    own = frozenset(lab for lab, _ in plan.thr)
+    # per (GPU, how many reasons it has): the reasons the states add to the counted ones,
+    # and a getter of their seconds (a GPU's reasons only grow, in the order first seen)
+    added: dict[tuple[str, int], tuple[tuple[tuple[str], ...], Any]] = {}
+    counters: list[dict[str, Any]] = []
+    for j in range(n):
+        c: dict[str, Any] = {}
+        if eccs is not None:
+            c["ecc_errors_total"] = eccs[j]
+        thr = thrs[j] if thrs is not None else {}
+        held_now = states[j] if states is not None else None
+        if held_now:
+            gpu = gpus[j]
+            held = reasons.add(gpu, ts[j], held_now)
+            if thr:
+                # smi_record's setdefault of each held reason: the counted ones stay
+                how = added.get((gpu, len(held)))
+                if how is None:
+                    extra = tuple(lab for lab in held if lab not in own)
+                    how = added[(gpu, len(held))] = (extra, _getter(extra))
+                extra, get = how
+                if extra:
+                    thr.update(zip(extra, get(held)))
+            else:
+                thr = dict(held)
+        if thr:
+            c["throttle_seconds_total"] = thr
+        counters.append(c)
+    return samples, gauges, counters

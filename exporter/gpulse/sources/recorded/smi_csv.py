@@ -14,7 +14,8 @@ from ..cells import LOST, NOT_AVAILABLE, UNITS, CellError, is_gpu_index, parse_q
 from . import smi_fast
 from .dcgm import sniff_csv
 from .records import LogFormatError, Problems, Record, Rows, RunFacts
-from .smi import ACTIVE, NOT_ACTIVE, SMI_REASONS, ReasonTime, gauge_plan, mask_states, smi_record
+from .smi import (ACTIVE, NOT_ACTIVE, SMI_REASONS, ReasonTime, mask_cell_states, plain_parts, row_plan,
+                  smi_record)
 
 # First dotted component of every nvidia-smi --query-gpu field (as nvidia-smi prints the
 # header) plus the query aliases; a header column outside this vocabulary is reported.
@@ -203,7 +204,7 @@ class _Plain:
         if states:
             line = self.lines[j]
             for c, column in states:
-                _state(values, c, column[k], line, err)
+                _put_state(values, c, column[k], line, err)
         return values
 
 
@@ -377,21 +378,77 @@ def _state(values: dict[str, Any], c: _Column, cell: str, line: int, err: Proble
     values["thr_states"]; a reason's own column wins over the mask."""
     if NOT_AVAILABLE.match(cell):
         return
-    states = values.setdefault("thr_states", {})
+    _put_state(values, c, cell, line, err)
+
+
+def _put_state(values: dict[str, Any], c: _Column, cell: str, line: int, err: Problems) -> None:
+    """_state of a cell that is no [N/A] marker (the vectorised reader's cells are
+    Active, Not Active or a hex mask: checked there, not again per row)."""
+    states = values.get("thr_states")
+    if states is None:
+        states = values["thr_states"] = {}
     if c.field == "thr_mask":
         try:
-            mask = int(cell, 16)
+            held = mask_cell_states(cell)
         except ValueError:
             err.add(line, f"column {c.label!r}: not a hex bit mask: {cell[:40]!r}; value dropped")
             return
-        for r, on in mask_states(mask).items():
-            states.setdefault(r, on)
+        if states:
+            for r, on in held.items():
+                states.setdefault(r, on)
+        else:
+            states.update(held)
         return
     word = cell.lower()
     if word not in (ACTIVE, NOT_ACTIVE):
         err.add(line, f"column {c.label!r}: not Active or Not Active: {cell[:40]!r}; value dropped")
         return
-    states[c.field.split(":", 1)[1]] = word == ACTIVE
+    states[c.field[_REASON_AT:]] = word == ACTIVE
+
+
+def _states_of(cells: tuple[str, ...], state_cols: list[tuple[_Column, Any]], fields: tuple[str, ...]
+               ) -> dict[str, bool]:
+    """The clock-event states of a plain row's state cells (checked by the vectorised
+    reader: Active, Not Active or a hex mask), as _put_state makes them in column
+    order; `fields` are the state columns' fields. A log writes a few distinct
+    combinations: each is decoded once, and the dict is shared (ReasonTime.add reads it)."""
+    key = (fields, cells)
+    states = _combos.get(key)
+    if states is None:
+        values: dict[str, Any] = {}
+        for (c, _), cell in zip(state_cols, cells):
+            _put_state(values, c, cell, 0, _NO_PROBLEMS)
+        states = values.get("thr_states", {})
+        if len(_combos) > 4096:
+            _combos.clear()
+        _combos[key] = states
+    return states
+
+
+_combos: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, bool]] = {}
+
+
+class _NoProblems:
+    """Where _states_of's cells could have a problem: they cannot (checked cells)."""
+
+    def add(self, line: int, message: str) -> None:
+        raise AssertionError(f"a checked state cell had a problem: {message}")
+
+
+_NO_PROBLEMS: Any = _NoProblems()
+
+
+# a state column's field is thr_state:<reason>
+_REASON_AT = len("thr_state:")
+assert all(f.startswith("thr_state:") for f in _STATE_FIELDS - {"thr_mask"})
+
+
+def _link_gen_max(values: dict[str, Any]) -> None:
+    """The highest PCIe generation the link can reach, where the log has the GPU's and
+    the root port's instead: the lower of the two."""
+    if values.get("link_gen_max") is None and values.get("link_gen_gpumax") is not None:
+        host = values.get("link_gen_hostmax")
+        values["link_gen_max"] = min(values["link_gen_gpumax"], host) if host else values["link_gen_gpumax"]
 
 
 # rows read ahead to learn how many rows one poll writes (see _rows_per_poll)
@@ -399,6 +456,9 @@ RHYTHM_ROWS = 8193
 # a batch's plain rows are made Rows this many at a time: each row's Sample and gauges
 # are made as the stream asks for them, not a whole batch's at once (memory)
 ROWS_PIECE = 4096
+# rows with rarer fields (clock-event states, ECC, remapped rows) hold their own dicts
+# from the start: fewer a piece
+RARE_PIECE = 1024
 
 
 def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record | Rows]:
@@ -467,31 +527,33 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
         if gpu not in found:
             found[gpu] = DeviceInfo(gpu=gpu, uuid=values.get("uuid") or "", model=values.get("model") or "",
                                     pci_bus_id=values.get("pci") or "", driver=values.get("driver") or "")
-        if values.get("link_gen_max") is None and values.get("link_gen_gpumax") is not None:
-            # the link can reach the lower of what the GPU and its root port support
-            host = values.get("link_gen_hostmax")
-            values["link_gen_max"] = min(values["link_gen_gpumax"], host) if host else values["link_gen_gpumax"]
+        _link_gen_max(values)
         return smi_record(t, gpu, values, line, lost, reasons)
 
     def plain(b: _Plain) -> Iterator[Record | Rows]:
         """A run of plain rows: Rows, but a Record for a row that needs one (a GPU's
-        first, a row the key or the clock must be judged on), and a Record each, made
-        as the stream asks for it, where rarer fields need smi_record (its dicts are
-        several times a plain row's: held a batch at a time, a job's logs together
-        would hold hundreds of MB)."""
+        first, a row the key or the clock must be judged on). Each row's values are
+        what smi_record would make of them, made a column at a time (smi.plain_parts),
+        a piece at a time: rows with rarer fields (clock-event states, ECC, remapped
+        rows) hold dicts several times a plain row's, and a job's logs are read together,
+        so fewer of them make a piece."""
         col = {c.field: column for c, column in zip(b.cols, b.columns)}
         key_field, where, lines = b.key_field, b.where, b.lines
         tcol = col.get("t")
-        keys = tuple(c.field for c in b.cols)
-        derived = "link_gen_max" not in col and "link_gen_gpumax" in col
-        plan = gauge_plan(keys + (("link_gen_max",) if derived else ())) if tcol is not None else None
-        if plan is None:
+        if tcol is None:
+            # no clock: one() counts the instants, row by row
             for j, k in enumerate(where):
-                rec = one(lines[j], b.position + j, tcol[k] if tcol is not None else None, b.values(j, err), None,
-                          key_field)
+                rec = one(lines[j], b.position + j, None, b.values(j, err), None, key_field)
                 if rec is not None:
                     yield rec
             return
+        state_cols = [(c, column) for c, column in zip(b.cols, b.columns) if c.field in _STATE_FIELDS]
+        state_fields = tuple(c.field for c, _ in state_cols)
+        derived = "link_gen_max" not in col and "link_gen_gpumax" in col
+        # the fields a row's values dict has, in its order (see _Plain.values and one())
+        keys = (tuple(c.field for c in b.cols if c.field not in _STATE_FIELDS)
+                + (("thr_states",) if state_cols else ()) + (("link_gen_max",) if derived else ()))
+        plan = row_plan(keys)
         if derived:
             gmax, hmax = col["link_gen_gpumax"], col.get("link_gen_hostmax")
             col["link_gen_max"] = gmax if hmax is None else [min(a, h) if h else a for a, h in zip(gmax, hmax)]
@@ -501,25 +563,16 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
         gpus: list[str] = []
         taken: list[int] = []      # rows of the block as Rows (their places in the columns)
         out_lines: list[int] = []
-        power, gauge_keys, limit, thr_keys = plan
-        # the gauges' names in smi_record's order: the power limit after the others
-        names_ = tuple(g for _, g in gauge_keys) + (("power_limit_watts",) if limit is not None else ())
-        gcols = [col[power if k == "power" else k] for k, _ in gauge_keys] + ([col[limit]] if limit else [])
-        labels = tuple(lab for lab, _ in thr_keys)
-        tcols = [col[k] for _, k in thr_keys]
+        rare = plan.states or plan.ecc or plan.remap or plan.pending
+        piece = RARE_PIECE if rare else ROWS_PIECE
 
         def rows_so_far() -> Iterator[Rows]:
             if not ts:
                 return
-            us = [col["util"][k] for k in taken] if "util" in col else [None] * len(taken)
-            ps = [col[power][k] for k in taken] if power is not None else [None] * len(taken)
-            ms = [col["mem_used"][k] for k in taken] if "mem_used" in col else [None] * len(taken)
-            gauges = [dict(zip(names_, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])]
-            # the clock-event counters, seconds by reason, as smi_record counts them
-            counters = ([{"throttle_seconds_total": dict(zip(labels, vals))}
-                         for vals in zip(*[[c[k] for k in taken] for c in tcols])] if tcols else None)
-            yield Rows(list(ts), list(gpus), list(out_lines), list(map(Sample, ts, us, ps, ms)), gauges, counters,
-                       True)
+            states = [_states_of(tuple(column[k] for _, column in state_cols), state_cols, state_fields)
+                      for k in taken] if state_cols else None
+            samples, gauges, counters = plain_parts(plan, col, taken, gpus, ts, states, reasons)
+            yield Rows(list(ts), list(gpus), list(out_lines), samples, gauges, counters, not plan.pending)
             ts.clear()
             gpus.clear()
             taken.clear()
@@ -553,7 +606,7 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             gpus.append(gpu)
             taken.append(k)
             out_lines.append(lines[j])
-            if len(ts) >= ROWS_PIECE:
+            if len(ts) >= piece:
                 yield from rows_so_far()
         yield from rows_so_far()
 
