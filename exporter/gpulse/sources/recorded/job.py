@@ -429,7 +429,7 @@ class JobStream:
                 c, shift = item.counters, -lg.offset
                 for k, (gpu, sample, gauges) in enumerate(zip(item.gpu, item.samples, item.gauges)):
                     if shift:
-                        sample = dataclasses.replace(sample, t=sample.t + shift)
+                        sample = sample.moved(shift)
                     yield Record(Reading(prefix + gpu, [sample], gauges, {} if c is None else c[k], True, None,
                                          dict(attribution) if attribution else None), item.line[k])
                 continue

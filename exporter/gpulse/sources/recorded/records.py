@@ -50,7 +50,7 @@ class Record:
 
     def moved(self, dt: float) -> "Record":
         """The same record dt seconds later (a clock step, a replay loop)."""
-        sample = dataclasses.replace(self.sample, t=self.sample.t + dt)
+        sample = self.sample.moved(dt)
         return Record(dataclasses.replace(self.reading, samples=[sample]), self.line)
 
 
