@@ -169,6 +169,23 @@ def _counter_log(path, seed: int) -> None:
     path.write_text("\n".join(out) + "\n")
 
 
+def _rows_made(path, monkeypatch) -> int:
+    """How many rows of the log travel as Rows (columns still), not a Record each."""
+    from gpulse.sources.recorded import read_log
+    from gpulse.sources.recorded.records import Rows
+    made = [0]
+    real = Rows.__init__
+
+    def counted(self, t, *rest):
+        made[0] += len(t)
+        real(self, t, *rest)
+
+    with monkeypatch.context() as m:
+        m.setattr(Rows, "__init__", counted)
+        read_log(str(path))
+    return made[0]
+
+
 def test_clock_event_counters_and_the_power_limit_take_the_fast_path(monkeypatch, tmp_path):
     """The counters and the limit are plain numbers: such rows are Rows, to the same
     records (throttle seconds, the limit as a gauge) as row by row."""
@@ -180,18 +197,8 @@ def test_clock_event_counters_and_the_power_limit_take_the_fast_path(monkeypatch
     limits = [r.gauges.get("power_limit_watts") for r in readings if r.up]
     assert limits.count(700.0) > 0.99 * len(limits), set(limits)
     # and they travel as Rows, columns still, not a Record each
-    from gpulse.sources.recorded import read_log
-    from gpulse.sources.recorded.records import Rows
-    made = [0]
-    real = Rows.__init__
-
-    def counted(self, t, *rest):
-        made[0] += len(t)
-        real(self, t, *rest)
-
-    monkeypatch.setattr(Rows, "__init__", counted)
-    read_log(str(p))
-    assert made[0] > 0.9 * len(readings), (made[0], len(readings))
+    made = _rows_made(p, monkeypatch)
+    assert made > 0.9 * len(readings), (made, len(readings))
 
 
 def _clock_trouble_log(path) -> None:
@@ -297,18 +304,8 @@ def test_rows_with_rarer_fields_are_rows_read_alike(monkeypatch, tmp_path):
     assert any(r.counters.get("ecc_errors_total", {}).get(("uncorrected",), 0) > 0 for r in readings)
     assert {r.gauges.get("remapping_pending") for r in readings} == {None, 0.0, 1.0}
     assert {r.gauges.get("pcie_link_max_generation") for r in readings} == {4.0, 5.0}
-    from gpulse.sources.recorded import read_log
-    from gpulse.sources.recorded.records import Rows
-    made = [0]
-    real = Rows.__init__
-
-    def counted(self, t, *rest):
-        made[0] += len(t)
-        real(self, t, *rest)
-
-    monkeypatch.setattr(Rows, "__init__", counted)
-    read_log(str(p))
-    assert made[0] > 0.9 * len(readings), (made[0], len(readings))
+    made = _rows_made(p, monkeypatch)
+    assert made > 0.9 * len(readings), (made, len(readings))
 
 
 def test_a_log_of_utilisation_alone_reads_and_replays(monkeypatch, tmp_path):
