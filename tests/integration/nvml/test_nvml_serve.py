@@ -110,26 +110,30 @@ def test_one_gpu_lost_while_the_others_keep_reporting(gpulse_proc, tmp_path):
 
 
 def test_hung_call_does_not_delay_scrapes(gpulse_proc, tmp_path):
-    # The hang (60 s) outlasts each request's 5 s timeout, so an answer at all proves
-    # the scrape did not wait on the driver, however loaded the machine is; and it is
-    # long enough that staleness shows and five more scrapes fall inside it even when
-    # the exporter's start-up alone takes seconds (with 20 s the hang once ended first).
-    g = gpulse_proc("--source", "nvml", "--stale-after", "1s", env=scenario(tmp_path, """
+    # The hang outlasts each request's 5 s timeout, so an answer at all proves the
+    # scrape did not wait on the driver, however loaded the machine is; it lasts until
+    # the test has seen staleness and five more scrapes inside it (its release file),
+    # so it neither ends first on a slow start-up nor makes the test sit out a fixed span.
+    release = tmp_path / "release"
+    g = gpulse_proc("--source", "nvml", "--stale-after", "1s", env=scenario(tmp_path, f"""
         gpus 2
-        fault * nvmlDeviceGetSamples hang at=1.5 secs=60
+        fault * nvmlDeviceGetSamples hang at=1.5 secs=600 release={release}
     """))
     session = requests.Session()
     stale_seen = False
-    deadline = time.monotonic() + 12
-    while time.monotonic() < deadline and not stale_seen:
-        r = session.get(g.url + "/metrics", timeout=5)
-        stale_seen = one(r.text, "gpulse_exporter_stale") == 1
-        time.sleep(0.1)
-    assert stale_seen, "staleness never became visible while the driver hung"
-    for _ in range(5):                       # still inside the hang
-        r = session.get(g.url + "/metrics", timeout=5)
-        assert r.status_code == 200 and one(r.text, "gpulse_exporter_stale") == 1
-        time.sleep(0.1)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not stale_seen:
+            r = session.get(g.url + "/metrics", timeout=5)
+            stale_seen = one(r.text, "gpulse_exporter_stale") == 1
+            time.sleep(0.1)
+        assert stale_seen, "staleness never became visible while the driver hung"
+        for _ in range(5):                       # still inside the hang
+            r = session.get(g.url + "/metrics", timeout=5)
+            assert r.status_code == 200 and one(r.text, "gpulse_exporter_stale") == 1
+            time.sleep(0.1)
+    finally:
+        release.touch()
     text = g.wait_metrics(lambda t: one(t, "gpulse_exporter_stale") == 0, "recovery after the hang", 150)
     assert per_gpu(text, "gpulse_gpu_up") == {"0": 1, "1": 1}
 
