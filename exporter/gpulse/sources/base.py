@@ -40,6 +40,9 @@ class CountOn:
     def __init__(self) -> None:
         self._raw: dict[Any, float] = {}
         self._counted: dict[Any, float] = {}
+        # a labelled family of one GPU, as counters() takes it: {label values: value}
+        # raw and counted, per (gpu, family) (no key tuple to make per label per row)
+        self._families: dict[tuple[str, str], tuple[dict[Any, float], dict[Any, float]]] = {}
         self.resets: dict[str, int] = {}      # by family, since the last take_resets()
 
     def __call__(self, key: Any, family: str, v: float) -> float:
@@ -58,27 +61,30 @@ class CountOn:
         """A Reading's counters (floats, or {label values: float}) counted on."""
         # __call__'s work inlined: one call per reading of a log's rows
         out: dict[str, Any] = {}
-        raw, counted = self._raw, self._counted
+        families = self._families
         for fam, v in counters.items():
             if isinstance(v, dict):
+                held = families.get((gpu, fam))
+                if held is None:
+                    held = families[(gpu, fam)] = ({}, {})
+                raw, counted = held
                 d = out[fam] = {}
                 for lab, x in v.items():
-                    key = (gpu, fam, lab)
-                    prev = raw.get(key)
-                    raw[key] = x
+                    prev = raw.get(lab)
+                    raw[lab] = x
                     if prev is None:
-                        counted[key] = d[lab] = x
+                        counted[lab] = d[lab] = x
                     elif x >= prev:
-                        counted[key] = d[lab] = counted[key] + (x - prev)
+                        counted[lab] = d[lab] = counted[lab] + (x - prev)
                     else:
                         self.resets[fam] = self.resets.get(fam, 0) + 1
-                        counted[key] = d[lab] = counted[key] + x
+                        counted[lab] = d[lab] = counted[lab] + x
             else:
                 out[fam] = self((gpu, fam), fam, v)
         return out
 
     def forget(self, gpu: str) -> None:
-        for d in (self._raw, self._counted):
+        for d in (self._raw, self._counted, self._families):
             for k in [k for k in d if k[0] == gpu]:
                 del d[k]
 

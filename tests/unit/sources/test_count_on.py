@@ -1,0 +1,47 @@
+"""CountOn: counters as a source reports them -> as gpulse exports them. A labelled
+family taken a reading at a time (counters(), a log's rows) counts on exactly as the
+one-counter call does (dcgm-exporter's series), resets included, per GPU."""
+from __future__ import annotations
+
+import random
+
+from gpulse.sources.base import CountOn
+
+LABELS = [("sw_power_cap",), ("hw_slowdown",), ("sw_thermal",)]
+
+
+def test_a_labelled_family_counts_on_as_each_counter_alone():
+    rnd = random.Random(7)
+    by_family, one_by_one = CountOn(), CountOn()
+    raw = {(g, lab): 0.0 for g in "01" for lab in LABELS}
+    for step in range(400):
+        gpu = rnd.choice("01")
+        reading = {}
+        for lab in LABELS:
+            x = raw[(gpu, lab)]
+            # mostly growing, sometimes flat, now and then a reset (the logger restarted)
+            x = rnd.uniform(0, 3) if rnd.random() < 0.05 else x + rnd.choice([0.0, 0.1, 0.25])
+            raw[(gpu, lab)] = reading[lab] = x
+        got = by_family.counters(gpu, {"throttle_seconds_total": reading, "energy_joules_total": step * 2.0})
+        want = {lab: one_by_one((gpu, "throttle_seconds_total", lab), "throttle_seconds_total", x)
+                for lab, x in reading.items()}
+        assert got["throttle_seconds_total"] == want
+        assert got["energy_joules_total"] == one_by_one((gpu, "energy_joules_total"), "energy_joules_total",
+                                                        step * 2.0)
+        # counted on, a counter never goes backwards however the raw one moved
+        assert all(v >= 0 for v in got["throttle_seconds_total"].values())
+    resets = by_family.take_resets()
+    assert resets == one_by_one.take_resets() and resets["throttle_seconds_total"] > 0
+    assert by_family.take_resets() == {}
+
+
+def test_forget_starts_a_gpu_over_and_keeps_the_others():
+    c = CountOn()
+    c.counters("0", {"xid_errors_total": {("79",): 5.0}})
+    c.counters("1", {"xid_errors_total": {("79",): 5.0}})
+    c.forget("0")
+    # GPU 0's next reading is its first again: taken as is, no reset
+    assert c.counters("0", {"xid_errors_total": {("79",): 2.0}}) == {"xid_errors_total": {("79",): 2.0}}
+    # GPU 1 still remembers 5: a 2 is a reset, counted on from 5
+    assert c.counters("1", {"xid_errors_total": {("79",): 2.0}}) == {"xid_errors_total": {("79",): 7.0}}
+    assert c.take_resets() == {"xid_errors_total": 1}
