@@ -63,3 +63,48 @@ def test_the_job_is_named_after_what_its_nodes_share():
     assert job.job_name(["train-n0", "train-n1"]) == "train"
     assert job.job_name(["node1", "node2"]) == "node"
     assert job.job_name(["a", "b"]) == "job"
+
+
+def _node_log(path, seed: int, step: float, t0: float, polls: int, states: bool) -> str:
+    """An nvidia-smi log of 8 GPUs, `polls` polls `step` apart from t0 (whole
+    milliseconds, so two nodes' rows can share a time), the rows of a poll 1 ms apart
+    now and then; with clock-event state columns (counted seconds) when `states`."""
+    rnd = random.Random(seed)
+    head = "timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]"
+    if states:
+        head += ", clocks_event_reasons.sw_power_cap, clocks_event_reasons.hw_slowdown"
+    lines = [head]
+    for p in range(polls):
+        ms = round((t0 + p * step) * 1000)
+        for g in range(8):
+            if rnd.random() < 0.3:
+                ms += 1
+            s, frac = divmod(ms, 1000)
+            stamp = f"2026/01/01 {s // 3600 % 24:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{frac:03d}"
+            row = f"{stamp}, {g}, {rnd.choice([0, 97, 100])} %, {rnd.uniform(80, 690):.2f} W, 70000 MiB"
+            if states:
+                row += f", {rnd.choice(['Active', 'Not Active'])}, Not Active"
+            lines.append(row)
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def test_a_job_s_share_read_moves_as_its_rows_are_merged(tmp_path):
+    """The report's progress (share done, ETA) reads the job's `fraction`: it follows
+    the records handed out, also where a node's rows come as Rows (over a batch of
+    rows, the vectorised reader's), not only at the end."""
+    polls = 4200            # over a batch (smi_fast.BATCH rows)
+    logs = [job.NodeLog(_node_log(tmp_path / "n0.csv", 1, 0.1, 3600.0, polls, states=False), "n0"),
+            job.NodeLog(_node_log(tmp_path / "n1.csv", 2, 0.1, 3600.05, polls, states=True), "n1", offset=-0.73),
+            job.NodeLog(_node_log(tmp_path / "n2.csv", 3, 0.1, 3600.0, polls, states=False), "n2")]
+    stream = job.JobStream(logs, workload="job")
+    total = 3 * polls * 8
+    seen = []
+    for n, _ in enumerate(stream.records(), 1):
+        if n % (total // 10) == 0:
+            seen.append(stream.fraction)
+    assert n == total and stream.fraction == 1.0
+    assert seen == sorted(seen)
+    # handed out as read: within a batch of rows per node of the records' share
+    for k, f in enumerate(seen, 1):
+        assert abs(f - k / 10) < 0.2, seen

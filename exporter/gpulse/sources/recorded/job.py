@@ -432,6 +432,9 @@ class JobStream:
                         sample = sample.moved(shift)
                     yield Record(Reading(prefix + gpu, [sample], gauges, {} if c is None else c[k], True, None,
                                          dict(attribution) if attribution else None), item.line[k])
+                # whoever takes a Rows says how far it got (LogStream.fraction): here,
+                # once its rows are merged in, so a job's progress moves as it is read
+                stream.consumed_through(item.line[-1])
                 continue
             rec = item.moved(-lg.offset) if lg.offset else item
             r = rec.reading
