@@ -25,6 +25,8 @@ import bisect
 import calendar
 import csv
 import functools
+import itertools
+import math
 import random
 import time
 import statistics
@@ -102,24 +104,26 @@ def write_smi_log(path: Path, gpus: int, seconds: float, state: State, seed: int
     lv = lv or real_levels()
     rnd = random.Random(seed)
     n = int(seconds / GRID) + 1
+    grid = [i * GRID for i in range(n)]
+    # what a state reads as: busy (a kernel running), watts, memory held; the grid's
+    # running sums are taken in grid order, as the driver's counters would add up
+    busy_of = {"compute": 1.0, "spin": 1.0}
+    watts_of = {"compute": lv.compute_w, "spin": lv.spin_w, "free": lv.free_w}
     per_gpu = []
     for g in range(gpus):
-        busy, power, held = [0.0] * n, [0.0] * n, [False] * n
-        for i in range(n):
-            s = state(g, i * GRID)
-            busy[i] = 1.0 if s in ("compute", "spin") else 0.0
-            if s == "compute" and util_scale is not None:
-                busy[i] = util_scale(g, i * GRID)
-            power[i] = {"compute": lv.compute_w, "spin": lv.spin_w, "free": lv.free_w}.get(s, lv.idle_w)
-            held[i] = s != "free"
-        pb, pp = [0.0], [0.0]
-        for i in range(n):
-            pb.append(pb[-1] + busy[i])
-            pp.append(pp[-1] + power[i])
-        per_gpu.append((pb, pp, held))
+        states = [state(g, t) for t in grid]
+        busy = [busy_of.get(s, 0.0) for s in states]
+        if util_scale is not None:
+            busy = [util_scale(g, t) if s == "compute" else b for s, b, t in zip(states, busy, grid)]
+        power = [watts_of.get(s, lv.idle_w) for s in states]
+        held = [s != "free" for s in states]
+        per_gpu.append((list(itertools.accumulate(busy, initial=0.0)),
+                        list(itertools.accumulate(power, initial=0.0)), held))
     power_col = "power.draw.instant" if instant else "power.draw"
     lines = [f"timestamp, {power_col} [W], utilization.gpu [%], memory.used [MiB]"]
     prev = [0.0] * gpus
+    avg_rows = int(1.0 / GRID)
+    stamps: dict[int, str] = {}
     t = lv.poll_s
     while t < seconds - 1.0:
         row_t = t
@@ -133,22 +137,30 @@ def write_smi_log(path: Path, gpus: int, seconds: float, state: State, seed: int
             if instant:
                 w = (pp[j + 1] - pp[j])
             else:
-                k = max(0, j + 1 - int(1.0 / GRID))
+                k = max(0, j + 1 - avg_rows)
                 w = (pp[j + 1] - pp[k]) / (j + 1 - k)
             w = max(1.0, w + rnd.gauss(0, 3.0))
             mib = lv.held_mib if held[j] else lv.free_mib
-            lines.append(f"{_stamp(START + row_t)}, {w:.2f} W, {util:.0f} %, {mib:.0f} MiB")
+            lines.append(f"{_stamp(START + row_t, stamps)}, {w:.2f} W, {util:.0f} %, {mib:.0f} MiB")
             prev[g] = row_t
         t += lv.poll_s + rnd.gauss(0, 0.002)
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def _stamp(t: float) -> str:
+def _stamp(t: float, seconds: dict[int, str] | None = None) -> str:
+    """nvidia-smi's timestamp of t (UTC), to the millisecond; `seconds` caches the
+    date and time of day per whole second (a log has one for every poll's rows)."""
     ms = int(round((t % 1) * 1000))
     if ms == 1000:
         t, ms = t + 0.001, 0
-    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(t)) + f".{ms:03d}"
+    whole = math.floor(t)
+    head = seconds.get(whole) if seconds is not None else None
+    if head is None:
+        head = time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(whole))
+        if seconds is not None:
+            seconds[whole] = head
+    return head + f".{ms:03d}"
 
 
 def stall_schedule(period: float, length: float, first: float, last: float, seed: int = 2,
