@@ -10,7 +10,6 @@ report and in the benchmarks.
 """
 from __future__ import annotations
 
-import operator
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -25,9 +24,6 @@ from .analysis.period import dominant_rhythm, stopped
 from .analysis.thresholds import value
 from .analysis.verdict import COST, LOSS_KEYS, Persistence, imbalance_explained, peer_wait, straggler_signal
 from .model import ATTRIBUTION_LABELS, DeviceInfo, PollResult, Reading, Sample, gpu_sort_key
-
-# an instant of a replayed chunk is (t, gauges, counters)
-_GAUGES_OF = operator.itemgetter(1)
 
 # Memory in use at or above this marks a GPU as holding a workload (a CUDA context
 # alone costs ~0.5 GiB; an idle GPU shows a few MiB, a display a few hundred).
@@ -282,7 +278,8 @@ class Engine:
         # the cause signals' gauge sums take every reading of the gauges, at the rate the
         # source read them: a replayed chunk's instants each count with their own values
         if r.instants is not None:
-            cause.accumulate_all(g.signals, map(_GAUGES_OF, r.instants))
+            for _, gauges, _ in r.instants:
+                cause.accumulate(g.signals, gauges)
         elif r.gauges:
             cause.accumulate(g.signals, r.gauges)
         g.src_attr = r.attribution

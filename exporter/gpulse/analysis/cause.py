@@ -36,12 +36,10 @@ Rules, first match wins (a throttled or degraded GPU is never told to rebalance)
 """
 from __future__ import annotations
 
-import functools
 import math
-import operator
 from dataclasses import dataclass
 from statistics import median
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..catalog import THROTTLE_REASONS
 from .thresholds import value
@@ -153,18 +151,6 @@ def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
         if x is not None:
             v[n] += 1.0
             v[i] += x
-
-
-def accumulate_all(v: list[float], readings: Iterable[Mapping[str, Any]]) -> None:
-    """accumulate() of many readings of one GPU's gauges in their order (a replayed
-    chunk's instants), a slot at a time: each sum takes the same values in the same
-    order, so it is the same float to the last bit."""
-    readings = list(readings)
-    for n, i, key in _GAUGE_SLOTS:
-        xs = [x for g in readings if (x := g.get(key)) is not None]
-        if xs:
-            v[n] += len(xs)
-            v[i] = functools.reduce(operator.add, xs, v[i])
 
 
 def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> list[float]:
