@@ -49,9 +49,9 @@ class VictoriaMetrics:
         self._store_argv = lambda port: [
             vm_bin, f"-storageDataPath={tmp / 'vm-data'}", f"-httpListenAddr=127.0.0.1:{port}",
             "-retentionPeriod=1d", f"-search.latencyOffset={latency_offset}", "-loggerLevel=WARN",
-            # a replay pass writes the records of the pass before again, at the same instants
-            # and VictoriaMetrics' response cache assumes the past never changes,
-            # which a backfilled store rewritten pass by pass breaks
+            # a replay level tried again writes its records again, at the same instants,
+            # and VictoriaMetrics' response cache assumes the past never changes, which
+            # a backfilled store written level by level breaks
             *(["-dedup.minScrapeInterval=1ms", "-search.disableCache"] if targets is None else []),
         ]
         self._backfilled = targets is None
@@ -126,52 +126,78 @@ class VictoriaMetrics:
         assert r.status_code == 204, r.text
         self.flush()
 
-    def replay(self, rules: list[Path], start: float, end: float, interval: str = "1s", max_passes: int = 8) -> None:
+    def replay(self, rules: list[Path], start: float, end: float, interval: str = "1s",
+               attempts: int = 3) -> None:
         """`vmalert -replay`: the rules evaluated over [start, end] as vmalert would have
         evaluated them then, each group at its own interval (or `interval`), the
         results written into victoria-metrics (alerts as `ALERTS`); no wall-clock wait for
         a verdict. A replay evaluates each rule over the whole range before the next,
         and what it writes reaches the store asynchronously (vmalert's remote-write
-        queue, then a flush), so a rule reading another's record may see none, part or
-        all of it in the same pass: passes repeat until one adds no sample to any
-        record (each level of records reading records settles a pass after the one
-        it reads), at most `max_passes`. Alerting rules are replayed without their
-        annotations: vmalert refuses `query` templates in replay mode, and `ALERTS`
-        carries none."""
+        queue, then a flush), so a rule reading another's record in the same replay may
+        see none, part or all of it. The rules are therefore replayed level by level
+        (`rule_levels`: a rule's level is one more than the highest of the records and
+        alerts it reads), one `vmalert -replay` per level, each on a store started after
+        the level before it was written and checked whole: every sample vmalert says it
+        imported is stored. A level whose remote write gave up (vmalert drops a batch
+        after five failed sends, exiting 0) is replayed again, up to `attempts` times,
+        then the replay fails naming it, instead of leaving the panels that read it
+        empty. A store started afresh also forgets which series a label filter matched,
+        which victoria-metrics otherwise caches across a record's first write. Alerting
+        rules are replayed without their annotations: vmalert refuses `query` templates in
+        replay mode, and `ALERTS` carries none."""
         def iso(t: float) -> str:
             return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
-        replayed = self.tmp / "replayed-rules"
-        replayed.mkdir(exist_ok=True)
-        for f in rules:
-            doc = yaml.safe_load(f.read_text())
-            for g in doc.get("groups", []):
-                for r in g["rules"]:
-                    r.pop("annotations", None)
-            (replayed / f.name).write_text(yaml.safe_dump(doc, sort_keys=False))
-        log = self.tmp / "vmalert-replay.log"
-        records = sorted({r["record"] for f in replayed.glob("*.yml")
-                          for g in yaml.safe_load(f.read_text()).get("groups", []) for r in g["rules"] if "record" in r})
         assert self._backfilled, "replay() is for a backfilled store, with no scraper or ruler writing to it"
-        counted: dict[str, float] | None = None
-        for k in range(max_passes):
-            if k:
-                self._restart_store()
-            with log.open("w") as out:
-                p = subprocess.run([require_binary("vmalert"), f"-rule={replayed}/*.yml",
-                                    f"-datasource.url={self.url}", f"-remoteWrite.url={self.url}",
-                                    f"-replay.timeFrom={iso(start)}", f"-replay.timeTo={iso(end)}",
-                                    "-replay.disableProgressBar", "-replay.rulesDelay=0s",
-                                    f"-evaluationInterval={interval}", "-datasource.queryStep=0", "-loggerLevel=WARN",
-                                    *(f"-external.label={k}={v}" for k, v in self.external_labels.items())],
-                                   stdout=out, stderr=subprocess.STDOUT, timeout=300)
-            assert p.returncode == 0, f"vmalert -replay failed:\n{log.read_text()[-2000:]}"
-            self.flush()
-            now = self.samples(records, start, end)
-            if now == counted:
-                return
-            counted = now
-        raise AssertionError(f"vmalert -replay: records still changing after {max_passes} passes: {counted}")
+        docs = {f.name: yaml.safe_load(f.read_text()) for f in rules}
+        levels = rule_levels(docs.values())
+        written: set[str] = set()
+        imported = 0
+        for level in range(1, max(levels.values(), default=0) + 1):
+            folder = self.tmp / f"replayed-rules-{level}"
+            folder.mkdir(exist_ok=True)
+            for name, doc in docs.items():
+                groups = []
+                for g in doc.get("groups", []):
+                    picked = [{k: v for k, v in r.items() if k != "annotations"}
+                              for r in g["rules"] if levels[_rule_name(r)] == level]
+                    if picked:
+                        groups.append({**g, "rules": picked})
+                if groups:
+                    (folder / name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+            written |= {n for doc in docs.values() for g in doc.get("groups", []) for r in g["rules"]
+                        if levels[_rule_name(r)] == level for n in _series_names(r)}
+            before, complaints = imported, []
+            for attempt in range(attempts):
+                if level > 1 or attempt:
+                    self._restart_store()
+                log = self.tmp / f"vmalert-replay-{level}-{attempt}.log"
+                with log.open("w") as out:
+                    p = subprocess.run([require_binary("vmalert"), f"-rule={folder}/*.yml",
+                                        f"-datasource.url={self.url}", f"-remoteWrite.url={self.url}",
+                                        f"-replay.timeFrom={iso(start)}", f"-replay.timeTo={iso(end)}",
+                                        "-replay.disableProgressBar", "-replay.rulesDelay=0s",
+                                        f"-evaluationInterval={interval}", "-datasource.queryStep=0",
+                                        *(f"-external.label={k}={v}" for k, v in self.external_labels.items())],
+                                       stdout=out, stderr=subprocess.STDOUT, timeout=300)
+                text = log.read_text()
+                assert p.returncode == 0, f"vmalert -replay of level {level} failed:\n{text[-2000:]}"
+                m = re.search(r"replay finished! Imported (\d+) samples", text)
+                assert m, f"vmalert -replay of level {level} did not say what it imported:\n{text[-2000:]}"
+                imported = before + int(m.group(1))
+                self.flush()
+                # an hour either side: a range query's steps are aligned to its step, so
+                # a 1m group's first instant can fall before `start`
+                stored = sum(self.samples(sorted(written), start - 3600, end + 3600).values())
+                if stored == imported:
+                    break
+                # the same samples again are stored once (-dedup.minScrapeInterval)
+                complaints.append(f"attempt {attempt + 1}: {imported:.0f} samples imported through level {level}, "
+                                  f"{stored:.0f} stored; vmalert said:\n" + "\n".join(
+                                      x for x in text.splitlines() if re.search(r"\t(warn|error)\t", x))[-1500:])
+            else:
+                raise AssertionError("vmalert -replay lost samples on their way to victoria-metrics:\n"
+                                     + "\n".join(complaints))
 
     def _restart_store(self) -> None:
         """victoria-metrics stopped (its data on disk) and started again on the same
@@ -216,6 +242,45 @@ class VictoriaMetrics:
     def stop(self) -> None:
         for d in reversed(self.daemons):
             d.stop()
+
+
+def _rule_name(rule: dict) -> str:
+    return rule.get("record") or f'ALERTS{{alertname="{rule["alert"]}"}}'
+
+
+def _series_names(rule: dict) -> set[str]:
+    """The metrics a rule writes in a replay: its record, or an alerting rule's `ALERTS`
+    and `ALERTS_FOR_STATE`."""
+    return {rule["record"]} if "record" in rule else {"ALERTS", "ALERTS_FOR_STATE"}
+
+
+def rule_levels(docs) -> dict[str, int]:
+    """{record, or `ALERTS{alertname="…"}` for an alerting rule: its level}: 1 for a rule
+    that reads only scraped series, else one more than the highest level among the
+    records and alerts its expression reads."""
+    exprs: dict[str, list[str]] = {}
+    for doc in docs:
+        for g in doc.get("groups", []):
+            for r in g["rules"]:
+                exprs.setdefault(_rule_name(r), []).append(r["expr"])
+    names = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+
+    def reads(expr: str) -> set[str]:
+        alerts = {f'ALERTS{{alertname="{a}"}}' for a in re.findall(r'ALERTS\{[^}]*alertname="([^"]+)"', expr)}
+        return ({n for n in names.findall(expr) if n in exprs} | alerts) & exprs.keys()
+
+    levels: dict[str, int] = {}
+
+    def level(name: str, path: tuple[str, ...] = ()) -> int:
+        if name not in levels:
+            assert name not in path, f"rules read each other in a cycle: {' -> '.join(path + (name,))}"
+            levels[name] = 1 + max((level(d, path + (name,)) for e in exprs[name] for d in reads(e) - {name}),
+                                   default=0)
+        return levels[name]
+
+    for name in exprs:
+        level(name)
+    return levels
 
 
 def checked_live(uid: str, where: str) -> bool:
