@@ -305,13 +305,14 @@ class ReplaySource(Source):
 
     def _rows_readings(self, rows: Rows, i: int, j: int, samples: dict[str, list], instants: dict[str, list]) -> None:
         """Rows i..j into the poll's samples and instants, as their Records would go: a
-        GPU at a time where the rows' gauges have one set of fields and no counters (a
-        plain nvidia-smi log's)."""
-        if not rows.uniform or rows.counters is not None:
+        GPU at a time where the rows' gauges have one set of fields (an nvidia-smi
+        log's). Where every row of a GPU has the counter families its merged counters
+        have, each row's counted dict is its instant's counters: no copy a row."""
+        if not rows.uniform:
             self._rows_each(rows, i, j, samples, instants)
             return
         latest, all_gauges, all_counters = self._latest, self._gauges, self._counters
-        ts, smp, gs = rows.t, rows.samples, rows.gauges
+        ts, smp, gs, cs = rows.t, rows.samples, rows.gauges, rows.counters
         by: dict[str, list[int]] = {}
         for k, gpu in enumerate(rows.gpu[i:j], i):
             at = by.get(gpu)
@@ -342,7 +343,19 @@ class ReplaySource(Source):
                 got = samples[gpu] = []
                 instants[gpu] = []
             got += [smp[k] for k in at]
-            instants[gpu] += zip([ts[k] for k in at], each, itertools.repeat(dict(all_counters[gpu])))
+            held = all_counters[gpu]
+            if cs is None:
+                counted: Any = itertools.repeat(dict(held))
+            else:
+                counted = self._count_on.counters_each(gpu, [cs[k] for k in at])
+                fields = counted[-1].keys()
+                if held.keys() <= fields and all(c.keys() == fields for c in counted):
+                    held.update(counted[-1])
+                else:
+                    for n, c in enumerate(counted):
+                        held.update(c)
+                        counted[n] = dict(held)
+            instants[gpu] += zip([ts[k] for k in at], each, counted)
             latest[gpu] = _PLAIN
 
     def _rows_each(self, rows: Rows, i: int, j: int, samples: dict[str, list], instants: dict[str, list]) -> None:

@@ -45,3 +45,37 @@ def test_forget_starts_a_gpu_over_and_keeps_the_others():
     # GPU 1 still remembers 5: a 2 is a reset, counted on from 5
     assert c.counters("1", {"xid_errors_total": {("79",): 2.0}}) == {"xid_errors_total": {("79",): 7.0}}
     assert c.take_resets() == {"xid_errors_total": 1}
+
+
+def test_a_gpu_s_rows_at_once_count_on_as_one_at_a_time():
+    """counters_each (a replayed log's rows of one GPU in one call) gives each row's
+    counters() and leaves the same state, resets and families that come and go
+    included."""
+    rnd = random.Random(11)
+    batched, single = CountOn(), CountOn()
+    raw: dict = {}
+    for _ in range(60):
+        gpu = rnd.choice("01")
+        rows = []
+        for _ in range(rnd.randint(0, 9)):
+            row = {}
+            for fam in ("throttle_seconds_total", "xid_errors_total", "pcie_replays_total"):
+                if rnd.random() < 0.2:
+                    continue          # a family missing from a row
+                if fam == "pcie_replays_total":
+                    x = raw.get((gpu, fam), 0.0)
+                    row[fam] = raw[(gpu, fam)] = rnd.uniform(0, 3) if rnd.random() < 0.05 else x + rnd.choice([0, 1])
+                    continue
+                row[fam] = {}
+                for lab in LABELS[:rnd.randint(1, 3)]:
+                    x = raw.get((gpu, fam, lab), 0.0)
+                    x = rnd.uniform(0, 3) if rnd.random() < 0.05 else x + rnd.choice([0.0, 0.1, 0.25])
+                    row[fam][lab] = raw[(gpu, fam, lab)] = x
+            rows.append(row)
+        assert batched.counters_each(gpu, rows) == [single.counters(gpu, r) for r in rows]
+    resets = batched.take_resets()
+    assert resets == single.take_resets() and sum(resets.values()) > 0
+    for gpu in "01":
+        last = {"throttle_seconds_total": {lab: 0.0 for lab in LABELS}, "xid_errors_total": {LABELS[0]: 0.0},
+                "pcie_replays_total": 0.0}
+        assert batched.counters(gpu, last) == single.counters(gpu, last)
