@@ -1,10 +1,13 @@
-"""What report tests share: findings.json checked against its published schema, and
+"""What report tests share: findings.json checked against its published schema,
 Recordings of simulated runs (a fleet of nodes with one bad node, an analysis whose
-node, workload and file names are hostile)."""
+node, workload and file names are hostile), and a log's report with the live
+exporter's snapshots of the same engine run (`report_and_live`)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+from typing import Any, Callable
 
 import jsonschema
 
@@ -25,6 +28,37 @@ def validate(doc):
     v = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker())
     errors = [f"{list(e.path)}: {e.message}" for e in v.iter_errors(doc)]
     assert errors == []
+
+
+def report_and_live(path, look: Callable[[Any], None], **analysis: Any) -> dict:
+    """findings.json of `gpulse report` on the log (`analysis`: the settings a report
+    may override, `min_stall=0.2`), with `look(snapshot)` called on each Snapshot of the engine run
+    the report reads: what `gpulse serve --source replay --replay.speed 0` serves at
+    each tick, so the live gauges and the report are judged on one run instead of two
+    (replaying a real trace is most of these tests' cost). The report's settings are
+    checked to be the exporter's defaults but for the history it keeps, so the two
+    views still judge by the same thresholds."""
+    from gpulse.report import inputs
+
+    live = test_config(source="replay", replay__file=str(path), replay__speed=0, **analysis)
+    engine = inputs.run_offline
+    runs = []
+
+    def tee(source, cfg, **kw):
+        assert dataclasses.replace(cfg, history=live.history) == live, \
+            "the report judges the log by other settings than the exporter"
+        runs.append(cfg)
+        for pair in engine(source, cfg, **kw):
+            look(pair[1])
+            yield pair
+
+    inputs.run_offline = tee
+    try:
+        doc = analyse(inputs.from_log(str(path), analysis=analysis or None)).as_json()
+    finally:
+        inputs.run_offline = engine
+    assert len(runs) == 1
+    return doc
 
 
 def sim_rec(scenario, node, gpus=8, seconds=90):

@@ -9,7 +9,7 @@
   clock and clock-event columns nvidia-smi writes reads more_work when worker 6's
   clocks match its peers', throttling when hw_thermal holds them down.
 The report (findings.json) and the live engine (the exporter's snapshots over the
-same log) must agree.
+same log, those of the report's own run: reportutil.report_and_live) must agree.
 """
 from __future__ import annotations
 
@@ -19,13 +19,9 @@ import pytest
 
 from conftest import CPU_BOUND, require_data
 from realtrace import alibaba_job, real_levels, write_smi_log
+from reportutil import report_and_live
 
 from gpulse.analysis.cause import REMEDIES
-from testing.config import test_config
-from gpulse.drive import run_offline
-from gpulse.report.findings import analyse
-from gpulse.report.inputs import from_log
-from gpulse.sources.replay import ReplaySource
 
 pytestmark = CPU_BOUND
 
@@ -40,16 +36,18 @@ def tmp(tmp_path_factory):
 
 
 def views(path):
-    """(the report's straggler findings, {gpu: set of live causes while confirmed})."""
-    doc = analyse(from_log(str(path))).as_json()
-    found = [f for f in doc["findings"] if f["kind"] == "straggler"]
-    c = test_config(source="replay", replay__file=str(path), replay__speed=0)
+    """(findings.json, the report's straggler findings, {gpu: set of live causes while
+    confirmed}), the live causes from the snapshots of the report's own engine run."""
     live: dict[str, set[str]] = {}
-    for _, snap in run_offline(ReplaySource(c), c):
+
+    def look(snap):
         for v in snap.gpus:
             assert (v.cause is None) == (v.straggler is None)
             if v.cause is not None:
                 live.setdefault(v.info.gpu, set()).add(v.cause.cause)
+
+    doc = report_and_live(path, look)
+    found = [f for f in doc["findings"] if f["kind"] == "straggler"]
     return doc, found, live
 
 
@@ -112,8 +110,8 @@ def test_alibaba_straggler_without_clocks_is_unknown_and_names_what_is_missing(t
     assert live == {"6": {"unknown"}, "0": {"unknown"}}
 
 
-# The report and the live replay each read the whole 1.3 h log (~30 s of CPU on an
-# idle core for both), the module's longest (CPU_BOUND).
+# The report reads the whole 1.3 h log (~5 s of CPU on an idle core), the module's
+# longest (CPU_BOUND).
 @pytest.mark.parametrize("throttled, cause", [(None, "more_work"), ("6", "throttling")])
 def test_alibaba_straggler_with_clock_columns(tmp, throttled, cause):
     path, workers = alibaba1(tmp)

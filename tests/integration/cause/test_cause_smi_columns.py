@@ -25,13 +25,11 @@ import re
 import pytest
 
 from realtrace import add_columns, hot_straggler, real_levels, write_smi_log
+from reportutil import report_and_live
 
 from gpulse.analysis.cause import REMEDIES
-from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
-from gpulse.sources.replay import ReplaySource
-from testing.config import test_config
 
 GPUS, SLOW = 8, 6
 STARTUP, WORK_END, END = 20.0, 330.0, 345.0
@@ -137,7 +135,14 @@ def _held_share(path, spans, field, active):
 def test_cause_from_each_spelling(base, name):
     path = _log(base, name)
     *_, cause, pattern = VARIANTS[name]
-    doc = analyse(from_log(str(path))).as_json()
+    live: dict[str, set[str]] = {}
+
+    def look(snap):
+        for v in snap.gpus:
+            if v.cause is not None:
+                live.setdefault(v.info.gpu, set()).add(v.cause.cause)
+
+    doc = report_and_live(path, look)
     [f] = [f for f in doc["findings"] if f["kind"] == "straggler"]
     assert [s["gpu"] for s in doc["stragglers"]] == [str(SLOW)]
     assert f["cause"] == cause and f["missing"] == [], f
@@ -155,12 +160,6 @@ def test_cause_from_each_spelling(base, name):
         share = None
     if share is not None:
         assert float(m.group(1)) == pytest.approx(100 * share, abs=3), (f["evidence"], share)
-    c = test_config(source="replay", replay__file=str(path), replay__speed=0)
-    live: dict[str, set[str]] = {}
-    for _, snap in run_offline(ReplaySource(c), c):
-        for v in snap.gpus:
-            if v.cause is not None:
-                live.setdefault(v.info.gpu, set()).add(v.cause.cause)
     assert live == {str(SLOW): {cause}}
 
 

@@ -23,11 +23,7 @@ from conftest import CPU_BOUND, require_data
 
 from bench.lib.corpus import sweep
 
-from testing.config import test_config
-from gpulse.drive import run_offline
-from gpulse.report.findings import analyse
-from gpulse.report.inputs import from_log
-from gpulse.sources.replay import ReplaySource
+from reportutil import report_and_live
 
 pytestmark = CPU_BOUND
 
@@ -48,25 +44,30 @@ def built(tmp_path_factory):
     return done
 
 
-def live(path):
-    """GPU -> (seconds after the first analysis tick, within a tick of the log's first
-    row, when gpulse_gpu_straggler first reads 1, its cause), and each GPU's active
-    fraction over the run."""
-    c = test_config(source="replay", replay__file=str(path), replay__speed=0, node_name="n")
-    named, t0, snap = {}, None, None
-    for _, snap in run_offline(ReplaySource(c), c):
-        t0 = snap.t if t0 is None else t0
+def report_live(path):
+    """findings.json, and from the snapshots of its engine run as the exporter serves
+    them (reportutil.report_and_live): GPU -> (seconds after the first analysis tick,
+    within a tick of the log's first row, when gpulse_gpu_straggler first reads 1, its
+    cause), and each GPU's active fraction over the run."""
+    named, first, last = {}, [], []
+
+    def look(snap):
+        if not first:
+            first.append(snap.t)
+        last[:] = [snap]
         for v in snap.gpus:
             if v.straggler is not None and v.info.gpu not in named:
-                named[v.info.gpu] = (snap.t - t0, v.cause.cause if v.cause else None)
-    return named, {v.info.gpu: v.totals.active / v.totals.sampled for v in snap.gpus}
+                named[v.info.gpu] = (snap.t - first[0], v.cause.cause if v.cause else None)
+
+    doc = report_and_live(path, look)
+    return doc, named, {v.info.gpu: v.totals.active / v.totals.sampled for v in last[0].gpus}
 
 
 def test_a_straggler_under_averaged_power_is_named_live_and_in_the_report(built):
     case = built["ckpt/more_work+15"]
     (slow,) = [f"{g}" for _, g in case.slow]
     assert case.positive and 0.10 < case.cost[f"{case.node(0)}/{slow}"] < 0.20
-    named, active = live(case.paths[0])
+    doc, named, active = report_live(case.paths[0])
     # rank 0, off the GPU 16 s every 200 s while its peers spin-wait (8 % of 5 minutes),
     # is a straggler by recurrence (analysis.verdict) besides the slow GPU
     assert set(named) == {slow, "0"} and named["0"][1] == "off_gpu"
@@ -77,7 +78,6 @@ def test_a_straggler_under_averaged_power_is_named_live_and_in_the_report(built)
     # the peers read the share of their time they spin-wait: not all working
     peers = sorted(v for k, v in active.items() if k != slow)
     assert active[slow] - peers[len(peers) // 2] > 0.05
-    doc = analyse(from_log(str(case.paths[0]))).as_json()
     assert {s["gpu"] for s in doc["stragglers"]} == {slow, "0"}
     causes = [f["cause"] for f in doc["findings"] if f["kind"] == "straggler" and f"GPU {slow} " in f["text"]]
     assert causes and set(causes) <= set(case.accept)
@@ -87,11 +87,10 @@ def test_a_control_under_averaged_power_names_only_the_checkpointing_rank(built)
     # no slow GPU: only rank 0, off the GPU 16 s every 200 s (recurrence, off_gpu)
     case = built["ckpt/control-jitter2"]
     assert case.stragglers == (f"{case.node(0)}/0",)       # the truth counts it too (sweep.py)
-    named, active = live(case.paths[0])
+    doc, named, active = report_live(case.paths[0])
     assert {k: c for k, (_, c) in named.items()} == {"0": "off_gpu"}
     peers = [v for k, v in active.items() if k != "0"]
     assert max(peers) - min(peers) < 0.01
-    doc = analyse(from_log(str(case.paths[0]))).as_json()
     assert [s["gpu"] for s in doc["stragglers"]] == ["0"]
 
 
@@ -102,21 +101,19 @@ def test_without_a_spin_level_the_idle_floor_bounds_the_share(built):
     case = built["more_work+15"]
     (slow,) = [f"{g}" for _, g in case.slow]
     true_cost = case.cost[f"{case.node(0)}/{slow}"]
-    named, active = live(case.paths[0])
+    doc, named, active = report_live(case.paths[0])
     assert set(named) == {slow}
     assert named[slow][1] in case.accept
     peers = sorted(v for k, v in active.items() if k != slow)
     gap = active[slow] - peers[len(peers) // 2]
     # under-read, never over-read: (W - S) / (W - floor) of it, ~0.84 on these levels
     assert 0.05 < gap < true_cost
-    doc = analyse(from_log(str(case.paths[0]))).as_json()
     assert {s["gpu"] for s in doc["stragglers"]} == {slow}
 
 
 def test_without_a_spin_level_a_control_names_nothing(built):
     case = built["control-jitter2"]
     assert not case.positive
-    named, active = live(case.paths[0])
+    doc, named, active = report_live(case.paths[0])
     assert named == {}
-    doc = analyse(from_log(str(case.paths[0]))).as_json()
     assert doc["stragglers"] == []

@@ -14,16 +14,14 @@ import pytest
 
 from conftest import CPU_BOUND, require_data
 from realtrace import START, alibaba_job, real_levels, stall_schedule, training, write_smi_log
+from reportutil import report_and_live
 
 from gpulse.analysis.thresholds import value
 from prometheus_client import generate_latest
 
 from gpulse.collector import snapshot_families
-from testing.config import test_config
-from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
-from gpulse.sources.replay import ReplaySource
 
 pytestmark = CPU_BOUND
 
@@ -34,15 +32,19 @@ def report(path, **analysis):
     return analyse(from_log(str(path), analysis=analysis or None)).as_json()
 
 
-def live(path, **cfg):
-    """The engine over the log as the exporter runs it: the last snapshot, and per
-    tick the GPUs it calls stragglers."""
-    c = test_config(source="replay", replay__file=str(path), replay__speed=0, **cfg)
+def report_live(path, **analysis):
+    """The report and the engine's ticks as the exporter serves them, one run for both
+    (reportutil.report_and_live): (findings.json, the last snapshot, per tick the
+    GPUs it calls stragglers)."""
     flagged = []
-    snap = None
-    for _, snap in run_offline(ReplaySource(c), c):
+    last = []
+
+    def look(snap):
+        last[:] = [snap]
         flagged.append((snap.t, sorted(v.info.gpu for v in snap.gpus if v.straggler is not None)))
-    return snap, flagged
+
+    doc = report_and_live(path, look, **analysis)
+    return doc, last[0], flagged
 
 
 def kinds(doc, kind):
@@ -82,12 +84,11 @@ def test_rhythm_survives_the_job_exit(tmp):
 
 def test_off_grid_stall_with_skewed_rows_counts_in_report_and_live_alike(tmp):
     path, stalls = steady(tmp, exits=False)
-    doc = report(path, min_stall=0.2)
+    doc, snap, _ = report_live(path, min_stall=0.2)
     n = len(doc["stall_episodes"])
     assert n >= len(stalls) - 2, (n, len(stalls))
     assert doc["stall_fraction"] > 0.08          # ~0.3 / 2.5 of the work time
     assert not kinds(doc, "healthy")
-    snap, _ = live(path, min_stall=0.2)
     (group,) = snap.groups
     # the exporter's counter is the same tracker and counts the same episodes; at the
     # end of the log it has not yet made final those that could still merge
@@ -129,7 +130,7 @@ def test_transient_straggler_alibaba_job1_worker6(tmp):
     # job 1 of the Alibaba PAI trace, one GPU per worker, 12 s of training per
     # recorded iteration (an hour); worker 6 slows down for ~14 iterations mid-run
     path, workers = alibaba1(tmp)
-    doc = report(path)
+    doc, _, flagged = report_live(path)
     # worker 0 is the other straggler of this job: its recorded batch times run ~8 %
     # over the median, in stretches of minutes that cost its peers ~11 % of their
     # time (the evaluation corpus' truth names it too)
@@ -150,7 +151,6 @@ def test_transient_straggler_alibaba_job1_worker6(tmp):
     # live: the exporter names GPU 6 (and worker 0 in its own spans), once it has
     # straggled for straggler_min_span_seconds of that span (the first deviating
     # window after, if that moment falls in a short break), until it stops
-    _, flagged = live(path)
     hits = [t for t, gpus in flagged if "6" in gpus]
     assert {g for _, gpus in flagged for g in gpus} == {"0", "6"}
     confirm, brk = value("straggler_min_span_seconds"), value("straggler_break_seconds")
@@ -195,7 +195,8 @@ def recorded(name):
 @functools.lru_cache(maxsize=None)
 def recorded_run(name):
     """The report and the live run of a recorded trace, once per module (two tests read ckpt50's)."""
-    return report(recorded(name)), live(recorded(name))
+    doc, snap, flagged = report_live(recorded(name))
+    return doc, (snap, flagged)
 
 
 def test_ckpt50_headline_rhythm_is_the_one_the_heatmap_shows():
@@ -249,9 +250,8 @@ def test_metrics_and_report_name_the_same_straggler(tmp):
     lines = full.read_text().splitlines()
     path = tmp / "alibaba-job1-cut.csv"
     path.write_text("\n".join([lines[0]] + [ln for ln in lines[1:] if _unix(ln) <= cut]) + "\n")
-    doc = report(path)
+    doc, snap, _ = report_live(path)
     assert sorted(s["gpu"] for s in doc["stragglers"]) == ["0", "6"]
-    snap, _ = live(path)
     text = generate_latest(_Registry(snapshot_families(snap))).decode()
     flags = _gauges(text, "gpulse_gpu_straggler")
     # at the cut worker 6 still straggles; worker 0's spans ended long before

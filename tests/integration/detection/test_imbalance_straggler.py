@@ -24,11 +24,7 @@ import bench.lib.corpus as corpus  # noqa: E402
 
 from gpulse.analysis.thresholds import value  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
-from testing.config import test_config  # noqa: E402
-from gpulse.drive import run_offline  # noqa: E402
-from gpulse.report.findings import analyse  # noqa: E402
-from gpulse.report.inputs import from_log  # noqa: E402
-from gpulse.sources.replay import ReplaySource  # noqa: E402
+from reportutil import report_and_live  # noqa: E402
 
 pytestmark = CPU_BOUND
 
@@ -44,21 +40,23 @@ def built(tmp_path_factory):
     return {c.name: (p, c.truth) for c, p in corpus.build(out, select=f"^({PAI1}|{SEED})$")}
 
 
-def live(path):
-    """Per tick of the exporter's engine over the log: (t, holding, the imbalance
-    gauge as /metrics exposes it, busiest active fraction, the GPUs
-    gpulse_gpu_straggler names, gpulse_group_imbalance_explained)."""
-    c = test_config(source="replay", replay__file=str(path), replay__speed=0, node_name="n")
+def report_live(path):
+    """findings.json, and per tick of the same engine run as the exporter serves it
+    (reportutil.report_and_live): (t, holding, the imbalance gauge as /metrics
+    exposes it, busiest active fraction, the GPUs gpulse_gpu_straggler names,
+    gpulse_group_imbalance_explained)."""
     out = []
-    for _, snap in run_offline(ReplaySource(c), c):
+
+    def look(snap):
         if not snap.groups:
-            continue
+            return
         fams = {s.name: s.value for fam in snapshot_families(snap) for s in fam.samples
                 if s.name in (GAUGE, EXPLAINED)}
         acts = [v.active_ratio for v in snap.gpus if v.active_ratio is not None]
         out.append((snap.t, snap.groups[0].holding, fams.get(GAUGE), max(acts, default=0.0),
                     {v.info.gpu for v in snap.gpus if v.straggler is not None}, fams.get(EXPLAINED)))
-    return out
+
+    return report_and_live(path, look), out
 
 
 def imbalanced_stretches(ticks) -> list[float]:
@@ -79,7 +77,7 @@ def imbalanced_stretches(ticks) -> list[float]:
 def test_worker6_spread_is_the_straggler_s_live_and_in_the_report(built):
     path, truth = built[PAI1]
     assert "6" in truth.stragglers
-    ticks = live(path)
+    doc, ticks = report_live(path)
     confirmed = [t for t, *_, names, _ in ticks if names]
     assert confirmed and {g for *_, names, _ in ticks for g in names} == set(truth.stragglers)
     # the measurement is there at every tick the group holds its workload, stragglers
@@ -89,16 +87,14 @@ def test_worker6_spread_is_the_straggler_s_live_and_in_the_report(built):
     assert any(explained == 1.0 for _, explained in held)
     # no unexplained imbalance stands for as long as the bench's live gauge verdicts must hold
     assert max(imbalanced_stretches(ticks), default=0.0) < 60.0
-    doc = analyse(from_log(str(path))).as_json()
     assert {s["gpu"] for s in doc["stragglers"]} == set(truth.stragglers)
     assert not [f for f in doc["findings"] if f["kind"] == "imbalance"]
 
 
 def test_imbalance_without_a_straggler_keeps_its_gauge_and_finding(built):
     path, truth = built[SEED]
-    ticks = live(path)
+    doc, ticks = report_live(path)
     assert not truth.stragglers and not any(names for *_, names, _ in ticks)
     assert max(imbalanced_stretches(ticks), default=0.0) >= 600.0    # most of its 25 minutes of training
-    doc = analyse(from_log(str(path))).as_json()
     assert [f for f in doc["findings"] if f["kind"] == "imbalance"]
     assert doc["imbalance"]["explained"] is False
