@@ -108,3 +108,49 @@ def test_a_job_s_share_read_moves_as_its_rows_are_merged(tmp_path):
     # handed out as read: within a batch of rows per node of the records' share
     for k, f in enumerate(seen, 1):
         assert abs(f - k / 10) < 0.2, seen
+
+
+def _wide_log(path, seed: int) -> None:
+    """A long log with every column a wide logger writes beside the samples: a power
+    limit (sometimes [N/A]), clock-event states, the mask and counters, ECC (now and
+    then [Unknown Error], which makes the row a GPU that could not be read), remapped
+    rows (`.pending` sometimes [N/A]), the link."""
+    from hostilelogs import smi_csv
+    rng = random.Random(seed)
+    lines = smi_csv(polls=2500, gpus=4).splitlines()
+    out = [lines[0] + ", power.limit [W], clocks_event_reasons.hw_slowdown, clocks_event_reasons.active, "
+                      "clocks_event_reasons_counters.hw_thermal_slowdown [us], "
+                      "ecc.errors.uncorrected.volatile.total, remapped_rows.pending, pcie.link.gen.current, "
+                      "pcie.link.width.current"]
+    for k, ln in enumerate(lines[1:]):
+        limit = rng.choice(("700.00 W", "700.00 W", "650.00 W", "[N/A]"))
+        ecc = "[Unknown Error]" if rng.random() < 0.01 else rng.choice(("0", "1", "[N/A]"))
+        out.append(f"{ln}, {limit}, {rng.choice(('Active', 'Not Active'))}, 0x{rng.choice((0, 4, 8)):016x}, "
+                   f"{k * 1000} us, {ecc}, {rng.choice(('No', 'Yes', '[N/A]'))}, {rng.choice((4, 5))}, 16")
+    path.write_text("\n".join(out) + "\n")
+
+
+def test_the_alignment_scan_reads_the_samples_alone_and_the_same(tmp_path):
+    """The clock-alignment scan asks the reader for samples only (RunFacts.samples_only):
+    every row the full read takes yields the same sample and power limit, none of the
+    columns the scan does not read (counters, states) is parsed, and a row lost only
+    for a cell of those columns (an ECC count reading [Unknown Error]) is a sample to
+    the scan, as its utilisation and power were read."""
+    from gpulse.sources.recorded.stream import LogStream
+    p = tmp_path / "wide.csv"
+    _wide_log(p, 5)
+
+    def read(samples_only: bool):
+        s = LogStream(str(p), samples_only=samples_only)
+        rows = [(t, g, smp, (gauges or {}).get("power_limit_watts")) for t, g, smp, gauges in job._readings(s)]
+        assert s.done
+        return rows
+
+    full, only = read(False), read(True)
+    lost = p.read_text().count("[Unknown Error]")
+    assert 0 < lost < 200 and len(only) == 2500 * 4 and len(full) == len(only) - lost
+    taken = set(map(repr, only))
+    assert all(repr(r) in taken for r in full)
+    assert any(limit is None for *_, limit in only) and any(limit == 650.0 for *_, limit in only)
+    assert not [r for r in LogStream(str(p), samples_only=True).records() if r.reading.counters]
+    assert [r for r in LogStream(str(p)).records() if r.reading.counters]

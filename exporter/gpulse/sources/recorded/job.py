@@ -190,7 +190,9 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
     `scan` recorded seconds of the log's start (None: all of it). Work is the engine's
     activity (power-gated utilisation, or SM activity): a rank spin-waiting in a
     collective is busy but not working, as in a checkpoint stall."""
-    stream = LogStream(path, fmt, interval)
+    # samples and the power limit are all the scan reads: the reader may skip the rest
+    # (clock-event states and counters, ECC, link columns), a third of a wide log's time
+    stream = LogStream(path, fmt, interval, samples_only=True)
     working: dict[str, bool] = {}
     top: dict[str, float] = {}      # highest power seen per GPU
     floor: dict[str, float] = {}    # lowest power at idle utilisation

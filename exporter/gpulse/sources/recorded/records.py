@@ -113,6 +113,11 @@ class RunFacts:
     # instant (power.draw.instant); None: the data decide (Engine.power_averaged)
     power_averaged: bool | None = None
     nodes_found: list[str] = field(default_factory=list)        # hostnames the log names, first first
+    # asked of the reader, not learnt: only the samples (utilisation, power, memory
+    # used) and the power limit are wanted (a job's clock-alignment scan reads each log's
+    # first half hour for its all-GPU stall edges). A reader may then skip every other
+    # column; one that cannot reads them all.
+    samples_only: bool = False
 
 
 class Rows:

@@ -77,6 +77,10 @@ for _prefix in ("clocks_event_reasons", "clocks_throttle_reasons"):
     _SMI_FIELDS[f"{_prefix}.active"] = ("thr_mask", None, None, None)
 _STATE_FIELDS = {f for f, *_ in _SMI_FIELDS.values() if f.startswith("thr_state:")} | {"thr_mask"}
 _TEXT_FIELDS = {"t", "index", "uuid", "model", "pci", "driver", "host", "remap_pending"} | _STATE_FIELDS
+# the columns a samples-only read keeps (RunFacts.samples_only): the clock, which GPU,
+# and what a Sample and the power limit are made of
+_SAMPLE_FIELDS = {"t", "index", "uuid", "pci", "host", "util", "power", "power_avg", "power_inst", "mem_used",
+                  "limit", "limit_enforced"}
 # which power.draw column the rows' power comes from (smi_record takes the first) ->
 # whether it is an average: power.draw is the 1 s average on recent drivers and the
 # instant on older ones, so the data decide (None)
@@ -295,6 +299,8 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[An
                                            "--query-gpu=... --format=csv header such as "
                                            "'timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]'")
                 else:
+                    if run.samples_only:
+                        hdr = [c for c in hdr if c.field in _SAMPLE_FIELDS]
                     cols, ncells, header_line = hdr, len(cells), i
                     limit = smi_fast.batch_rows(len(cols))
                     position = 0     # a new header: the logger restarted, instants start over
