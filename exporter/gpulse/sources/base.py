@@ -59,41 +59,33 @@ class CountOn:
 
     def counters(self, gpu: str, counters: dict[str, Any]) -> dict[str, Any]:
         """A Reading's counters (floats, or {label values: float}) counted on."""
-        return self.counters_each(gpu, [counters])[0]
+        # __call__'s work inlined: one call per reading of a log's rows
+        out: dict[str, Any] = {}
+        families = self._families
+        for fam, v in counters.items():
+            if isinstance(v, dict):
+                held = families.get((gpu, fam))
+                if held is None:
+                    held = families[(gpu, fam)] = ({}, {})
+                raw, counted = held
+                d = out[fam] = {}
+                for lab, x in v.items():
+                    prev = raw.get(lab)
+                    raw[lab] = x
+                    if prev is None:
+                        counted[lab] = d[lab] = x
+                    elif x >= prev:
+                        counted[lab] = d[lab] = counted[lab] + (x - prev)
+                    else:
+                        self.resets[fam] = self.resets.get(fam, 0) + 1
+                        counted[lab] = d[lab] = counted[lab] + x
+            else:
+                out[fam] = self((gpu, fam), fam, v)
+        return out
 
     def counters_each(self, gpu: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`counters` of each of one GPU's readings in turn (a log's rows), in one call:
-        each family's held values looked up once, not once a row. __call__'s work is
-        inlined for labelled families, a dict per reading of a log's rows."""
-        families, resets = self._families, self.resets
-        held: dict[str, tuple[dict[Any, float], dict[Any, float]]] = {}
-        outs = []
-        for counters in rows:
-            out: dict[str, Any] = {}
-            for fam, v in counters.items():
-                if isinstance(v, dict):
-                    h = held.get(fam)
-                    if h is None:
-                        h = families.get((gpu, fam))
-                        if h is None:
-                            h = families[(gpu, fam)] = ({}, {})
-                        held[fam] = h
-                    raw, counted = h
-                    d = out[fam] = {}
-                    for lab, x in v.items():
-                        prev = raw.get(lab)
-                        raw[lab] = x
-                        if prev is None:
-                            counted[lab] = d[lab] = x
-                        elif x >= prev:
-                            counted[lab] = d[lab] = counted[lab] + (x - prev)
-                        else:
-                            resets[fam] = resets.get(fam, 0) + 1
-                            counted[lab] = d[lab] = counted[lab] + x
-                else:
-                    out[fam] = self((gpu, fam), fam, v)
-            outs.append(out)
-        return outs
+        """`counters` of each of one GPU's readings in turn (a log's rows)."""
+        return [self.counters(gpu, r) for r in rows]
 
     def forget(self, gpu: str) -> None:
         for d in (self._raw, self._counted, self._families):
