@@ -287,3 +287,48 @@ def test_the_alignment_reads_the_whole_logs_only_when_their_start_does_not_align
     monkeypatch.setattr(job, "ALIGN_SCAN_S", 3600.0)    # longer than the log: read once
     again = job.align([job.NodeLog(str(src), "a"), job.NodeLog(str(other), "b")])
     assert scans == [3600.0, 3600.0] and again.logs[1].offset == aligned.logs[1].offset
+
+
+def _head(dest: Path, rows: int = 2000) -> Path:
+    """The first `rows` rows of the real ckpt1.csv (about 25 s of 8 GPUs at ~100 ms)."""
+    lines = require_data("traces/h100-8gpu/ckpt1.csv").read_text().splitlines()
+    dest.write_text("\n".join(lines[:rows + 1]) + "\n")
+    return dest
+
+
+def test_logs_of_different_runs_are_refused_in_one_line(tmp_path):
+    """Two logs a day apart once gave exit 0 and a report of one 'job' spanning the day
+    (every tick of it analysed: 10 s for 25 s of data, an hour for logs a year apart),
+    its GPUs compared as peers though they never ran together."""
+    a = _head(tmp_path / "a.csv")
+    b = moved_clock(a, tmp_path / "b.csv", 86400.0)
+    p, _ = report("--input", str(a), str(b), out=tmp_path / "r")
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "no common stretch of time" in line and "24 h" in line, line
+    assert f"{a}:" in line and f"{b}:" in line, line
+
+
+def test_a_log_without_timestamps_among_timed_ones_is_refused_in_one_line(tmp_path):
+    """A log without a clock reads from time 0 (1970): beside a timed log, the job's
+    analysis once ticked through 55 years and never ended."""
+    a = _head(tmp_path / "a.csv")
+    lines = a.read_text().splitlines()
+    b = tmp_path / "b.csv"
+    b.write_text("\n".join(ln.split(",", 1)[1] for ln in lines) + "\n")
+    for argv in (["report", "--quiet", "--input", str(a), str(b), "--out", str(tmp_path / "r")],
+                 ["export", "--input", str(a), str(b)]):
+        p = subprocess.run([sys.executable, "-m", "gpulse", *argv], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1 and "Traceback" not in p.stderr, (argv[0], p.stderr[-2000:])
+        (line,) = p.stderr.strip().splitlines()
+        assert f"{b}: no timestamps, while the other logs have them" in line, line
+
+
+def test_a_stretch_no_node_logged_is_kept_as_a_single_log_keeps_it(tmp_path):
+    """The guard is a single log's gap rule, no stricter: a node's log that starts 35 s
+    after the other's last row (within GAP_FREE_S) is one job with a gap."""
+    a = _head(tmp_path / "a.csv")
+    b = moved_clock(a, tmp_path / "b.csv", 60.0)
+    p, doc = report("--input", str(a), str(b), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr
+    assert doc["run"]["gpus"] == 16

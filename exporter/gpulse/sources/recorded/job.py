@@ -23,6 +23,14 @@ is nearly as good (a stall rhythm shorter than the lag range makes it ambiguous)
 otherwise the node's clock is taken as recorded, and the notes say so. The edges are
 read from the first ALIGN_SCAN_S of each log (all of it when that aligns not every
 node), before the analysis reads the logs again.
+
+A job's logs are read on one clock, so they must have one and share a stretch of it:
+a log without timestamps among timed ones is refused before anything is read, and
+the merged records may leave no stretch that no node recorded longer than a single
+log may (stream.py's gap rule: GAP_FREE_S, or the time recorded so far). Beyond
+that the logs are of different runs (a day apart, or one of them stamped in 1970),
+which judged as one job would compare GPUs that never ran together, and would make
+the analysis tick through the whole stretch between them.
 """
 from __future__ import annotations
 
@@ -40,7 +48,7 @@ from ...analysis.thresholds import value
 from ...model import DeviceInfo, Reading, gpu_sort_key, natural_key
 from ..replay import ReplaySource
 from .records import LogError, LogFormatError, Record, Rows, RunFacts
-from .stream import LogStream
+from .stream import GAP_FREE_S, REORDER_S, LogStream, span_words
 
 # Clock offsets are looked for within this many seconds either way.
 ALIGN_LAG_S = 10.0
@@ -146,8 +154,13 @@ def align(logs: list[NodeLog], fmt: str = "auto", idle_threshold: float = value(
           power_gate: float = value("power_gate_ratio"), interval: float = 1.0) -> Alignment:
     """The logs with each node's clock offset against the reference node (see module doc)."""
     scanned = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S) for lg in logs}
-    out = _align(logs, {n: e for n, (e, _) in scanned.items()})
-    if any(not lg.aligned for lg in out.logs) and any(cut for _, cut in scanned.values()):
+    untimed = [lg.path for lg in logs if not scanned[lg.node][2]]
+    if untimed and len(untimed) < len(logs):
+        raise LogFormatError(f"{untimed[0]}: no timestamps, while the other logs have them: the logs of one job "
+                             "are read on one clock, so each must record the time of its rows (nvidia-smi "
+                             "--query-gpu=timestamp,...; nvidia-smi dmon -o DT)")
+    out = _align(logs, {n: e for n, (e, _, _) in scanned.items()})
+    if any(not lg.aligned for lg in out.logs) and any(cut for _, cut, _ in scanned.values()):
         whole = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, None)[0] for lg in logs}
         out = _align(logs, whole)
     return out
@@ -184,10 +197,11 @@ def job_name(nodes: list[str]) -> str:
 
 
 def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan: float | None
-           ) -> tuple[tuple[list[float], list[float]], bool]:
-    """((starts, ends), cut short) of the stretches in which none of the log's GPUs
-    works, each held EDGE_HOLD_S on both sides; at most ALIGN_EDGES of each, within
-    `scan` recorded seconds of the log's start (None: all of it). Work is the engine's
+           ) -> tuple[tuple[list[float], list[float]], bool, bool]:
+    """((starts, ends), cut short, timed: the log has a clock) of the stretches in
+    which none of the log's GPUs works, each held EDGE_HOLD_S on both sides; at most
+    ALIGN_EDGES of each, within `scan` recorded seconds of the log's start (None: all
+    of it). Work is the engine's
     activity (power-gated utilisation, or SM activity): a rank spin-waiting in a
     collective is busy but not working, as in a checkpoint stall."""
     # samples and the power limit are all the scan reads: the reader may skip the rest
@@ -234,7 +248,7 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
                     break
     finally:
         stream.close()
-    return (starts, ends), cut
+    return (starts, ends), cut, stream.facts.timed
 
 
 def _readings(stream: LogStream) -> Iterator[tuple[float, str, Any, dict[str, Any] | None]]:
@@ -408,15 +422,37 @@ class JobStream:
 
     def records(self) -> Iterator[Record]:
         merged = heapq.merge(*(self._node(lg, s) for lg, s in zip(self.logs, self.streams)), key=lambda r: r.t)
+        gaps = 0.0          # seconds no node recorded, in the stretches kept as gaps
+        start = end = 0.0
+        prev: Record | None = None
         try:
             for rec in merged:
-                if self.start is None:
-                    self.start = rec.t
-                self.end = rec.t
+                t = rec.t
+                if prev is None:
+                    self.start = start = t
+                elif t - end > REORDER_S:
+                    jump = t - end
+                    if gaps + jump > max(GAP_FREE_S, end - start - gaps):
+                        raise self._apart(prev, rec, jump)
+                    gaps += jump
+                self.end = end = t
+                prev = rec
                 yield rec
             self.done = True
         finally:
             self.close()
+
+    def _apart(self, before: Record, after: Record, jump: float) -> LogFormatError:
+        """The error of logs that leave a stretch no node recorded, longer than a
+        single log may keep as a gap (module doc)."""
+        def where(rec: Record) -> str:
+            gpu = rec.reading.gpu
+            lg = max((lg for lg in self.logs if not self.keyed or gpu.startswith(lg.node + ":")),
+                     key=lambda lg: len(lg.node), default=None)
+            return f"{lg.path if lg is not None else '?'}:{rec.line}"
+        return LogFormatError(f"the logs record no common stretch of time: nothing is recorded for "
+                              f"{span_words(jump)} between {where(before)} and {where(after)}; a job's logs are "
+                              "its nodes' logs of one run, recorded at the same time (report on other runs apart)")
 
     def items(self) -> Iterator[Record]:
         """LogStream.items(): the logs' records merged in time order are Records."""

@@ -167,7 +167,7 @@ class LogStream:
         out = []
         for n, lines, what in (
                 (self.n_forwards, self.forwards,
-                 f"the clock jumps ahead (by up to {_span_words(self.max_forward)}) further than the log has "
+                 f"the clock jumps ahead (by up to {span_words(self.max_forward)}) further than the log has "
                  "recorded; the clock is taken to have stepped forward and the rows after it follow the earlier "
                  "ones without a gap"),
                 (self.n_backwards, self.backwards,
@@ -487,7 +487,7 @@ def _each(queue: Iterable[Record | Rows]) -> Iterator[Record]:
             yield q
 
 
-def _span_words(seconds: float) -> str:
+def span_words(seconds: float) -> str:
     """A long time as people say it: 45 min, 30 days, 56 years."""
     for unit, n in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600)):
         if seconds >= 2 * n:
