@@ -133,7 +133,8 @@ def _straggler_words(j: Judgement, st: dict[str, Any], why: str) -> Finding:
     when = "" if st["whole_run"] else "; ".join(
         f"from {when_of(j, a)} for {secs(b - a)}" for a, b in st["spans"])
     what = "of the work time" if st["whole_run"] else f"of its straggling time ({when})"
-    rank = st["gpu"] if st["gpu"].isdigit() else k
+    # a GPU's index is its rank on one node; across nodes the global rank is unknown
+    rank = "its rank" if j.rec.multi_node else f"rank {st['gpu'] if st['gpu'].isdigit() else k}"
     sev = "high" if st["cost"] >= value("straggler_high_gap_ratio") else "medium"
     spans = st["spans"]
     if st["direction"] == "idler":
@@ -146,7 +147,7 @@ def _straggler_words(j: Judgement, st: dict[str, Any], why: str) -> Finding:
         if why == "off_gpu":
             text = (f"{j.label(k)} was idle {pct(me['idle_fraction'])} {what} while "
                     f"{j.labels(peers)} read {pct(peer_busy)} busy{power}, i.e. waiting for it: "
-                    f"rank {rank} is the bottleneck and its work is off the GPU (checkpointing, data loading, "
+                    f"{rank} is the bottleneck and its work is off the GPU (checkpointing, data loading, "
                     "host-side preprocessing).")
         elif why == "more_work":
             text = (f"{j.label(k)} was busy only {pct(me['busy_fraction'])} {what} against "
@@ -214,11 +215,13 @@ def _pattern_words(j: Judgement, p: dict[str, Any]) -> Finding | None:
     if p["off_gpu"]:
         all_keys = sorted({k for gr in j.rec.groups.values() for k in gr.gpus}, key=gpu_sort_key)
         waiting = [k for k in all_keys if k not in p["off_gpu"]]
-        ranks = ", ".join(j.rec.gpus[k].gpu for k in p["off_gpu"] if k in j.rec.gpus)
+        # a GPU's index is its rank on one node; across nodes the GPUs are named
+        ranks = (j.labels(p["off_gpu"]) if j.rec.multi_node else
+                 "rank " + ", ".join(j.rec.gpus[k].gpu for k in p["off_gpu"] if k in j.rec.gpus))
         who = (f"; during them {j.labels(p['off_gpu'])} work{'s' if len(p['off_gpu']) == 1 else ''} off "
                f"the GPU while {j.labels(waiting)} spin-wait for {'it' if len(p['off_gpu']) == 1 else 'them'}")
-        cause = f"consistent with periodic checkpointing by rank {ranks}" if period else \
-            f"rank {ranks} holds everybody up with work off the GPU"
+        cause = f"consistent with periodic checkpointing by {ranks}" if period else \
+            f"{ranks} {'hold' if j.rec.multi_node and len(p['off_gpu']) > 1 else 'holds'} everybody up with work off the GPU"
     elif period is not None and period >= value("period_checkpoint_seconds"):
         cause = "consistent with periodic checkpointing, evaluation or logging"
     elif period is not None:

@@ -332,3 +332,21 @@ def test_a_stretch_no_node_logged_is_kept_as_a_single_log_keeps_it(tmp_path):
     p, doc = report("--input", str(a), str(b), out=tmp_path / "r")
     assert p.returncode == 0, p.stderr
     assert doc["run"]["gpus"] == 16
+
+
+def test_off_gpu_ranks_of_a_job_are_named_by_node_and_gpu(tmp_path):
+    """The real ckpt1.csv's rank 0 leaves the GPU while the others spin-wait; two nodes
+    logged it (the second's clock 1.3 s ahead). A GPU's index is its rank on one node
+    only: the job's findings once read 'rank 0, 0 holds everybody up' and 'rank 0 is
+    the bottleneck' for GPU 0 of each node; they name node and GPU."""
+    a = _head(tmp_path / "a.csv", rows=40000)
+    b = moved_clock(a, tmp_path / "b.csv", 1.3)
+    p, doc = report("--input", str(a), str(b), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr
+    texts = [f["text"] for f in doc["findings"]]
+    assert not [t for t in texts if "rank 0" in t], texts
+    stalls = [f["text"] for f in doc["findings"] if f["kind"] == "sync_stall"]
+    assert any("checkpointing by a GPU 0; b GPU 0" in t for t in stalls), stalls
+    assert any("a GPU 0; b GPU 0 hold everybody up" in t for t in stalls), stalls
+    stragglers = [f["text"] for f in doc["findings"] if f["kind"] == "straggler"]
+    assert stragglers and all("its rank is the bottleneck" in t for t in stragglers), stragglers
