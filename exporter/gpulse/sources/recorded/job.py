@@ -351,7 +351,7 @@ class JobStream:
         self.streams: list[LogStream] = []
         try:
             for lg in logs:
-                self.streams.append(LogStream(lg.path, fmt, interval))
+                self.streams.append(LogStream(lg.path, fmt, interval, together=len(logs)))
         except LogFormatError:
             self.close()
             raise

@@ -118,6 +118,10 @@ class RunFacts:
     # first half hour for its all-GPU stall edges). A reader may then skip every other
     # column; one that cannot reads them all.
     samples_only: bool = False
+    # asked too: how many logs are read at once (a job's, merged in time order). A
+    # reader that reads rows ahead in batches holds 1/together of one log's batch, so
+    # a job's memory does not grow with the number of its logs.
+    together: int = 1
 
 
 class Rows:

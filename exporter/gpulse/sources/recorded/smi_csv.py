@@ -302,7 +302,7 @@ def _smi_rows(lines: Iterable[str], err: Problems, run: RunFacts) -> Iterator[An
                     if run.samples_only:
                         hdr = [c for c in hdr if c.field in _SAMPLE_FIELDS]
                     cols, ncells, header_line = hdr, len(cells), i
-                    limit = smi_fast.batch_rows(len(cols))
+                    limit = smi_fast.batch_rows(len(cols), run.together)
                     position = 0     # a new header: the logger restarted, instants start over
                     if not any(c.field in ("util", "power", "power_avg", "power_inst", "mem_used") for c in cols):
                         raise err.fatal(i, "header has none of utilization.gpu, power.draw, memory.used: nothing to replay")

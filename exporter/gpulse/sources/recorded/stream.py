@@ -69,12 +69,13 @@ class LogStream:
     opened or its format is unknown, and from records() when nothing in it is usable
     or a cap is hit."""
 
-    def __init__(self, path: str, fmt: str = "auto", interval: float = 1.0, samples_only: bool = False):
+    def __init__(self, path: str, fmt: str = "auto", interval: float = 1.0, samples_only: bool = False,
+                 together: int = 1):
         self.path = path
         self.interval = interval
         self.err = Problems(path)
         # what the format reader has learnt so far (and whether only samples are wanted)
-        self.facts = RunFacts(samples_only=samples_only)
+        self.facts = RunFacts(samples_only=samples_only, together=together)
         self.start: float | None = None
         self.end: float | None = None
         self.done = False
