@@ -64,6 +64,7 @@ from tornado.ioloop import IOLoop
 from tornado.tcpserver import TCPServer
 
 from ..config import parse_listen_address
+from ..fdlimit import raise_open_files
 from .app import PUBLIC_PATHS, TEXT, App, Request, Response
 from .basicauth import BCRYPT_QUEUE, BCRYPT_SLOTS, BUSY, OK, BasicAuth
 from .webconfig import NO_WEB_CONFIG, WebConfig
@@ -657,18 +658,10 @@ def _bind(address: str) -> socket.socket:
 
 
 def _connection_budget() -> int:
-    """MAX_CONNECTIONS, within what the file descriptor limit allows. The soft limit
-    is raised to the hard one first (as Go programs do): containers often start at a
-    soft 1024, and an accept() that fails for want of a descriptor cannot evict."""
-    try:
-        import resource
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        want = MAX_CONNECTIONS + FD_RESERVE
-        if soft != resource.RLIM_INFINITY and soft < want:
-            soft = want if hard == resource.RLIM_INFINITY else min(want, hard)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    except (ImportError, ValueError, OSError):
-        return MAX_CONNECTIONS
-    if soft == resource.RLIM_INFINITY:
+    """MAX_CONNECTIONS, within what the file descriptor limit allows, the soft limit
+    raised first (fdlimit): an accept() that fails for want of a descriptor cannot
+    evict."""
+    soft = raise_open_files(MAX_CONNECTIONS + FD_RESERVE)
+    if soft is None:
         return MAX_CONNECTIONS
     return max(1, min(MAX_CONNECTIONS, soft - FD_RESERVE))

@@ -350,3 +350,30 @@ def test_off_gpu_ranks_of_a_job_are_named_by_node_and_gpu(tmp_path):
     assert any("a GPU 0; b GPU 0 hold everybody up" in t for t in stalls), stalls
     stragglers = [f["text"] for f in doc["findings"] if f["kind"] == "straggler"]
     assert stragglers and all("its rank is the bottleneck" in t for t in stragglers), stragglers
+
+
+def test_a_job_of_more_logs_than_the_soft_open_file_limit(tmp_path):
+    """A job's logs are all open while they are merged. A shell's soft `ulimit -n` of
+    1,024 once stopped a report on a larger job with 'Too many open files'; the soft
+    limit is raised toward the hard one, and past the hard one it is one line."""
+    import resource
+    a = _head(tmp_path / "n0.csv", rows=300)
+    logs = [str(a)] + [_copy_to(a, tmp_path / f"n{i}.csv") for i in range(1, 50)]
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+
+    def run(soft: int, hard: int) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "gpulse", "report", "--quiet", "--input", *logs,
+                               "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300,
+                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+    p = run(40, hard)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((tmp_path / "r" / "findings.json").read_text())["run"]["gpus"] == 50 * 8
+    p = run(40, 40)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert "50 logs are read at once" in line and "may open 40 files" in line and "ulimit -n" in line, line
+
+
+def _copy_to(src: Path, dest: Path) -> str:
+    dest.write_bytes(src.read_bytes())
+    return str(dest)

@@ -45,6 +45,7 @@ from typing import Any, Iterator
 
 from ...analysis.activity import activity_of, spin_gate_watts
 from ...analysis.thresholds import value
+from ...fdlimit import raise_open_files
 from ...model import DeviceInfo, Reading, gpu_sort_key, natural_key
 from ..replay import ReplaySource
 from .records import LogError, LogFormatError, Record, Rows, RunFacts
@@ -64,6 +65,9 @@ MIN_SHARE = 0.5
 # Edges of each kind read per log for the alignment; the scan stops there, so it
 # costs a bounded part of a long log.
 ALIGN_EDGES = 400
+# Files the report holds open beside one per log (the interpreter's, pyarrow's, the
+# outputs): a job's logs are all open at once while they are merged.
+FD_HEADROOM = 32
 # A clock's offset holds for the whole run (clocks differ, they do not drift apart
 # within it), so the alignment reads this much of each log first, and reads the logs
 # whole only when some node cannot be aligned on that.
@@ -349,6 +353,12 @@ class JobStream:
         self.workload = workload
         self.keyed = keyed          # False: GPUs keep the log's own keys (one node's log, as its exporter)
         self.streams: list[LogStream] = []
+        need = len(logs) + FD_HEADROOM
+        soft = raise_open_files(need)
+        if soft is not None and soft < need:
+            raise LogFormatError(f"{len(logs)} logs are read at once, a file open for each, and this process may "
+                                 f"open {soft} files (the hard limit of ulimit -n): raise it, or report on fewer "
+                                 "nodes at a time")
         try:
             for lg in logs:
                 self.streams.append(LogStream(lg.path, fmt, interval, together=len(logs)))
