@@ -64,7 +64,9 @@ def test_report_from_prometheus(prom, tmp_path):
     validate(doc)
     assert [(g["node"], g["gpu"]) for g in doc["gpus"]] == [("n1", "0"), ("n1", "1"), ("n1", "2"), ("n1", "3")]
     assert doc["run"]["tick_seconds"] == 1 and doc["run"]["activity"] == "sm_active"
-    [f] = [f for f in doc["findings"] if f["kind"] == "imbalance"]
+    found = [f for f in doc["findings"] if f["kind"] == "imbalance"]
+    assert len(found) == 1, (doc["run"], [(f["kind"], f["text"]) for f in doc["findings"]])
+    f = found[0]
     assert f["text"].startswith("GPUs 0 and 1 at 9") and "GPUs 2 and 3 under 1" in f["text"]
     assert p.stdout.splitlines()[0].startswith("This run lost ") and "to imbalance" in p.stdout.splitlines()[0]
     assert p.stdout.splitlines()[1].startswith("[high] GPUs 0 and 1 at 9")
