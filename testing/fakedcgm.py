@@ -103,23 +103,25 @@ class DcgmExporter:
                 head = (f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
                         f"Content-Type: text/plain; version=0.0.4\r\n{framing}\r\n").encode()
                 self.close_connection = owner.close_delimited
-                if owner.trickle_head:
-                    data = head + data
-                else:
-                    self.wfile.write(head)
-                if owner.trickle:
-                    step = owner.trickle_bytes
-                    owner.sent = 0
-                    try:
+                try:
+                    if owner.trickle_head:
+                        data = head + data
+                    else:
+                        self.wfile.write(head)
+                    if owner.trickle:
+                        step = owner.trickle_bytes
+                        owner.sent = 0
                         for i in range(0, len(data), step):
                             self.wfile.write(data[i:i + step])
                             self.wfile.flush()
                             owner.sent = i + step
                             time.sleep(owner.trickle)
-                    except OSError:       # the client gave up: what a deadline is for
-                        self.close_connection = True
-                else:
-                    self.wfile.write(data)
+                    else:
+                        self.wfile.write(data)
+                except OSError:
+                    # the client gave up (its deadline passed during `delay` or a
+                    # trickle): what a deadline is for, not the stand-in's error
+                    self.close_connection = True
 
             def log_message(self, *a):
                 pass

@@ -119,8 +119,8 @@ class RunFacts:
     # column; one that cannot reads them all.
     samples_only: bool = False
     # asked too: how many logs are read at once (a job's, merged in time order). A
-    # reader that reads rows ahead in batches holds 1/together of one log's batch, so
-    # a job's memory does not grow with the number of its logs.
+    # reader that reads rows ahead in batches holds 1/together of one log's batch (down
+    # to smi_fast.SHARE_MIN rows), so a job's memory does not grow with its logs.
     together: int = 1
 
 
