@@ -27,7 +27,7 @@ node), before the analysis reads the logs again.
 A job's logs are read on one clock, so they must have one and share a stretch of it:
 a log without timestamps among timed ones is refused before anything is read, and
 the merged records may leave no stretch that no node recorded longer than a single
-log may (stream.py's gap rule: GAP_FREE_S, or the time recorded so far). Beyond
+log may (stream.kept_as_gap: GAP_FREE_S, or the time recorded so far). Beyond
 that the logs are of different runs (a day apart, or one of them stamped in 1970),
 which judged as one job would compare GPUs that never ran together, and would make
 the analysis tick through the whole stretch between them.
@@ -49,7 +49,7 @@ from ...fdlimit import raise_open_files
 from ...model import DeviceInfo, Reading, gpu_sort_key, natural_key
 from ..replay import ReplaySource
 from .records import LogError, LogFormatError, Record, Rows, RunFacts
-from .stream import GAP_FREE_S, REORDER_S, LogStream, span_words
+from .stream import REORDER_S, LogStream, kept_as_gap, span_words
 
 # Clock offsets are looked for within this many seconds either way.
 ALIGN_LAG_S = 10.0
@@ -205,9 +205,8 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
     """((starts, ends), cut short, timed: the log has a clock) of the stretches in
     which none of the log's GPUs works, each held EDGE_HOLD_S on both sides; at most
     ALIGN_EDGES of each, within `scan` recorded seconds of the log's start (None: all
-    of it). Work is the engine's
-    activity (power-gated utilisation, or SM activity): a rank spin-waiting in a
-    collective is busy but not working, as in a checkpoint stall."""
+    of it). Work is the engine's activity (power-gated utilisation, or SM activity): a
+    rank spin-waiting in a collective is busy but not working, as in a checkpoint stall."""
     # samples and the power limit are all the scan reads: the reader may skip the rest
     # (clock-event states and counters, ECC, link columns), a third of a wide log's time
     stream = LogStream(path, fmt, interval, samples_only=True)
@@ -442,7 +441,7 @@ class JobStream:
                     self.start = start = t
                 elif t - end > REORDER_S:
                     jump = t - end
-                    if gaps + jump > max(GAP_FREE_S, end - start - gaps):
+                    if not kept_as_gap(jump, gaps, start, end):
                         raise self._apart(prev, rec, jump)
                     gaps += jump
                 self.end = end = t

@@ -53,6 +53,13 @@ SHOW_LINES = 5
 # poll stamped 1970 (a clock not set at boot), would make their work follow the span,
 # not the data. A longer jump is a clock step (see _clock_steps).
 GAP_FREE_S = 3600.0
+
+
+def kept_as_gap(jump: float, gaps: float, first: float, latest: float) -> bool:
+    """Whether a forward jump of `jump` seconds after `latest` is a gap (GAP_FREE_S's
+    rule), `gaps` the seconds of the gaps kept since `first`; else it is no gap: a clock
+    step in one log, logs of different runs in a job's (job.py)."""
+    return gaps + jump <= max(GAP_FREE_S, latest - first - gaps)
 # GPU entities one log may name (a whole cluster's worth); rows of more are skipped, so
 # per-GPU state, the engine and the report's picture stay bounded whatever the file says.
 MAX_GPUS = 4096
@@ -314,7 +321,7 @@ class LogStream:
                 if first is None:
                     first = t
                 elif jump > REORDER_S:
-                    if gaps + jump <= max(GAP_FREE_S, latest - first - gaps):
+                    if kept_as_gap(jump, gaps, first, latest):
                         gaps += jump
                     else:
                         self._note_forward(r.line, jump)
