@@ -30,9 +30,10 @@ demo: $(BASE)
 	$(VENV)/bin/gpulse serve --source sim --sim.scenario sync-stall
 
 # Four workers, one test file each at a time (a file's module fixtures, such as one
-# Prometheus, stay in one worker). Most of the suite's time is waiting: a straggler is
-# confirmed after 2 minutes of deviation, rules need minutes of samples. Override with
-# make test PYTEST_WORKERS=0 for one process. The 25 slowest tests are listed at the
+# Prometheus, stay in one worker). Verdicts are reached in virtual time, so most of the
+# suite's time is CPU; four workers on two cores overlap the live stacks' waits for
+# their daemons with the others' work. Override with make test PYTEST_WORKERS=0 for
+# one process. The 25 slowest tests are listed at the
 # end, so a CI log says where the time went.
 PYTEST_WORKERS ?= 4
 test: $(TESTS)

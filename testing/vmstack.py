@@ -234,7 +234,14 @@ class VictoriaMetrics:
         """vmalert's active alerts (pending and firing), Prometheus' /api/v1/alerts shape."""
         r = requests.get(self.vmalert_url + "/api/v1/alerts", timeout=5)
         r.raise_for_status()
-        return r.json()["data"]["alerts"]
+        return r.json()["data"]["alerts"] or []     # vmalert 1.79 answers null for none
+
+    def evaluated(self, alert: str) -> set[str]:
+        """When vmalert last evaluated the groups holding rules named `alert` (RFC 3339
+        text, one per group): a caller polling it counts evaluations, not seconds."""
+        r = requests.get(self.vmalert_url + "/api/v1/rules", timeout=5)
+        r.raise_for_status()
+        return {g["lastEvaluation"] for g in r.json()["data"]["groups"] if any(x["name"] == alert for x in g["rules"])}
 
     def logs(self) -> str:
         return "\n".join(f"--- {d.log.name}\n{d.tail()}" for d in self.daemons)

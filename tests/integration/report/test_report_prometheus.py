@@ -1,53 +1,48 @@
-"""`gpulse report --prometheus`: a real Prometheus (behind basic auth) that scraped a
-running `gpulse serve --source sim` with half its GPUs idle."""
+"""`gpulse report --prometheus`: a real Prometheus (behind basic auth) holding the
+scrapes of a `--source sim` run with half its GPUs idle."""
 import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import requests
 import yaml
 
-from conftest import ROOT, Gpulse, free_port
+from conftest import ROOT, free_port, require_binary
 from reportutil import validate
 from tlsutil import bcrypt_hash
 from testing.promutil import Prometheus
 
-SCRAPE_SECONDS = 25
+SECONDS = 240        # of the run stored: a report's last 2 minutes stay inside it for minutes
 AUTH = ("reporter", "pw-123")
 
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory):
+    """The run scraped every second in virtual time (the exporter's own engine and
+    encoder, its last scrape 5 s ago), backfilled with the real promtool into a real
+    Prometheus behind basic auth: no test waits for scrapes on the wall clock."""
+    from gpulse.collector import encode
+    from gpulse.sources.sim import SimSource
+    from testing.config import test_config
+    from testing.promutil import scrape_run
+    promtool = require_binary("promtool")
     tmp = tmp_path_factory.mktemp("report-prometheus")
-    g = Gpulse("--source", "sim", "--sim.scenario", "imbalance", "--sim.gpus", "4", "--node-name", "n1",
-               "--analysis-window", "5s")
+    cfg = test_config(source="sim", sim__scenario="imbalance", sim__gpus=4, node_name="n1", analysis_window=5)
+    _, families, first, last, _ = scrape_run(cfg, SimSource(cfg), SECONDS, scrape=1.0, ago=5.0)
+    (tmp / "run.om").write_bytes(encode(families, openmetrics=True))
+    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "run.om"),
+                           str(tmp / "tsdb")], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
     (tmp / "web.yml").write_text(yaml.safe_dump({"basic_auth_users": {AUTH[0]: bcrypt_hash(AUTH[1])}}))
     (tmp / "password").write_text(AUTH[1] + "\n")
     (tmp / "wrong").write_text("nope\n")
+    p = Prometheus(tmp, [], rules=[], storage=tmp / "tsdb", web_config=tmp / "web.yml", auth=AUTH)
     try:
-        p = Prometheus(tmp, [f"127.0.0.1:{g.port}"], rules=[], web_config=tmp / "web.yml", auth=AUTH)
-    except BaseException:
-        g.stop()
-        raise
-    try:
-        # until enough scrapes are stored; a loaded 2-core machine misses scrapes, so
-        # the margin is generous and running out of it is an error, not a thin report
-        deadline, stored = time.monotonic() + SCRAPE_SECONDS + 150, 0.0
-        while time.monotonic() < deadline:
-            r = requests.get(p.url + "/api/v1/query", auth=AUTH, timeout=5,
-                             params={"query": "count_over_time(gpulse_gpu_sampled_seconds_total[5m])"}).json()
-            stored = min((float(s["value"][1]) for s in r["data"]["result"]), default=0.0)
-            if stored >= SCRAPE_SECONDS:
-                break
-            time.sleep(1)
-        assert stored >= SCRAPE_SECONDS, f"Prometheus stored {stored:.0f} scrapes of {SCRAPE_SECONDS} in time"
-        yield {"url": p.url, "dir": tmp}
+        yield {"url": p.url, "dir": tmp, "end": int(last)}
     finally:
         p.stop()
-        g.stop()
 
 
 def report(prom, tmp_path, *args, auth=True):
@@ -79,10 +74,8 @@ def test_report_from_prometheus(prom, tmp_path):
 
 
 def test_split_ranges_give_the_same_picture(prom, tmp_path):
-    # one range for both, ending before the newest scrapes: with `now` as the end, the
-    # second report (seconds later on a loaded machine) read another range, whose last
-    # seconds Prometheus had not yet stored, and saw a gap the first did not
-    end = str(int(time.time()) - 10)
+    # one range for both, inside the stored run
+    end = str(prom["end"] - 5)
     whole = report(prom, tmp_path / "a", "--last", "2m", "--end", end, "--step", "1s")
     split = report(prom, tmp_path / "b", "--last", "2m", "--end", end, "--step", "1s", "--max-points", "20")
     assert whole.returncode == split.returncode == 0, split.stderr
@@ -167,7 +160,7 @@ def test_timezone_only_picks_how_prometheus_times_are_shown(prom, tmp_path):
     times in that zone and says which."""
     import re
     from datetime import datetime, timezone
-    end = int(time.time()) - 5
+    end = prom["end"]
     rng = ("--start", str(end - 90), "--end", str(end), "--quiet")
     utc = report(prom, tmp_path / "utc", *rng)
     tokyo = report(prom, tmp_path / "tokyo", *rng, "--timezone", "Asia/Tokyo")
