@@ -377,3 +377,51 @@ def test_a_job_of_more_logs_than_the_soft_open_file_limit(tmp_path):
 def _copy_to(src: Path, dest: Path) -> str:
     dest.write_bytes(src.read_bytes())
     return str(dest)
+
+
+def _paused(dest: Path, pause: float, rows: int = 2000, skew: float = 0.0) -> Path:
+    """2 × `rows` rows of ckpt1.csv's training (after its start-up), the second half
+    `pause` seconds later (the job, and its loggers, stopped for longer than it had
+    run), every stamp `skew` later."""
+    import datetime as dt
+    lines = require_data("traces/h100-8gpu/ckpt1.csv").read_text().splitlines()
+    out = [lines[0]]
+    for k, ln in enumerate(lines[16001:16001 + 2 * rows]):
+        stamp, rest = ln.split(",", 1)
+        t = dt.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f")
+        t += dt.timedelta(seconds=skew + (pause if k >= rows else 0.0))
+        out.append(t.strftime("%Y/%m/%d %H:%M:%S.%f")[:-3] + "," + rest)
+    dest.write_text("\n".join(out) + "\n")
+    return dest
+
+
+def test_a_job_wide_pause_longer_than_the_recording_is_one_clock_step_on_every_node(tmp_path):
+    """Every node's logger stops for 2 hours after 25 s of training and goes on: longer than
+    the time recorded, which a single log takes as its clock stepping forward. Each
+    node's log takes its own step out, by its own last poll; the nodes stay within a
+    poll of each other, one job of 50 s, and no stretch counts as unrecorded."""
+    a = _paused(tmp_path / "a.csv", 7200.0)
+    b = _paused(tmp_path / "b.csv", 7200.0, skew=0.04)
+    alone, one = report("--input", str(a), out=tmp_path / "one")
+    p, doc = report("--input", str(a), str(b), out=tmp_path / "job")
+    assert alone.returncode == 0 and p.returncode == 0, (alone.stderr, p.stderr)
+    validate(doc)
+    assert doc["run"]["gpus"] == 16
+    # the job spans what one node's log spans, not two hours
+    span = lambda d: d["run"]["duration_seconds"]   # noqa: E731
+    assert span(doc) == pytest.approx(span(one), abs=1.0) and span(doc) < 120, (span(doc), span(one))
+    steps = [n for n in doc["notes"] if "stepped forward" in n]
+    assert any(n.startswith(f"{a}:") for n in steps) and any(n.startswith(f"{b}:") for n in steps), doc["notes"]
+    # both nodes' GPUs worked alike, as the node alone did: no node slow or idle for
+    # want of time, no GPU of one node waiting for the other's
+    busy = {(g["node"], g["gpu"]): g["busy_fraction"] for g in doc["gpus"]}
+    alone = {g["gpu"]: g["busy_fraction"] for g in one["gpus"]}
+    assert sum(alone.values()) > 6, alone      # training, not start-up
+    for gpu in map(str, range(8)):
+        assert busy[("a", gpu)] == pytest.approx(alone[gpu], abs=0.03), (busy, alone)
+        assert busy[("b", gpu)] == pytest.approx(alone[gpu], abs=0.03), (busy, alone)
+    # and the job concludes what the node alone does (here its rank 0 off the GPU),
+    # with no gap and no slow node
+    kinds = lambda d: sorted(f["kind"] for f in d["findings"])   # noqa: E731
+    assert kinds(doc) == kinds(one) and "gap" not in kinds(doc) and not doc["straggler_nodes"], \
+        ([(f["kind"], f["text"]) for f in doc["findings"]], kinds(one))
