@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import pytest
-import requests
 import yaml
 
 from conftest import ROOT, free_port, require_binary
@@ -30,7 +29,7 @@ def prom(tmp_path_factory):
     promtool = require_binary("promtool")
     tmp = tmp_path_factory.mktemp("report-prometheus")
     cfg = test_config(source="sim", sim__scenario="imbalance", sim__gpus=4, node_name="n1", analysis_window=5)
-    _, families, first, last, _ = scrape_run(cfg, SimSource(cfg), SECONDS, scrape=1.0, ago=5.0)
+    _, families, _, last, _ = scrape_run(cfg, SimSource(cfg), SECONDS, scrape=1.0, ago=5.0)
     (tmp / "run.om").write_bytes(encode(families, openmetrics=True))
     made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "run.om"),
                            str(tmp / "tsdb")], capture_output=True, text=True, timeout=300)
