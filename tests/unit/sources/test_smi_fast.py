@@ -319,3 +319,31 @@ def test_a_log_of_utilisation_alone_reads_and_replays(monkeypatch, tmp_path):
     polls = _polls(str(p), True, monkeypatch, 0)
     assert polls[1:-1] == _polls(str(p), False, monkeypatch, 0)[1:-1]
     assert sum(len(r.samples) for poll in polls[1:-1] if poll for r in poll.readings) == 10_000
+
+
+def test_arrow_kernels_search_for_no_module_at_each_call():
+    """pyarrow's numeric kernels try `import dateutil` at every call; where it is not
+    installed, each try searched sys.path again (a failed import is not remembered),
+    and reading a job's logs in small batches spent a fifth of its time there."""
+    import sys
+    assert smi_fast.available()
+    searched: list[str] = []
+
+    class Spy:
+        def find_spec(self, name, path=None, target=None):
+            searched.append(name)
+
+    pa, pc = smi_fast.pa, smi_fast.pc
+    a = pa.array([1.0, 250.0])
+
+    def kernels():
+        pc.greater_equal(pc.divide(pc.cast(a, pa.float64()), 100.0), 1.0)
+
+    kernels()          # what pyarrow looks for once (pandas) it remembers
+    sys.meta_path.insert(0, Spy())
+    try:
+        for _ in range(3):
+            kernels()
+    finally:
+        sys.meta_path.pop(0)
+    assert searched == []

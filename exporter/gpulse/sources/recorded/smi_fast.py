@@ -18,7 +18,9 @@ The row-by-row reader asks for this one once a run of rows fills a batch.
 """
 from __future__ import annotations
 
+import importlib.util
 import io
+import sys
 from typing import Any, Sequence
 
 from ..cells import NOT_AVAILABLE, UNITS, CellError, parse_smi_time
@@ -189,4 +191,11 @@ def available() -> bool:
         except ImportError:          # the report extra is not installed: row by row
             return False
         pa, pc, pcsv = pyarrow, pyarrow.compute, pyarrow.csv
+        # pyarrow's numeric kernels (pyarrow 26: cast, divide, greater_equal, ...) try
+        # `import dateutil` at every call. Where it is not installed, each try searched
+        # sys.path again (a failed import is not remembered): a fifth of reading a log,
+        # more the smaller a job's batches. Recorded once as missing, each try is a
+        # dictionary lookup, and it fails as before.
+        if importlib.util.find_spec("dateutil") is None:
+            sys.modules.setdefault("dateutil", None)  # type: ignore[arg-type]
     return pa is not None
