@@ -206,6 +206,15 @@ class Engine:
         # window more changes its figures little, and judging every tick would cost
         # as much as the rest of the tick
         self._verdicts: dict[str, tuple[int, cause.Verdict]] = {}
+        # within one tick, what several stragglers' judgements share (cleared at each
+        # tick): every GPU's cause vector now and at the tick before, one mark for the
+        # candidates that start together, and each mark's span aggregates. A fleet's
+        # job has a deviating rank per node, each judged against every GPU of the job:
+        # computed per candidate, that cost candidates × GPUs
+        self._tick_now: dict[str, list[float]] = {}
+        self._tick_before: dict[str, list[float]] = {}
+        self._tick_marks: dict[tuple[str, ...], dict[str, list[float]]] = {}
+        self._tick_aggs: dict[tuple[int, int], tuple[dict, list[str], dict[str, cause.Aggregate]]] = {}
         # per group: GPU-seconds lost by (reason, cause), cumulative (analysis.verdict)
         self._lost: dict[str, dict[tuple[str, str], float]] = {}
         self._stall_seen: dict[str, float] = {}      # per group: stall seconds already booked
@@ -463,6 +472,7 @@ class Engine:
             if self._share_due <= 0:
                 self._share_due = self.SHARE_TICKS
                 self._judge_share()
+        self._tick_now, self._tick_before, self._tick_marks, self._tick_aggs = {}, {}, {}, {}
         # 1. close the tick for every GPU
         window_ticks, history = self.window_ticks, self.history_ticks > 0
         for g in self.gpus.values():
@@ -563,6 +573,7 @@ class Engine:
                 slow = sum(1 for j in judged if j[5] is not None or self.gpus[j[0]].persistence.since is not None)
                 share = (len(active) - slow) / slow if slow else 0.0
                 stall_share = win[1][0] / (len(win[0]) * iv) if win[0] else 0.0
+                peers = list(active)
                 for k, zb, za, hot, cold, flag in judged:
                     pers = self.gpus[k].persistence
                     is_hot = flag[0] == "active" if flag is not None else pers.sign >= 0
@@ -573,7 +584,7 @@ class Engine:
                     confirmed, booked = pers.update(self.t or 0.0, iv, flag, max(cost, 0.0) * iv * share,
                                                     hot if is_hot else cold)
                     deviations[k] = (zb, za, confirmed, (hot, cold))
-                    v = self._cause(k, pers.since, list(active), confirmed is not None)
+                    v = self._cause(k, pers.since, peers, confirmed is not None)
                     if v is not None:
                         verdicts[k] = v
                         if booked > 0:
@@ -673,12 +684,23 @@ class Engine:
         g = self.gpus[k]
         return cause.vector(g.signals, g.totals, g.counters)
 
+    def _signals_now(self, k: str) -> list[float]:
+        """signals(k), once a tick."""
+        v = self._tick_now.get(k)
+        if v is None:
+            v = self._tick_now[k] = self.signals(k)
+        return v
+
     def _signals_before(self, k: str) -> list[float]:
         """GPU k's cumulative cause signals at the previous tick (now, for a GPU that
         had none): a span from a deviating run's first tick holds that tick, as the
-        report's spans do, however long a tick is."""
-        v = self._before.get(k)
-        return self.signals(k) if v is None else cause.vector(v.cause_sums, v.totals, v.counters)
+        report's spans do, however long a tick is. Once a tick."""
+        got = self._tick_before.get(k)
+        if got is None:
+            v = self._before.get(k)
+            got = self._tick_before[k] = (self._signals_now(k) if v is None
+                                          else cause.vector(v.cause_sums, v.totals, v.counters))
+        return got
 
     def _cause(self, k: str, since: float | None, peers: list[str], confirmed: bool) -> cause.Verdict | None:
         """Mark the group's cause signals when GPU k starts deviating; while it is a
@@ -687,7 +709,12 @@ class Engine:
             return None
         mark = self._marks.get(k)
         if mark is None or mark[0] != since:
-            mark = self._marks[k] = (since, {p: self._signals_before(p) for p in peers})
+            # candidates of a group that start in one tick share one mark (read only)
+            key = tuple(peers)
+            start = self._tick_marks.get(key)
+            if start is None:
+                start = self._tick_marks[key] = {p: self._signals_before(p) for p in peers}
+            mark = self._marks[k] = (since, start)
         if not confirmed:
             self._verdicts.pop(k, None)
             return None
@@ -695,8 +722,16 @@ class Engine:
         if cached is not None and cached[0] > 0:
             self._verdicts[k] = (cached[0] - 1, cached[1])
             return cached[1]
-        now = {p: self.signals(p) for p in peers if p in mark[1]}
-        v = cause.verdict(mark[1], now, k, list(now), self.power_averaged())
+        # the span's aggregates of the group's GPUs in the mark, shared by the candidates
+        # judged on that mark among these peers this tick (both held in the entry, so
+        # neither id is another object's within the tick)
+        key = (id(mark[1]), id(peers))
+        entry = self._tick_aggs.get(key)
+        if entry is None:
+            start = mark[1]
+            entry = self._tick_aggs[key] = (start, peers, {p: cause.aggregate(start[p], self._signals_now(p))
+                                                           for p in peers if p in start})
+        v = cause.verdict_among(entry[2], k, self.power_averaged())
         self._verdicts[k] = (self.window_ticks - 1, v)
         return v
 

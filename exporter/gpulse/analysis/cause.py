@@ -387,12 +387,11 @@ def _link(s: Aggregate, peers: Sequence[Aggregate], cold: bool) -> tuple[list[st
     return degraded, own
 
 
-def verdict(start: Mapping[str, Sequence[float]] | None, end: Mapping[str, Sequence[float]],
-            gpu: str, peers: Sequence[str], power_averaged: bool = False) -> Verdict:
-    """classify() of `gpu` over the stretch between two per-GPU vector sets."""
-    def agg(k: str) -> Aggregate:
-        return aggregate(start.get(k) if start is not None else None, end[k])
-    return classify(agg(gpu), [agg(k) for k in peers if k != gpu and k in end], power_averaged)
+def verdict_among(aggregates: Mapping[str, Aggregate], gpu: str, power_averaged: bool = False) -> Verdict:
+    """classify() of `gpu` against every other GPU of `aggregates` (each GPU's aggregate
+    of one stretch, peers in their order): several stragglers judged over one span
+    share the aggregates."""
+    return classify(aggregates[gpu], [a for k, a in aggregates.items() if k != gpu], power_averaged)
 
 
 def describe(cause: str, evidence: Sequence[str], missing: Sequence[str] = ()) -> str:
