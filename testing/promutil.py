@@ -150,6 +150,21 @@ def scrape_sim(scenario: str, seconds: float, scrape: float = 15.0, node: str = 
     return cfg, served, encode(families, openmetrics=True), first, last, series
 
 
+def backfill(openmetrics: str | bytes, data: Path) -> Path:
+    """OpenMetrics text whose samples carry their timestamps (`gpulse export`, or
+    `scrape_run`'s families encoded) into TSDB blocks at `data` by the real promtool
+    (`tsdb create-blocks-from openmetrics`), as a user backfills; `data`."""
+    om = data.parent / f"{data.name}.om"
+    if isinstance(openmetrics, str):
+        om.write_text(openmetrics)
+    else:
+        om.write_bytes(openmetrics)
+    made = subprocess.run([require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(om),
+                           str(data)], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stdout + made.stderr
+    return data
+
+
 def promtool_firing(workdir: Path, series: dict[str, list], checks: list[tuple[float, str]],
                     scrape: float = 15.0) -> dict[tuple[float, str], list[dict[str, str]]]:
     """{(eval seconds, alert): the labels and annotations of each alert firing then}

@@ -28,7 +28,7 @@ import requests
 import yaml
 
 from conftest import ROOT, require_binary
-from testing.promutil import promtool_firing, scrape_sim
+from testing.promutil import backfill, promtool_firing, scrape_sim
 
 from gpulse.collector import encode, live_families, snapshot_families
 from gpulse.config import parse_duration
@@ -95,12 +95,9 @@ def in_prometheus(tmp_path, om: bytes, start: float, end: float):
     at every 15 s evaluation: an alert fires at the end when its expression held for
     its whole `for:`; the straggler's cause is what its summary reads,
     gpulse_gpu_straggler_cause at that time."""
-    promtool = require_binary("promtool")
+    require_binary("promtool")
     require_binary("prometheus")
-    (tmp_path / "run.om").write_bytes(om)
-    p = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "run.om"),
-                        str(tmp_path / "tsdb")], capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0, p.stdout + p.stderr
+    backfill(om, tmp_path / "tsdb")
     prom = dashboards_scale.Prometheus(tmp_path / "tsdb", tmp_path)
     prom.start()
     try:

@@ -7,7 +7,6 @@ stalls, so the stall counters move too.
 """
 from __future__ import annotations
 
-import subprocess
 import time
 
 import pytest
@@ -18,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 from conftest import Gpulse, require_binary
 from realtrace import cut_trace, poll_time
 from testing.daemons import gpulse_export
-from testing.promutil import Prometheus
+from testing.promutil import Prometheus, backfill
 
 NODE = "h100-a"
 # Values that depend on the wall clock of the process that serves them (the live
@@ -59,7 +58,7 @@ def is_counter(key: tuple) -> bool:
 # ------------------------------------------------------------------ promtool
 
 def test_promtool_backfills_the_export_and_prometheus_returns_its_values(tmp_path):
-    promtool = require_binary("promtool")
+    require_binary("promtool")
     require_binary("prometheus")          # before the export, not after it
     log = cut_trace(tmp_path / "ckpt50-part.csv", 225, 60)
     body = gpulse_export("--input", str(log), "--scrape-interval", "15s", "--node", NODE).stdout.decode()
@@ -72,11 +71,7 @@ def test_promtool_backfills_the_export_and_prometheus_returns_its_values(tmp_pat
     # (the first scrape on the grid after the first analysis tick, 1 s in)
     assert 0 < stamps[0] - poll_time(log.read_text().splitlines()[1]) <= 15 + 1
 
-    (tmp_path / "run.om").write_text(body)
-    blocks = tmp_path / "data"
-    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "run.om"),
-                           str(blocks)], capture_output=True, text=True, timeout=120)
-    assert made.returncode == 0, made.stderr
+    blocks = backfill(body, tmp_path / "data")
     prom = Prometheus(tmp_path, [], rules=[], storage=blocks)
     try:
         url = prom.url

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, free_port, require_binary
+from conftest import ROOT, free_port
 from reportutil import validate
 from tlsutil import bcrypt_hash
 from testing.promutil import Prometheus
@@ -25,15 +25,11 @@ def prom(tmp_path_factory):
     from gpulse.collector import encode
     from gpulse.sources.sim import SimSource
     from testing.config import test_config
-    from testing.promutil import scrape_run
-    promtool = require_binary("promtool")
+    from testing.promutil import backfill, scrape_run
     tmp = tmp_path_factory.mktemp("report-prometheus")
     cfg = test_config(source="sim", sim__scenario="imbalance", sim__gpus=4, node_name="n1", analysis_window=5)
     _, families, _, last, _ = scrape_run(cfg, SimSource(cfg), SECONDS, scrape=1.0, ago=5.0)
-    (tmp / "run.om").write_bytes(encode(families, openmetrics=True))
-    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp / "run.om"),
-                           str(tmp / "tsdb")], capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stdout + made.stderr
+    backfill(encode(families, openmetrics=True), tmp / "tsdb")
     (tmp / "web.yml").write_text(yaml.safe_dump({"basic_auth_users": {AUTH[0]: bcrypt_hash(AUTH[1])}}))
     (tmp / "password").write_text(AUTH[1] + "\n")
     (tmp / "wrong").write_text("nope\n")

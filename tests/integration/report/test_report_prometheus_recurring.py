@@ -31,7 +31,7 @@ import requests
 from conftest import ROOT, require_binary, require_data
 from reportutil import validate
 from testing.daemons import gpulse_export
-from testing.promutil import Prometheus
+from testing.promutil import Prometheus, backfill
 
 from gpulse.analysis.thresholds import value
 
@@ -53,17 +53,14 @@ def _instant(prom: Prometheus, query: str, at: int) -> list[dict]:
 
 
 def test_report_from_prometheus_names_the_checkpointing_rank(tmp_path):
-    promtool = require_binary("promtool")
+    require_binary("promtool")
     require_binary("prometheus")
     log = require_data("traces/h100-8gpu/ckpt1000.csv")
     body = gpulse_export("--input", str(log), "--scrape-interval", f"{SCRAPE}s", "--node", NODE).stdout.decode()
     stamps = [float(m) for m in re.findall(r'^gpulse_gpu_sampled_seconds_total\{[^}]*\} \S+ (\S+)$', body, re.M)]
     start, end = int(min(stamps)), int(max(stamps))
     assert end - start > 600           # the whole 11-minute run, both checkpoints in it
-    (tmp_path / "run.om").write_text(body)
-    made = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "run.om"),
-                           str(tmp_path / "tsdb")], capture_output=True, text=True, timeout=300)
-    assert made.returncode == 0, made.stdout + made.stderr
+    backfill(body, tmp_path / "tsdb")
     prom = Prometheus(tmp_path, [], rules=[], storage=tmp_path / "tsdb")
     try:
         out = tmp_path / "report"
