@@ -468,7 +468,7 @@ class Judgement:
                     "peer_median": median(means.values()),
                     "z": peer_deviation(means)[n], "gpus": len(by_node[n]), "keys": keys,
                     "spans": [(self.tick_start(a), self.tick_end(b)) for a, b in spans],
-                    "lost_gpu_seconds": sum(rec.gpus[k].lost_to for k in keys),
+                    "lost_gpu_seconds": sum(g.lost_to for g in by_node[n]),   # in GPU order: a sum over a set is not reproducible
                     "others": others})
                 # named once, as the node: its GPUs' own verdicts in that direction go
                 self.stragglers = [st for st in self.stragglers
