@@ -214,7 +214,7 @@ class Engine:
         self._tick_now: dict[str, list[float]] = {}
         self._tick_before: dict[str, list[float]] = {}
         self._tick_marks: dict[tuple[str, ...], dict[str, list[float]]] = {}
-        self._tick_aggs: dict[tuple[int, int], tuple[dict, list[str], dict[str, cause.Aggregate]]] = {}
+        self._tick_aggs: dict[tuple[int, int], tuple[dict, list[str], dict[str, int], cause.Stretch]] = {}
         # per group: GPU-seconds lost by (reason, cause), cumulative (analysis.verdict)
         self._lost: dict[str, dict[tuple[str, str], float]] = {}
         self._stall_seen: dict[str, float] = {}      # per group: stall seconds already booked
@@ -729,9 +729,10 @@ class Engine:
         entry = self._tick_aggs.get(key)
         if entry is None:
             start = mark[1]
-            entry = self._tick_aggs[key] = (start, peers, {p: cause.aggregate(start[p], self._signals_now(p))
-                                                           for p in peers if p in start})
-        v = cause.verdict_among(entry[2], k, self.power_averaged())
+            keys = [p for p in peers if p in start]
+            entry = self._tick_aggs[key] = (start, peers, {p: j for j, p in enumerate(keys)},
+                                            cause.Stretch([(start[p], self._signals_now(p)) for p in keys]))
+        v = cause.verdict_of(entry[3], entry[2][k], self.power_averaged())
         self._verdicts[k] = (self.window_ticks - 1, v)
         return v
 

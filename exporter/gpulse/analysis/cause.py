@@ -37,9 +37,11 @@ Rules, first match wins (a throttled or degraded GPU is never told to rebalance)
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from dataclasses import dataclass
+from operator import add, sub
 from statistics import median
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..catalog import THROTTLE_REASONS
 from .thresholds import value
@@ -179,40 +181,148 @@ def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> l
     return v
 
 
+def _per(x: float, t: float) -> float | None:
+    """x per t (a share of the sampled time, a gauge's mean per reading); None without t."""
+    return x / t if t > 0 else None
+
+
+def _held(d: float) -> float | None:
+    """Seconds a throttle reason held within the stretch; None where the source does
+    not report that reason (a log may carry some reasons only)."""
+    return None if math.isnan(d) else max(0.0, d)
+
+
+def _count(e: float, s: float, d: float) -> float | None:
+    """Events counted within the stretch; None where the source does not count them."""
+    return None if math.isnan(e) or math.isnan(s) else max(0.0, d)
+
+
+def _count_new(e: float, s: float, d: float) -> float | None:
+    """_count for a family that appears only with its first event (XID): from zero."""
+    return None if math.isnan(e) else e if math.isnan(s) else max(0.0, d)
+
+
+# Every figure of an Aggregate: (its computation, the vector slots it reads: "d:" the
+# stretch's difference, "e:" and "s:" the vectors at its end and start; a start of None
+# reads as zeros). Each is written here only: aggregate() applies them to one GPU's
+# pair, a Stretch to every GPU's at once.
+_FIGURES: dict[str, tuple[Callable[..., float | None] | None, tuple[str, ...]]] = {
+    "seconds": (None, ("d:sampled",)),
+    **{f: (_per, ("d:" + f, "d:sampled")) for f in ("busy", "active", "spin_wait")},
+    **{f: (_per, ("d:" + slot, "d:" + slot + "_n"))
+       for f, slot in (("sm_clock_hz", "clock"), ("temperature_c", "temp"), ("power_w", "power"),
+                       ("power_limit_w", "limit"), ("pending", "pending"), ("link_width", "width"),
+                       ("link_width_max", "width_max"), ("link_gen", "gen"), ("link_gen_max", "gen_max"))},
+    **{f: (_count, ("e:" + f, "s:" + f, "d:" + f)) for f in ("pcie_replays", "nvlink_errors", "ecc_uncorrected")},
+    "xid": (_count_new, ("e:xid", "s:xid", "d:xid")),
+    **{"held:" + r: (_held, ("d:thr:" + r,)) for r in THROTTLE_REASONS},
+}
+_ARGS = {f: tuple((a[0], _I[a[2:]]) for a in args) for f, (_, args) in _FIGURES.items()}
+_ZERO = (0.0,) * len(SLOTS)
+
+
 def aggregate(start: Sequence[float] | None, end: Sequence[float]) -> Aggregate:
     """The stretch between two vectors of one GPU (start None: since the beginning)."""
-    d = [e - (s if start is not None else 0.0) for s, e in zip(start or [0.0] * len(end), end)]
-    sampled = d[3]
+    s = start if start is not None else _ZERO
+    row = {"e": end, "s": s, "d": list(map(sub, end, s))}
+    x: dict[str, Any] = {}
+    for f, (fn, _) in _FIGURES.items():
+        args = [row[k][i] for k, i in _ARGS[f]]
+        x[f] = fn(*args) if fn is not None else args[0]
+    held = {r: h for r in THROTTLE_REASONS if (h := x.pop("held:" + r)) is not None}
+    pending = x.pop("pending")
+    return Aggregate(**x, remapping_pending=None if pending is None else pending > 0, throttle=held or None)
 
-    def share(i: int) -> float | None:
-        return d[i] / sampled if sampled > 0 else None
 
-    def mean(slot: str) -> float | None:
-        i = _I[slot]
-        return d[i] / d[i - 1] if d[i - 1] > 0 else None
+class Stretch:
+    """GPUs over a stretch each (a pair of cumulative vectors per GPU), as columns: the
+    figures of aggregate() for all of them at once, each column made on first use, and
+    the medians classify() reads of the peers sorted once. Several GPUs judged against
+    the same peers (a fleet's job has a deviating rank per node, each judged against
+    every GPU of the job) then cost a pass over the peers per figure, not one per GPU
+    judged."""
 
-    def count(slot: str) -> float | None:
-        i = _I[slot]
-        if math.isnan(end[i]):
+    def __init__(self, pairs: Sequence[tuple[Sequence[float] | None, Sequence[float]]] = (),
+                 aggregates: Sequence[Aggregate] | None = None):
+        self._aggs = list(aggregates) if aggregates is not None else None
+        self._pairs = pairs
+        self._slots: dict[str, list] | None = None
+        self._cols: dict[str, list] = {}
+        self._sorted: dict[str, tuple[list, bool]] = {}
+
+    @classmethod
+    def of(cls, aggregates: Sequence[Aggregate]) -> "Stretch":
+        """Aggregates made already (the figures are their fields)."""
+        return cls(aggregates=aggregates)
+
+    def _slot(self, kind: str, i: int) -> Sequence[float]:
+        """Every GPU's value of slot i: at the stretch's end ("e"), start ("s") or their
+        difference ("d")."""
+        if self._slots is None:
+            self._slots = {"e": list(zip(*[e for _, e in self._pairs])),
+                           "s": list(zip(*[s if s is not None else _ZERO for s, _ in self._pairs]))}
+        key = f"{kind}{i}"
+        col = self._slots.get(key)
+        if col is None:
+            col = self._slots[key] = (self._slots[kind][i] if kind != "d"
+                                      else list(map(sub, self._slots["e"][i], self._slots["s"][i])))
+        return col
+
+    def column(self, name: str) -> list:
+        """One figure for every GPU: an Aggregate field (`pending`: the mean of
+        remapping_pending), "held:<reason>" (throttle seconds, None where not
+        reported), "share:<reason>" (of the span; None where not reported) or
+        "spin_per_busy"."""
+        col = self._cols.get(name)
+        if col is not None:
+            return col
+        if name.startswith("share:"):
+            col = [None if h is None else _share(h, t)
+                   for h, t in zip(self.column("held:" + name[6:]), self.column("seconds"))]
+        elif name == "spin_per_busy":
+            col = [w / b if w is not None and b else None
+                   for w, b in zip(self.column("spin_wait"), self.column("busy"))]
+        elif self._aggs is not None:
+            if name.startswith("held:"):
+                r = name[5:]
+                col = [a.throttle[r] if a.throttle is not None and r in a.throttle else None for a in self._aggs]
+            else:
+                col = [getattr(a, name) for a in self._aggs]
+        else:
+            fn, _ = _FIGURES[name]
+            args = [self._slot(k, i) for k, i in _ARGS[name]]
+            col = list(map(fn, *args)) if fn is not None else list(args[0])
+        self._cols[name] = col
+        return col
+
+    def own(self, j: int) -> Aggregate:
+        """GPU j's Aggregate (the GPU judged: all its figures, none of the others')."""
+        if self._aggs is not None:
+            return self._aggs[j]
+        return aggregate(*self._pairs[j])
+
+    def median(self, name: str, without: int | None = None) -> float | None:
+        """The median of a figure over every GPU but `without` (None where absent left
+        out; None when none has it): statistics.median of the same values."""
+        col = self.column(name)
+        got = self._sorted.get(name)
+        if got is None:
+            ys = [x for x in col if x is not None]
+            got = self._sorted[name] = (sorted(ys), any(map(math.isnan, ys)))
+        ys, nan = got
+        own = col[without] if without is not None else None
+        if nan:   # NaN does not sort: statistics.median of the peers as listed
+            return _med([x for j, x in enumerate(col) if j != without])
+        n = len(ys) - (own is not None)
+        if n <= 0:
             return None
-        if start is not None and math.isnan(start[i]):
-            # a family that appears only with its first event (XID) counted from zero
-            return end[i] if slot == "xid" else None
-        return max(0.0, d[i])
+        cut = bisect_left(ys, own) if own is not None else n + 1   # own value's place, left out
 
-    thr = None
-    # per reason: a log may carry some reasons only (one Active / Not Active column)
-    held = {r: max(0.0, d[_THR0 + j]) for j, r in enumerate(THROTTLE_REASONS) if not math.isnan(d[_THR0 + j])}
-    if held:
-        thr = held
-    pending = mean("pending")
-    return Aggregate(busy=share(0), active=share(1), spin_wait=share(2), seconds=sampled,
-                     sm_clock_hz=mean("clock"), temperature_c=mean("temp"), power_w=mean("power"),
-                     power_limit_w=mean("limit"), remapping_pending=None if pending is None else pending > 0,
-                     link_width=mean("width"), link_width_max=mean("width_max"), link_gen=mean("gen"),
-                     link_gen_max=mean("gen_max"), nvlink_errors=count("nvlink_errors"),
-                     pcie_replays=count("pcie_replays"), ecc_uncorrected=count("ecc_uncorrected"),
-                     xid=count("xid"), throttle=thr)
+        def at(i: int) -> float:
+            return ys[i] if i < cut else ys[i + 1]
+        if n % 2:
+            return at(n // 2)
+        return (at(n // 2 - 1) + at(n // 2)) / 2
 
 
 # ---------------------------------------------------------------- the verdict
@@ -222,23 +332,30 @@ def _med(xs: list[float | None]) -> float | None:
     return median(ys) if ys else None
 
 
+def _share(held: float, seconds: float) -> float:
+    """Share of a span a throttle reason held, at most all of it."""
+    return min(1.0, held / seconds) if seconds > 0 else 0.0
+
+
 def _throttle_share(a: Aggregate, reason: str) -> float:
-    return min(1.0, a.throttle.get(reason, 0.0) / a.seconds) if a.throttle and a.seconds > 0 else 0.0
+    return _share(a.throttle.get(reason, 0.0), a.seconds) if a.throttle else 0.0
 
 
 def _pct(x: float) -> str:
     return f"{x * 100:.0f}%"
 
 
-def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = False) -> Verdict:
-    """The cause of straggler `s` against its peers (see module doc)."""
+def classify(s: Aggregate, peers: Sequence[Aggregate] | Peers, power_averaged: bool = False) -> Verdict:
+    """The cause of straggler `s` against its peers (see module doc): their aggregates,
+    or Peers (its stretch among theirs)."""
+    med = (peers if isinstance(peers, Peers) else Peers(Stretch.of(peers))).median
     evidence: list[str] = []
     missing: list[str] = []
     gap = value("straggler_cost_ratio")
     clock_gap = value("cause_clock_gap_ratio")
     share_min = value("cause_throttle_share_ratio")
 
-    clock, peer_clock = s.sm_clock_hz, _med([p.sm_clock_hz for p in peers])
+    clock, peer_clock = s.sm_clock_hz, med("sm_clock_hz")
     clock_low = None
     if clock is not None and peer_clock:
         clock_low = clock <= (1 - clock_gap) * peer_clock
@@ -246,7 +363,7 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
                   if clock is not None and peer_clock else None)
     at_limit = []
     if s.temperature_c is not None:
-        pt = _med([p.temperature_c for p in peers])
+        pt = med("temperature_c")
         if pt is not None and s.temperature_c >= (1 + value("cause_temperature_gap_ratio")) * pt:
             at_limit.append(f"temperature {s.temperature_c:.0f} °C vs peers {pt:.0f} °C")
     if s.power_w is not None and s.power_limit_w:
@@ -261,8 +378,7 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     excess = {}
     if s.throttle is not None:
         for r in [r for r in JUDGED_REASONS if r in s.throttle]:
-            x = _throttle_share(s, r) - (_med([_throttle_share(p, r) for p in peers
-                                               if p.throttle is not None and r in p.throttle]) or 0.0)
+            x = _throttle_share(s, r) - (med("share:" + r) or 0.0)
             if x >= share_min:
                 excess[r] = _throttle_share(s, r)
     thermal = {r: x for r, x in excess.items() if r in THERMAL_POWER}
@@ -277,17 +393,17 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     # -- direction of the deviation
     busy_gap = active_gap = None
     if s.busy is not None:
-        mb = _med([p.busy for p in peers])
+        mb = med("busy")
         busy_gap = None if mb is None else s.busy - mb
     if s.active is not None:
-        ma = _med([p.active for p in peers])
+        ma = med("active")
         active_gap = None if ma is None else s.active - ma
     cold = busy_gap is not None and busy_gap <= -gap
     hot = not cold and ((active_gap is not None and active_gap >= gap) or (busy_gap is not None and busy_gap >= gap))
     light = not cold and not hot and active_gap is not None and active_gap <= -gap
 
     # -- degraded hardware
-    link, link_own = _link(s, peers, cold)
+    link, link_own = _link(s, med, cold)
     evidence += link
     if "hw_slowdown" in excess:
         evidence.append(f"hw_slowdown throttle {_pct(excess['hw_slowdown'])} of span, no thermal or power reason")
@@ -298,11 +414,11 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     if s.xid:
         evidence.append(f"{s.xid:.0f} XID errors in span")
     if s.pcie_replays is not None:
-        pr = _med([p.pcie_replays for p in peers]) or 0.0
+        pr = med("pcie_replays") or 0.0
         if s.pcie_replays - pr >= value("cause_pcie_replays_count"):
             evidence.append(f"{s.pcie_replays:.0f} PCIe replays in span vs peers {pr:.0f}")
     if s.nvlink_errors is not None:
-        ne = _med([p.nvlink_errors for p in peers]) or 0.0
+        ne = med("nvlink_errors") or 0.0
         if s.nvlink_errors - ne >= value("cause_nvlink_errors_count"):
             evidence.append(f"{s.nvlink_errors:.0f} NVLink errors in span vs peers {ne:.0f}")
     # its own throttle or link state that its peers share: not what sets it apart, but
@@ -318,11 +434,11 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
     if hot and known and clock_low:
         return Verdict("degraded_hardware", (clock_text + ", no throttle reason set",), ())
 
-    peer_spin = _med([p.spin_wait / p.busy if p.spin_wait is not None and p.busy else None for p in peers])
+    peer_spin = med("spin_per_busy")
     # peers waiting for a cold straggler spin-wait (busy at partial power, blocked in
     # the collective) for much of the time it is missing from the GPU; peers that
     # compute meanwhile do not wait for it: it gets less work
-    peer_wait = _med([p.spin_wait for p in peers])
+    peer_wait = med("spin_wait")
     peers_wait = (cold and peer_wait is not None
                   and peer_wait >= value("cause_peers_wait_ratio") * -busy_gap)
     spin_text = f"peers spin-wait {_pct(peer_spin)} of their busy time" if peer_spin is not None else None
@@ -345,8 +461,8 @@ def classify(s: Aggregate, peers: Sequence[Aggregate], power_averaged: bool = Fa
         g = busy_gap if cold else active_gap
         evidence.append(f"{what} {_pct(mine or 0.0)} vs peers {_pct((mine or 0.0) - (g or 0.0))}")
         if s.power_w is not None:
-            evidence.append(f"power {s.power_w:.0f} W" + (f" vs peers {_med([p.power_w for p in peers]):.0f} W"
-                                                          if _med([p.power_w for p in peers]) is not None else ""))
+            evidence.append(f"power {s.power_w:.0f} W" + (f" vs peers {med('power_w'):.0f} W"
+                                                          if med("power_w") is not None else ""))
         if cold and peers_wait:
             evidence += [spin_text, f"they wait {_pct(peer_wait)} of the time for its {_pct(-busy_gap)} less busy time"]
             return Verdict("off_gpu", tuple(evidence), ())
@@ -368,7 +484,7 @@ def _more_work(evidence: list[str], own: list[str]) -> Verdict:
     return Verdict("more_work", tuple(evidence), ())
 
 
-def _link(s: Aggregate, peers: Sequence[Aggregate], cold: bool) -> tuple[list[str], list[str]]:
+def _link(s: Aggregate, med: Callable[[str], float | None], cold: bool) -> tuple[list[str], list[str]]:
     """(a PCIe link below its maximum and its peers': evidence of a degraded link; one
     below its maximum as on its peers). The generation only for a GPU not colder than
     its peers: an idle GPU lowers it to save power; the width holds while idle."""
@@ -378,7 +494,7 @@ def _link(s: Aggregate, peers: Sequence[Aggregate], cold: bool) -> tuple[list[st
                                 (None if cold else s.link_gen, s.link_gen_max, "gen", "gen {:.0f}")):
         if cur is None or not top or cur > ratio * top:
             continue
-        peer = _med([getattr(p, "link_" + what) for p in peers])
+        peer = med("link_" + what)
         text = f"PCIe link {fmt.format(cur)} of {fmt.format(top)}"
         if peer is None or cur <= ratio * peer:
             degraded.append(text + (f" (peers {fmt.format(peer)})" if peer is not None else ""))
@@ -387,11 +503,21 @@ def _link(s: Aggregate, peers: Sequence[Aggregate], cold: bool) -> tuple[list[st
     return degraded, own
 
 
-def verdict_among(aggregates: Mapping[str, Aggregate], gpu: str, power_averaged: bool = False) -> Verdict:
-    """classify() of `gpu` against every other GPU of `aggregates` (each GPU's aggregate
-    of one stretch, peers in their order): several stragglers judged over one span
-    share the aggregates."""
-    return classify(aggregates[gpu], [a for k, a in aggregates.items() if k != gpu], power_averaged)
+class Peers:
+    """What classify() reads of a GPU's peers: the median of a figure over every GPU
+    of a Stretch but the one judged."""
+
+    def __init__(self, stretch: Stretch, without: int | None = None):
+        self.stretch, self.without = stretch, without
+
+    def median(self, name: str) -> float | None:
+        return self.stretch.median(name, self.without)
+
+
+def verdict_of(stretch: Stretch, j: int, power_averaged: bool = False) -> Verdict:
+    """classify() of GPU j of `stretch` against every other GPU of it: several GPUs
+    judged over one stretch share its columns."""
+    return classify(stretch.own(j), Peers(stretch, j), power_averaged)
 
 
 def describe(cause: str, evidence: Sequence[str], missing: Sequence[str] = ()) -> str:
@@ -402,14 +528,24 @@ def describe(cause: str, evidence: Sequence[str], missing: Sequence[str] = ()) -
     return f"Cause: {words}{ev}{miss}."
 
 
-def span_verdict(stretches: Mapping[str, Sequence[tuple[Sequence[float] | None, Sequence[float]]]],
-                 gpu: str, power_averaged: bool = False) -> Verdict:
-    """classify() of `gpu` over several stretches (a straggler's spans): per GPU of
-    the group, one (start, end) vector pair per stretch; the stretches add up."""
-    def agg(pairs: Sequence[tuple[Sequence[float] | None, Sequence[float]]]) -> Aggregate:
-        total = [0.0] * len(SLOTS)
-        for start, end in pairs:
-            for i, e in enumerate(end):
-                total[i] += e - (start[i] if start is not None else 0.0)
-        return aggregate(None, total)
-    return classify(agg(stretches[gpu]), [agg(v) for k, v in stretches.items() if k != gpu], power_averaged)
+def span_verdict(own: Sequence[tuple[Sequence[float] | None, Sequence[float]]], peers: Stretch,
+                 power_averaged: bool = False) -> Verdict:
+    """classify() of a GPU over several stretches (a straggler's spans: one (start,
+    end) vector pair each; the stretches add up) against its peers over the same
+    (span_peers)."""
+    return classify(aggregate(None, span_total(own)), Peers(peers), power_averaged)
+
+
+def span_peers(peers: Sequence[Sequence[tuple[Sequence[float] | None, Sequence[float]]]]) -> Stretch:
+    """The peers of span_verdict: per peer, its (start, end) vector pair per stretch.
+    Made once for the GPUs judged against the same peers over the same spans (a slow
+    node's GPUs, each against the other nodes')."""
+    return Stretch([(None, span_total(pairs)) for pairs in peers])
+
+
+def span_total(pairs: Sequence[tuple[Sequence[float] | None, Sequence[float]]]) -> list[float]:
+    """A GPU's cumulative vector over several stretches: their differences added up."""
+    total = [0.0] * len(SLOTS)
+    for start, end in pairs:
+        total = list(map(add, total, map(sub, end, start) if start is not None else end))
+    return total

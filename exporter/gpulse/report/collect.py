@@ -18,7 +18,7 @@ import bisect
 import math
 from array import array
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from ..analysis import Episode, cause
 from ..analysis.integrate import Integrals
@@ -68,7 +68,7 @@ class GpuTrack:
     signal_ticks: array = field(default_factory=lambda: array("l"))
     signals_end: list[float] | None = None
 
-    def signals_at(self, i: int, end: bool) -> list[float] | None:
+    def signals_at(self, i: int, end: bool) -> Sequence[float] | None:
         """The cause vector at or before tick i (end: at or after; the run's last one
         past the final checkpoint); None before the first."""
         n = len(self.signals) // max(1, len(cause.SLOTS))
@@ -76,7 +76,8 @@ class GpuTrack:
         j = bisect.bisect_left(ticks, i) if end else bisect.bisect_right(ticks, i) - 1
         return self._signals(j, n)
 
-    def signals_within(self, first: int, last: int, ticks: int) -> tuple[list[float] | None, list[float]] | None:
+    def signals_within(self, first: int, last: int,
+                       ticks: int) -> tuple[Sequence[float] | None, Sequence[float]] | None:
         """The cause vectors bounding ticks first..last from within: the checkpoint at
         or after the tick before `first` (None: the start of the run) and the one at
         or before `last` (the run's end vector when `last` is its final tick of
@@ -101,13 +102,13 @@ class GpuTrack:
             end, t1 = self._signals(j, n), ts[j]
         return (start, end) if end is not None and t1 > t0 else None
 
-    def _signals(self, j: int, n: int) -> list[float] | None:
+    def _signals(self, j: int, n: int) -> Sequence[float] | None:
         if j >= n:
             return self.signals_end
         if j < 0:
             return None
         w = len(cause.SLOTS)
-        return list(self.signals[j * w:(j + 1) * w])
+        return self.signals[j * w:(j + 1) * w]   # an array: copied out once, read as a sequence
 
     def pad(self, n: int) -> None:
         for name in FIELDS + ("dev_busy", "dev_active", "cost_active", "cost_busy", "power"):
@@ -163,6 +164,8 @@ class Recording:
     # see the stalls shorter than a step; None: stalls and lost time are the engine's ticks'
     exporter_counts: dict[Any, float] | None = None
     _order: tuple[int, list[GpuTrack]] = field(default=(-1, []), repr=False, compare=False)
+    # cause_of's peers over spans, for the next GPU judged against the same
+    _peers: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)
 
     @property
     def ticks(self) -> int:
@@ -178,22 +181,33 @@ class Recording:
 
     def cause_of(self, key: str, peers: list[str], spans: list[tuple[float, float]]) -> "cause.Verdict":
         """analysis.cause of GPU `key` against `peers` over time spans (start, end)."""
-        stretches: dict[str, list[tuple[list[float] | None, list[float]]]] = {}
-        for k in [key] + [p for p in peers if p != key]:
-            g = self.gpus.get(k)
-            if g is None:
-                continue
-            for a, b in spans:
-                i0, i1 = bisect.bisect_left(self.times, a), bisect.bisect_left(self.times, b)
-                pair = g.signals_within(i0, i1, self.ticks)
-                if pair is None:    # shorter than the checkpoint spacing: bounded from outside
-                    end = g.signals_at(i1, end=True)
-                    pair = (g.signals_at(i0 - 1, end=False), end) if end is not None else None
-                if pair is not None:
-                    stretches.setdefault(k, []).append(pair)
-        if key not in stretches:
+        ticks = [(bisect.bisect_left(self.times, a), bisect.bisect_left(self.times, b)) for a, b in spans]
+        own = self._pairs(key, ticks)
+        if not own:
             return cause.Verdict("unknown", ("no signals recorded over the span",), ())
-        return cause.span_verdict(stretches, key, self.power_averaged)
+        # the GPUs judged against the same peers over the same spans (a slow node's,
+        # each against the other nodes') share one pass over the peers
+        others = tuple(p for p in peers if p != key)
+        if self._peers[0] != (others, tuple(ticks), self.ticks):
+            stretches = [pairs for p in others if (pairs := self._pairs(p, ticks))]
+            self._peers = ((others, tuple(ticks), self.ticks), cause.span_peers(stretches))
+        return cause.span_verdict(own, self._peers[1], self.power_averaged)
+
+    def _pairs(self, key: str, ticks: list[tuple[int, int]]) -> list[tuple[Sequence[float] | None, Sequence[float]]]:
+        """GPU `key`'s (start, end) cause vectors over each stretch of ticks it has
+        signals for."""
+        g = self.gpus.get(key)
+        if g is None:
+            return []
+        out = []
+        for i0, i1 in ticks:
+            pair = g.signals_within(i0, i1, self.ticks)
+            if pair is None:    # shorter than the checkpoint spacing: bounded from outside
+                end = g.signals_at(i1, end=True)
+                pair = (g.signals_at(i0 - 1, end=False), end) if end is not None else None
+            if pair is not None:
+                out.append(pair)
+        return out
 
     def ordered_gpus(self) -> list[GpuTrack]:
         """Node, then GPU index. Sorted once per set of GPUs: the report asks for it

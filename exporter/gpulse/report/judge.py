@@ -52,8 +52,10 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
+from itertools import chain, filterfalse
+from operator import itemgetter
 from statistics import median
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 from ..analysis import Episode, imbalance as imbalance_of, load_balance, peer_deviation, stall_period
 from ..analysis.cause import Verdict
@@ -626,9 +628,9 @@ class Judgement:
             for i in range(bisect.bisect_right(rec.times, a + 1e-6), bisect.bisect_right(rec.times, b + 1e-6)):
                 if g.sampled[i] > 0:
                     (idle if g.idle[i] >= 0.5 * g.sampled[i] else busy).append(i)
-        own = _nanmean([g.power[i] for i in idle])
-        waiting = _nanmean([o.power[i] for o in others for i in idle])
-        working = _nanmean([o.power[i] for o in others for i in busy])
+        own = _nanmean(_picked([g.power], idle))
+        waiting = _nanmean(_picked([o.power for o in others], idle))
+        working = _nanmean(_picked([o.power for o in others], busy))
         return None if math.isnan(own) or math.isnan(waiting) or math.isnan(working) else (own, waiting, working)
 
     def imbalance_cause(self, spans: list[tuple[float, float]]) -> Verdict:
@@ -638,9 +640,18 @@ class Judgement:
         return self.rec.cause_of(max(acts, key=acts.get), list(acts), spans)
 
 
-def _nanmean(xs: list[float]) -> float:
-    v = [x for x in xs if not math.isnan(x)]
+def _nanmean(xs: Iterable[float]) -> float:
+    v = list(filterfalse(math.isnan, xs))
     return sum(v) / len(v) if v else math.nan
+
+
+def _picked(tracks: list[Sequence[float]], ticks: list[int]) -> Iterable[float]:
+    """Each track's values at `ticks`, track after track (a straggler's peers' power
+    over its idle ticks: a thousand GPUs' worth per straggler at fleet size)."""
+    if len(ticks) == 1:
+        i = ticks[0]
+        return (t[i] for t in tracks)
+    return chain.from_iterable(map(itemgetter(*ticks), tracks)) if ticks else ()
 
 
 def union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:

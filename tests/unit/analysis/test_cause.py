@@ -2,8 +2,11 @@
 aggregates and the cumulative vectors it is computed from (every straggler-cause sim
 scenario through the engine: integration/cause/test_cause_scenarios.py)."""
 import math
+import statistics
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpulse.analysis import cause
 from gpulse.analysis.cause import CAUSES, REMEDIES, Aggregate, Verdict, classify
@@ -236,3 +239,74 @@ def test_aggregate_is_the_difference_of_two_vectors():
     # a source without throttle reasons leaves them unknown
     assert cause.aggregate(None, cause.vector(cause.new_sums(), Integrals(1, 1, 0, 0, 1), {})).throttle is None
     assert math.isnan(b[cause.SLOTS.index("ecc_uncorrected")])
+
+
+# ---------------------------------------------------------------- one stretch, many GPUs
+
+# what classify() reads of each peer, spelled on the peer's own Aggregate
+PEER_FIGURES = {
+    **{f: (lambda f: lambda a: getattr(a, f))(f)
+       for f in ("busy", "active", "spin_wait", "sm_clock_hz", "temperature_c", "power_w", "link_width",
+                 "link_gen", "pcie_replays", "nvlink_errors")},
+    "spin_per_busy": lambda a: a.spin_wait / a.busy if a.spin_wait is not None and a.busy else None,
+    **{"share:" + r: (lambda r: lambda a: cause._throttle_share(a, r)
+                      if a.throttle is not None and r in a.throttle else None)(r)
+       for r in cause.JUDGED_REASONS},
+}
+
+
+def _median_of(xs):
+    ys = [x for x in xs if x is not None]
+    return statistics.median(ys) if ys else None
+
+
+def _same(a, b):
+    return a == b or (a is not None and b is not None and math.isnan(a) and math.isnan(b))
+
+
+# a slot's value: mostly a few repeated ones (ties between GPUs), sometimes NaN (a
+# family not reported; a gauge read as NaN) or nothing sampled
+_values = st.one_of(st.sampled_from([0.0, 1.0, 2.0, 5.0, 7.5]), st.floats(0, 1e4, allow_nan=False),
+                    st.just(math.nan))
+
+
+@st.composite
+def _stretches(draw):
+    n = draw(st.integers(1, 9))
+    pairs = []
+    for _ in range(n):
+        end = [draw(_values) for _ in cause.SLOTS]
+        start = None if draw(st.booleans()) else [min(x, draw(_values)) for x in end]
+        pairs.append((start, end))
+    return pairs
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pairs=_stretches())
+def test_a_stretchs_medians_are_the_peers_medians_and_its_verdicts_classifys(pairs):
+    """Many GPUs judged over one stretch share its columns (a fleet's job judges a rank
+    per node against every GPU): the same median of every figure over the others, and
+    the same verdict, as classify() given each peer's aggregate in turn."""
+    stretch = cause.Stretch(pairs)
+    aggs = [cause.aggregate(s, e) for s, e in pairs]
+    for j in range(len(pairs)):
+        for name, figure in PEER_FIGURES.items():
+            want = _median_of([figure(a) for k, a in enumerate(aggs) if k != j])
+            got = stretch.median(name, j)
+            assert _same(got, want), (name, j, got, want)
+        own = stretch.own(j)
+        assert all(_same(getattr(own, f), getattr(aggs[j], f)) for f in Aggregate.__slots__ if f != "throttle")
+        assert own.throttle == aggs[j].throttle
+        want = classify(aggs[j], [a for k, a in enumerate(aggs) if k != j])
+        assert cause.verdict_of(stretch, j) == want
+
+
+def test_span_verdict_adds_up_a_gpus_stretches():
+    """Two stretches of a straggler's span are one: the same verdict as the whole."""
+    def vec(t, busy, active, spin):
+        return cause.vector(cause.new_sums(), Integrals(busy * t, active * t, spin * t, 0.0, t), {})
+    a0, a1, a2 = vec(0, 0, 0, 0), vec(100, 0.4, 0.38, 0.0), vec(200, 0.4, 0.38, 0.0)
+    p0, p1, p2 = vec(0, 0, 0, 0), vec(100, 0.97, 0.5, 0.47), vec(200, 0.97, 0.5, 0.47)
+    split = cause.span_verdict([(a0, a1), (a1, a2)], cause.span_peers([[(p0, p1), (p1, p2)]] * 5))
+    whole = cause.span_verdict([(a0, a2)], cause.span_peers([[(p0, p2)]] * 5))
+    assert split == whole and split.cause == "off_gpu"
