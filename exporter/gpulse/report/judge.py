@@ -65,6 +65,10 @@ from ..analysis.verdict import deviating, imbalance_explained, is_working, peer_
 from ..model import gpu_sort_key
 from .collect import GpuTrack, GroupTrack, Recording
 
+# GPUs of at most this many nodes are named node by node in a sentence; beyond, nodes
+# with the same GPUs named are counted
+NODES_NAMED = 4
+
 WORK_BUSY = value("work_busy_ratio")
 # analysis.cause's power evidence over a whole span ("power 269 W vs peers 267 W")
 SPAN_POWER = re.compile(r"power \d+ W( vs peers \d+ W)?")
@@ -151,7 +155,9 @@ class Judgement:
         return self.rec.name(self.rec.gpus[key]) if key in self.rec.gpus else f"GPU {key}"
 
     def labels(self, keys: list[str]) -> str:
-        """'GPU 0', 'GPUs 1–7', 'GPUs 0, 2 and 5'; per node when there are several."""
+        """'GPU 0', 'GPUs 1–7', 'GPUs 0, 2 and 5'; per node when there are several
+        ('n1 GPUs 0–7; n2 GPU 3'), and beyond NODES_NAMED nodes the nodes with the same
+        GPUs counted ('GPUs 0–7 of 63 nodes from n00 to n63; n03 GPUs 1–7')."""
         by_node: dict[str, list[int | str]] = {}
         for k in keys:
             g = self.rec.gpus.get(k)
@@ -175,8 +181,19 @@ class Judgement:
             runs += [str(i) for i in ids if not isinstance(i, int)]
             word = "GPU" if len(ids) == 1 else "GPUs"
             text = f"{word} " + (", ".join(runs[:-1]) + " and " + runs[-1] if len(runs) > 1 else runs[0])
-            parts.append(f"{node} {text}" if multi and node else text)
-        return "; ".join(parts)
+            parts.append((node, text))
+        if not multi:
+            return "; ".join(text for _, text in parts)
+        if len(parts) <= NODES_NAMED:
+            return "; ".join(f"{node} {text}" if node else text for node, text in parts)
+        # a fleet's job: the nodes that have the same GPUs named are counted, first to
+        # last, not listed (a straggler's 1,023 peers were 128 nodes in one sentence)
+        same: dict[str, list[str]] = {}
+        for node, text in parts:
+            same.setdefault(text, []).append(node)
+        return "; ".join(f"{nodes[0]} {text}" if len(nodes) == 1 else
+                         f"{text} of {len(nodes)} nodes from {nodes[0]} to {nodes[-1]}"
+                         for text, nodes in same.items())
 
     # ------------------------------------------------------------ phases
 
