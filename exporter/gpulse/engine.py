@@ -215,6 +215,10 @@ class Engine:
         self._tick_before: dict[str, list[float]] = {}
         self._tick_marks: dict[tuple[str, ...], dict[str, list[float]]] = {}
         self._tick_aggs: dict[tuple[int, int], tuple[dict, list[str], dict[str, int], cause.Stretch]] = {}
+        # the vectors slot by slot (cause.transposed): now's per member list, once a
+        # tick; each mark's, by the mark's id, while a candidate holds it
+        self._tick_cols: dict[tuple[str, ...], list] = {}
+        self._mark_cols: dict[int, tuple[dict, tuple[str, ...], list]] = {}
         # per group: GPU-seconds lost by (reason, cause), cumulative (analysis.verdict)
         self._lost: dict[str, dict[tuple[str, str], float]] = {}
         self._stall_seen: dict[str, float] = {}      # per group: stall seconds already booked
@@ -472,7 +476,13 @@ class Engine:
             if self._share_due <= 0:
                 self._share_due = self.SHARE_TICKS
                 self._judge_share()
-        self._tick_now, self._tick_before, self._tick_marks, self._tick_aggs = {}, {}, {}, {}
+        # the vectors now of the tick before are this tick's before (the GPU's view of
+        # then has the same sums, totals and counters)
+        self._tick_before, self._tick_now, self._tick_marks, self._tick_aggs = self._tick_now, {}, {}, {}
+        self._tick_cols = {}
+        if self._mark_cols:   # drop the columns of marks no candidate holds any more
+            live = {id(m[1]) for m in self._marks.values()}
+            self._mark_cols = {i: c for i, c in self._mark_cols.items() if i in live}
         # 1. close the tick for every GPU
         window_ticks, history = self.window_ticks, self.history_ticks > 0
         for g in self.gpus.values():
@@ -729,9 +739,19 @@ class Engine:
         entry = self._tick_aggs.get(key)
         if entry is None:
             start = mark[1]
-            keys = [p for p in peers if p in start]
+            keys = tuple(p for p in peers if p in start)
+            now = [self._signals_now(p) for p in keys]
+            # the vectors slot by slot: now's once a tick, a mark's once for every tick
+            # it is judged on (the same keys: the group's members while they last)
+            ends = self._tick_cols.get(keys)
+            if ends is None:
+                ends = self._tick_cols[keys] = cause.transposed(now)
+            got = self._mark_cols.get(id(start))
+            if got is None or got[0] is not start or got[1] != keys:
+                got = self._mark_cols[id(start)] = (start, keys, cause.transposed([start[p] for p in keys]))
             entry = self._tick_aggs[key] = (start, peers, {p: j for j, p in enumerate(keys)},
-                                            cause.Stretch([(start[p], self._signals_now(p)) for p in keys]))
+                                            cause.Stretch([(start[p], v) for p, v in zip(keys, now)],
+                                                          ends=ends, starts=got[2]))
         v = cause.verdict_of(entry[3], entry[2][k], self.power_averaged())
         self._verdicts[k] = (self.window_ticks - 1, v)
         return v

@@ -234,6 +234,11 @@ def aggregate(start: Sequence[float] | None, end: Sequence[float]) -> Aggregate:
     return Aggregate(**x, remapping_pending=None if pending is None else pending > 0, throttle=held or None)
 
 
+def transposed(vectors: Sequence[Sequence[float] | None]) -> list[Sequence[float]]:
+    """Vectors (None: zeros, since the beginning) slot by slot: a Stretch's columns."""
+    return list(zip(*[v if v is not None else _ZERO for v in vectors]))
+
+
 class Stretch:
     """GPUs over a stretch each (a pair of cumulative vectors per GPU), as columns: the
     figures of aggregate() for all of them at once, each column made on first use, and
@@ -243,10 +248,14 @@ class Stretch:
     judged."""
 
     def __init__(self, pairs: Sequence[tuple[Sequence[float] | None, Sequence[float]]] = (),
-                 aggregates: Sequence[Aggregate] | None = None):
+                 aggregates: Sequence[Aggregate] | None = None,
+                 ends: list[Sequence[float]] | None = None, starts: list[Sequence[float]] | None = None):
+        """`ends` and `starts`: the pairs' vectors slot by slot (transposed()), where
+        the caller has them already (the engine: every GPU's vector now, once a tick;
+        a mark's, once for the ticks it is judged on)."""
         self._aggs = list(aggregates) if aggregates is not None else None
         self._pairs = pairs
-        self._slots: dict[str, list] | None = None
+        self._slots: dict[str, Any] = {"e": ends, "s": starts}
         self._cols: dict[str, list] = {}
         self._sorted: dict[str, tuple[list, bool]] = {}
 
@@ -258,9 +267,10 @@ class Stretch:
     def _slot(self, kind: str, i: int) -> Sequence[float]:
         """Every GPU's value of slot i: at the stretch's end ("e"), start ("s") or their
         difference ("d")."""
-        if self._slots is None:
-            self._slots = {"e": list(zip(*[e for _, e in self._pairs])),
-                           "s": list(zip(*[s if s is not None else _ZERO for s, _ in self._pairs]))}
+        if self._slots["e"] is None:
+            self._slots["e"] = transposed([e for _, e in self._pairs])
+        if self._slots["s"] is None:
+            self._slots["s"] = transposed([s for s, _ in self._pairs])
         key = f"{kind}{i}"
         col = self._slots.get(key)
         if col is None:
