@@ -348,9 +348,9 @@ class Judgement:
         g = self.rec.gpus[k]
         sampled = g.sampled
         idx = [i for i in ticks if sampled[i] > 0]
-        sums = {f: sum(arr[i] for i in idx) for f, arr in (("busy", g.busy), ("active", g.active),
+        sums = {f: sum(_picked([arr], idx)) for f, arr in (("busy", g.busy), ("active", g.active),
                                                            ("spin_wait", g.spin_wait), ("idle", g.idle))}
-        s = sum(sampled[i] for i in idx)
+        s = sum(_picked([sampled], idx))
         return {
             "busy_fraction": sums["busy"] / s if s else None,
             "active_fraction": sums["active"] / s if s else None,
