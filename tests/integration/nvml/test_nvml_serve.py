@@ -115,17 +115,25 @@ def test_hung_call_does_not_delay_scrapes(gpulse_proc, tmp_path):
     # the test has seen staleness and five more scrapes inside it (its release file),
     # so it neither ends first on a slow start-up nor makes the test sit out a fixed span.
     release = tmp_path / "release"
+    # a start slower than --stale-after (discovery's calls held 1.2 s), then the hang
     g = gpulse_proc("--source", "nvml", "--stale-after", "1s", env=scenario(tmp_path, f"""
         gpus 2
-        fault * nvmlDeviceGetSamples hang at=1.5 secs=600 release={release}
+        fault * nvmlDeviceGetUUID hang at=0 secs=1.2
+        fault * nvmlDeviceGetSamples hang at=4 secs=600 release={release}
     """))
     session = requests.Session()
     stale_seen = False
     try:
+        # the staleness of the hang, not of a slow start: a start that takes over the
+        # 1 s of --stale-after on a loaded machine reads stale too, until its first
+        # poll. So only after the GPUs' series came (a poll succeeded), and once no
+        # poll has for three times --stale-after (not a starved thread's second)
+        g.wait_metrics(lambda t: "gpulse_gpu_up{" in t, "a first successful poll", 60)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not stale_seen:
             r = session.get(g.url + "/metrics", timeout=5)
-            stale_seen = one(r.text, "gpulse_exporter_stale") == 1
+            stale_seen = (one(r.text, "gpulse_exporter_stale") == 1
+                          and one(r.text, "gpulse_exporter_seconds_since_last_sample") >= 3)
             time.sleep(0.1)
         assert stale_seen, "staleness never became visible while the driver hung"
         for _ in range(5):                       # still inside the hang
