@@ -208,13 +208,13 @@ class Engine:
         self._verdicts: dict[str, tuple[int, cause.Verdict]] = {}
         # within one tick, what several stragglers' judgements share (cleared at each
         # tick): every GPU's cause vector now and at the tick before, one mark for the
-        # candidates that start together, and each mark's span aggregates. A fleet's
+        # candidates that start together, and each mark's span as a cause.Stretch. A fleet's
         # job has a deviating rank per node, each judged against every GPU of the job:
         # computed per candidate, that cost candidates × GPUs
         self._tick_now: dict[str, list[float]] = {}
         self._tick_before: dict[str, list[float]] = {}
         self._tick_marks: dict[tuple[str, ...], dict[str, list[float]]] = {}
-        self._tick_aggs: dict[tuple[int, int], tuple[dict, list[str], dict[str, int], cause.Stretch]] = {}
+        self._tick_stretches: dict[tuple[int, int], tuple[dict, list[str], dict[str, int], cause.Stretch]] = {}
         # the vectors slot by slot (cause.transposed): now's per member list, once a
         # tick; each mark's, by the mark's id, while a candidate holds it
         self._tick_cols: dict[tuple[str, ...], list] = {}
@@ -478,7 +478,7 @@ class Engine:
                 self._judge_share()
         # the vectors now of the tick before are this tick's before (the GPU's view of
         # then has the same sums, totals and counters)
-        self._tick_before, self._tick_now, self._tick_marks, self._tick_aggs = self._tick_now, {}, {}, {}
+        self._tick_before, self._tick_now, self._tick_marks, self._tick_stretches = self._tick_now, {}, {}, {}
         self._tick_cols = {}
         if self._mark_cols:   # drop the columns of marks no candidate holds any more
             live = {id(m[1]) for m in self._marks.values()}
@@ -732,11 +732,11 @@ class Engine:
         if cached is not None and cached[0] > 0:
             self._verdicts[k] = (cached[0] - 1, cached[1])
             return cached[1]
-        # the span's aggregates of the group's GPUs in the mark, shared by the candidates
-        # judged on that mark among these peers this tick (both held in the entry, so
-        # neither id is another object's within the tick)
+        # the span of the group's GPUs in the mark (a cause.Stretch), shared by the
+        # candidates judged on that mark among these peers this tick (both held in the
+        # entry, so neither id is another object's within the tick)
         key = (id(mark[1]), id(peers))
-        entry = self._tick_aggs.get(key)
+        entry = self._tick_stretches.get(key)
         if entry is None:
             start = mark[1]
             keys = tuple(p for p in peers if p in start)
@@ -749,7 +749,7 @@ class Engine:
             got = self._mark_cols.get(id(start))
             if got is None or got[0] is not start or got[1] != keys:
                 got = self._mark_cols[id(start)] = (start, keys, cause.transposed([start[p] for p in keys]))
-            entry = self._tick_aggs[key] = (start, peers, {p: j for j, p in enumerate(keys)},
+            entry = self._tick_stretches[key] = (start, peers, {p: j for j, p in enumerate(keys)},
                                             cause.Stretch([(start[p], v) for p, v in zip(keys, now)],
                                                           ends=ends, starts=got[2]))
         v = cause.verdict_of(entry[3], entry[2][k], self.power_averaged())
