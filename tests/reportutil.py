@@ -11,9 +11,10 @@ from typing import Any, Callable
 
 import jsonschema
 
-from gpulse.report.collect import Recording
+from gpulse.report.collect import GpuTrack, Recording
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_source
+from gpulse.report.judge import Judgement
 from gpulse.report.render import web_asset
 from gpulse.sources.sim import SimSource
 from hostilelogs import HOSTILE, HOSTILE_FILE
@@ -96,3 +97,14 @@ def hostile_analysis():
     for gr in rec.groups.values():               # a tenant's workload name (an ownerReference)
         gr.workload = HOSTILE
     return analyse(rec)
+
+
+def bare_judgement(nodes: int, gpus: int = 8, digits: int = 2) -> Judgement:
+    """The Judgement of a Recording of nodes × gpus GPUs named node-NN:G and no ticks:
+    what a test of the report's words sets its figures on."""
+    rec = Recording(source="test", interval=1.0, idle_threshold=0.05, activity="util", window=60.0)
+    for n in range(nodes):
+        for g in range(gpus):
+            node = f"node-{n:0{digits}d}"
+            rec.gpus[f"{node}:{g}"] = GpuTrack(key=f"{node}:{g}", node=node, gpu=str(g))
+    return Judgement(rec)

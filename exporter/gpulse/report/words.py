@@ -332,6 +332,20 @@ def when_of(j: Judgement, t: float) -> str:
     return clock_of(j.rec).when(t, j.t0)
 
 
+# Culprits the headline names one by one, worst first; the rest are counted in one part
+# ("2 % waiting for 125 more stragglers (off_gpu)"), so a fleet's headline stays a line.
+HEADLINE_NAMED = 3
+
+
+def share(x: float) -> str:
+    """A headline's share of the work: whole percent, one decimal under 1 % (a slow node
+    of a thousand GPUs loses a fraction of a percent of the job, not 0 %), and "<0.1 %"
+    for a loss too small for that."""
+    if 0 < x < 0.0005:
+        return "<0.1 %"
+    return f"{100 * x:.1f} %" if 0 < x < 0.0095 else pct(x)
+
+
 def lost_headline(j: Judgement) -> str:
     """'This run lost N GPU-hours of M (X %): Y % to GPU 3 (throttling), ...'."""
     lost = j.lost
@@ -340,26 +354,29 @@ def lost_headline(j: Judgement) -> str:
         return ""
     if total < 1.0:
         return f"This run lost no GPU time to sync stalls, stragglers or imbalance (of {_hours(work)})."
-    parts = []
-    named = 0.0
-    for nd in sorted(j.straggler_nodes, key=lambda d: -d["lost_gpu_seconds"]):
-        if nd["lost_gpu_seconds"] > 0:
-            parts.append(f"{pct(nd['lost_gpu_seconds'] / work)} waiting for node {nd['node']}"
-                         + (f" ({nd['cause']})" if nd.get("cause") else ""))
-            named += nd["lost_gpu_seconds"]
-    for st in sorted(j.stragglers, key=lambda s: -s["lost_gpu_seconds"]):
-        if st["lost_gpu_seconds"] > 0:
-            parts.append(f"{pct(st['lost_gpu_seconds'] / work)} waiting for {j.label(st['key'])}"
-                         + (f" ({st['cause']})" if st.get("cause") else ""))
-            named += st["lost_gpu_seconds"]
+    # (lost GPU-seconds, who, cause): slow nodes before GPUs where they lost the same
+    culprits = [(nd["lost_gpu_seconds"], f"node {nd['node']}", nd.get("cause"))
+                for nd in j.straggler_nodes if nd["lost_gpu_seconds"] > 0]
+    culprits += [(st["lost_gpu_seconds"], j.label(st["key"]), st.get("cause"))
+                 for st in j.stragglers if st["lost_gpu_seconds"] > 0]
+    culprits.sort(key=lambda c: -c[0])
+    parts = [f"{share(s / work)} waiting for {who}" + (f" ({cause})" if cause else "")
+             for s, who, cause in culprits[:HEADLINE_NAMED]]
+    more = culprits[HEADLINE_NAMED:]
+    if more:
+        causes = list(dict.fromkeys(c for _, _, c in more if c))
+        parts.append(f"{share(sum(s for s, _, _ in more) / work)} waiting for {len(more)} more "
+                     + ("straggler" if len(more) == 1 else "stragglers")
+                     + (f" ({', '.join(causes)})" if causes else ""))
+    named = sum(s for s, _, _ in culprits)
     for item in lost["by_reason"]:
         if item["reason"] == "sync_stall":
-            parts.append(f"{pct(item['gpu_seconds'] / work)} to sync stalls")
+            parts.append(f"{share(item['gpu_seconds'] / work)} to sync stalls")
         elif item["reason"] == "imbalance":
-            parts.append(f"{pct(item['gpu_seconds'] / work)} to imbalance")
+            parts.append(f"{share(item['gpu_seconds'] / work)} to imbalance")
     rest = sum(i["gpu_seconds"] for i in lost["by_reason"] if i["reason"] == "straggler") - named
     if rest >= 0.005 * work:
-        parts.append(f"{pct(rest / work)} waiting for stragglers of shorter spans")
+        parts.append(f"{share(rest / work)} waiting for stragglers of shorter spans")
     return (f"This run lost {total / 3600:.2f} of {_hours(work)} ({pct(total / work)})"
             + (": " + ", ".join(parts) if parts else "") + ".")
 

@@ -3,17 +3,8 @@ one node, node by node on a few, and counted by node at fleet size, where a
 straggler's peers are a thousand GPUs."""
 from __future__ import annotations
 
-from gpulse.report.collect import GpuTrack, Recording
-from gpulse.report.judge import NODES_NAMED, Judgement
-
-
-def _judgement(nodes: int, gpus: int = 8) -> Judgement:
-    rec = Recording(source="test", interval=1.0, idle_threshold=0.05, activity="util", window=60.0)
-    for n in range(nodes):
-        for g in range(gpus):
-            key = f"node-{n:02d}:{g}"
-            rec.gpus[key] = GpuTrack(key=key, node=f"node-{n:02d}", gpu=str(g))
-    return Judgement(rec)
+from gpulse.report.judge import NODES_NAMED
+from reportutil import bare_judgement as _judgement
 
 
 def test_one_node_names_runs_of_indices():
