@@ -5,6 +5,8 @@ One cause, one finding
     An idle straggler and the stall patterns in which it is the rank off the GPU are
     the same cause seen twice (rank 0 checkpointing while the others spin-wait):
     they make one finding, the straggler's, naming the patterns, with one remedy.
+    Stragglers alike on many nodes (the same GPU of each, the same cause) are one
+    cause too: beyond NODES_NAMED of them, one finding (`_alike`).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from ..analysis.thresholds import value
 from ..analysis.verdict import imbalance_explained
 from ..model import gpu_sort_key
 from .clock import clock_of
-from .judge import WORK_BUSY, Judgement, union
+from .judge import NODES_NAMED, WORK_BUSY, Judgement, union
 
 WORK_SUSTAIN = value("work_sustain_seconds")
 SPIN_WAITING = value("spin_wait_share_ratio")
@@ -54,11 +56,21 @@ def findings(j: Judgement) -> list[Finding]:
     """The findings of a judged run, most severe first."""
     F: list[Finding] = []
     pattern_findings = [(p, f) for p in j.patterns if (f := _pattern_words(j, p)) is not None]
-    for nd in sorted(j.straggler_nodes, key=lambda d: -d["cost"]):
-        F.append(_with_cause(_node_words(j, nd), nd["verdict"]))
+    nodes = [(nd, _with_cause(_node_words(j, nd), nd["verdict"]), True)
+             for nd in sorted(j.straggler_nodes, key=lambda d: -d["cost"])]
+    F += _alike(nodes, lambda nd: (nd["workload"], nd["cause"]),
+                lambda nds: f"{len(nds)} nodes of workload {nds[0]['workload'] or '(the node group)'} "
+                            f"({j.labels(sorted((k for nd in nds for k in nd['keys']), key=gpu_sort_key))})")
+    gpus = []
     for st in sorted(j.stragglers, key=lambda s: -s["cost"]):
         f = _with_cause(_straggler_words(j, st, st["cause"]), st["verdict"])
-        F.append(_one_cause(j, st, f, pattern_findings))
+        alone = f.text
+        # a straggler whose finding took in stall patterns keeps its own: its words
+        # name those patterns, which its alikes' would not
+        f = _one_cause(j, st, f, pattern_findings)
+        gpus.append((st, f, f.text == alone))
+    F += _alike(gpus, lambda st: (st["workload"], st["gpu"], st["direction"], st["cause"]),
+                lambda sts: j.labels(sorted((st["key"] for st in sts), key=gpu_sort_key)))
     imb = _imbalance_words(j)
     if imb:
         F.append(_with_cause(imb, j.imbalance_cause(imb.spans)))
@@ -86,6 +98,33 @@ def findings(j: Judgement) -> list[Finding]:
     order = {"high": 0, "medium": 1, "info": 2}
     F.sort(key=lambda f: order[f.severity])
     return F
+
+
+def _alike(items: list[tuple[dict[str, Any], Finding, bool]], key: Any, name: Any) -> list[Finding]:
+    """Stragglers (or slow nodes) that straggle alike, costliest first: beyond
+    NODES_NAMED of one key (the same GPU of each node, the same way, the same cause:
+    rank 0 of every node checkpointing) they are one finding, in the place of the
+    costliest, not a finding each; it names them all, their lost time in all, and the
+    costliest one's own words. An item whose flag is False keeps its own finding."""
+    groups: dict[Any, list[tuple[dict[str, Any], Finding]]] = {}
+    for st, f, may in items:
+        if may:
+            groups.setdefault(key(st), []).append((st, f))
+    out = []
+    for st, f, may in items:
+        members = groups.get(key(st)) if may else None
+        if members is None or len(members) <= NODES_NAMED:
+            out.append(f)
+        elif members[0][0] is st:
+            sts = [m for m, _ in members]
+            lost = sum(m["lost_gpu_seconds"] for m in sts)
+            text = (f"{name(sts)} straggle alike, each with the same cause"
+                    + (f"; the others lost {_hours(lost)} waiting for them" if lost >= 1 else "")
+                    + f". The costliest: {f.text}")
+            order = {"high": 0, "medium": 1, "info": 2}
+            out.append(Finding(f.kind, min((m.severity for _, m in members), key=order.__getitem__), text,
+                               f.remedy, union([sp for _, m in members for sp in m.spans]), f.cause))
+    return out
 
 
 def _one_cause(j: Judgement, st: dict[str, Any], f: Finding,
