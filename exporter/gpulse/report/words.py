@@ -169,8 +169,7 @@ def _straggler_words(j: Judgement, st: dict[str, Any], why: str) -> Finding:
     peer_busy = median(stats[p]["busy_fraction"] for p in peers
                        if stats[p]["busy_fraction"] is not None)
     peer_spin = median((stats[p]["spin_wait_fraction"] or 0.0) for p in peers)
-    when = "" if st["whole_run"] else "; ".join(
-        f"from {when_of(j, a)} for {secs(b - a)}" for a, b in st["spans"])
+    when = "" if st["whole_run"] else when_spans(j, st["spans"])
     what = "of the work time" if st["whole_run"] else f"of its straggling time ({when})"
     # a GPU's index is its rank on one node; across nodes the global rank is unknown
     rank = "its rank" if j.rec.multi_node else f"rank {st['gpu'] if st['gpu'].isdigit() else k}"
@@ -206,7 +205,7 @@ def _straggler_words(j: Judgement, st: dict[str, Any], why: str) -> Finding:
 
 
 def _node_words(j: Judgement, nd: dict[str, Any]) -> Finding:
-    when = "; ".join(f"from {when_of(j, a)} for {secs(b - a)}" for a, b in nd["spans"])
+    when = when_spans(j, nd["spans"])
     what = "real work" if nd["signal"] == "active" else "busy time"
     lost = (f"; they lost {_hours(nd['lost_gpu_seconds'])} waiting for it" if nd["lost_gpu_seconds"] >= 1 else "")
     text = (f"Node {nd['node']} is a straggler of workload {nd['workload'] or '(the node group)'}: its "
@@ -365,6 +364,23 @@ def _phase_words(j: Judgement) -> list[Finding]:
         if len(out) > before:
             out[-1].spans = [(j.tick_start(s.a), j.tick_end(s.b))]
     return out
+
+
+# spans a sentence lists one by one; beyond them it counts them (a slow node of a
+# 4-hour run straggled in 25 spans, each "from 23:06:30 (6 min 30 s into the recording)")
+SPANS_NAMED = 3
+
+
+def when_spans(j: Judgement, spans: list[tuple[float, float]]) -> str:
+    """'from 10:32:13 (32 min 13 s into the recording) for 142 s; …', or beyond
+    SPANS_NAMED spans: '25 times from A to B, 195 s each, 81 min in all'."""
+    if len(spans) <= SPANS_NAMED:
+        return "; ".join(f"from {when_of(j, a)} for {secs(b - a)}" for a, b in spans)
+    lengths = sorted(b - a for a, b in spans)
+    short, long = secs(lengths[0]), secs(lengths[-1])
+    return (f"{len(spans)} times from {when_of(j, min(a for a, _ in spans))} to "
+            f"{when_of(j, max(b for _, b in spans))}, "
+            f"{short if short == long else f'{short} to {long}'} each, {secs(sum(lengths))} in all")
 
 
 def when_of(j: Judgement, t: float) -> str:

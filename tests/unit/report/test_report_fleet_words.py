@@ -1,12 +1,13 @@
-"""The headline of what a run lost (words.lost_headline): the worst culprits named,
-the rest counted in one part, and shares under 1 % not rounded away, so a fleet's
-headline is one readable line and still adds up."""
+"""A fleet's report in few words. The headline of what a run lost
+(words.lost_headline): the worst culprits named, the rest counted in one part, and
+shares under 1 % not rounded away, so it is one readable line and still adds up. A
+sentence's time spans (words.when_spans): listed up to SPANS_NAMED, counted beyond."""
 from __future__ import annotations
 
 import re
 
 from gpulse.report.judge import Judgement
-from gpulse.report.words import HEADLINE_NAMED, lost_headline, share
+from gpulse.report.words import HEADLINE_NAMED, SPANS_NAMED, lost_headline, share, when_spans
 from reportutil import bare_judgement
 
 HOUR = 3600.0
@@ -69,3 +70,15 @@ def test_one_more_culprit_is_singular():
 def test_shares_are_whole_percent_with_a_decimal_under_one():
     assert [share(x) for x in (0.0, 0.0004, 0.0005, 0.0052, 0.0094, 0.0095, 0.68)] == \
         ["0 %", "<0.1 %", "0.1 %", "0.5 %", "0.9 %", "1 %", "68 %"]
+
+
+def test_a_sentence_counts_its_spans_beyond_the_named():
+    j = bare_judgement(1)
+    few = [(100.0 + 600 * n, 295.0 + 600 * n) for n in range(SPANS_NAMED)]
+    assert when_spans(j, few).count("; ") == SPANS_NAMED - 1 and when_spans(j, few).count(" for 195 s") == SPANS_NAMED
+    many = [(100.0 + 555 * n, 295.0 + 555 * n) for n in range(25)]
+    text = when_spans(j, many)
+    assert text.startswith("25 times from ") and text.endswith(", 195 s each, 81 min in all")
+    assert "; " not in text
+    mixed = many[:-1] + [(many[-1][0], many[-1][0] + 30.0)]
+    assert ", 30 s to 195 s each, " in when_spans(j, mixed)
