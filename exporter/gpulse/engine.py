@@ -132,7 +132,7 @@ class _Gpu:
     __slots__ = ("info", "up", "error", "last_t", "last_wall", "totals", "tick", "window",
                  "win", "max_power", "idle_floor", "gauges", "counters", "src_attr", "holds_hint", "runs",
                  "history", "spacing", "persistence", "prev_sample", "prev2_sample", "edges", "sharp", "signals",
-                 "levels", "share", "hold_min")
+                 "levels", "share", "hold_min", "attr_labels")
 
     def __init__(self, info: DeviceInfo, window_ticks: int, history_ticks: int):
         self.info = info
@@ -149,6 +149,9 @@ class _Gpu:
         self.gauges: dict[str, float] = {}
         self.counters: dict[str, Any] = {}
         self.src_attr: dict[str, str] | None = None
+        # (the attribution they were made of, its labels in the exporter's order): made
+        # again only when the attribution changes, not for every view of every tick
+        self.attr_labels: tuple[dict[str, str], tuple[tuple[str, str], ...]] | None = None
         self.holds_hint: bool | None = None
         self.runs: list[Run] = []
         self.spacing: float | None = None      # the latest sample spacing
@@ -646,13 +649,16 @@ class Engine:
         lost_to = self._lost_to
         for k, g in self.gpus.items():
             a = attribution[k] or {}
+            labels = g.attr_labels
+            if labels is None or labels[0] != a:
+                labels = g.attr_labels = (dict(a), tuple((n, a[n]) for n in _attr_label_names(a) if a.get(n)))
             dev = deviations.get(k)
             win, up = g.win, g.up
             # positional, in GpuView's field order: one is made per GPU per tick, and
             # keywords cost about as much again as the tuple
             views.append(GpuView(
                 g.info,
-                tuple((n, a[n]) for n in _attr_label_names(a) if a.get(n)) if a else (),   # attribution
+                labels[1],                                                                     # attribution
                 a.get("workload", ""),
                 up,
                 g.error,
