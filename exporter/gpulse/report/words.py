@@ -28,6 +28,10 @@ IMBALANCE = value("imbalance_alert_ratio")
 MISSING_MIN = value("missing_min_seconds")
 
 
+# a finding's severities, most severe first: the order findings are listed in
+SEVERITY = {"high": 0, "medium": 1, "info": 2}
+
+
 @dataclass
 class Finding:
     kind: str
@@ -95,8 +99,7 @@ def findings(j: Judgement) -> list[Finding]:
                                 f"stretch ({pct(WORK_BUSY)} or more for {WORK_SUSTAIN:g} s).",
                                 "check that the job ran on these GPUs and the time range is right",
                                 [(j.tick_start(0), j.tick_end(j.rec.ticks - 1))] if j.rec.ticks else []))
-    order = {"high": 0, "medium": 1, "info": 2}
-    F.sort(key=lambda f: order[f.severity])
+    F.sort(key=lambda f: SEVERITY[f.severity])
     return F
 
 
@@ -121,8 +124,7 @@ def _alike(items: list[tuple[dict[str, Any], Finding, bool]], key: Any, name: An
             text = (f"{name(sts)} straggle alike, each with the same cause"
                     + (f"; the others lost {_hours(lost)} waiting for them" if lost >= 1 else "")
                     + f". The costliest: {f.text}")
-            order = {"high": 0, "medium": 1, "info": 2}
-            out.append(Finding(f.kind, min((m.severity for _, m in members), key=order.__getitem__), text,
+            out.append(Finding(f.kind, min((m.severity for _, m in members), key=SEVERITY.__getitem__), text,
                                f.remedy, union([sp for _, m in members for sp in m.spans]), f.cause))
     return out
 
@@ -151,8 +153,7 @@ def _one_cause(j: Judgement, st: dict[str, Any], f: Finding,
         f.text += (f" The same cause shows as every GPU stalling together, in {len(same)} separate rhythms"
                    + (" that overlap in time" if overlap else "") + ": "
                    + "; ".join(f"({chr(ord('a') + n)}) {p['summary']}" for n, (p, _) in enumerate(same)) + ".")
-    order = {"high": 0, "medium": 1, "info": 2}
-    f.severity = min([f.severity] + [pf.severity for _, pf in same], key=order.__getitem__)
+    f.severity = min([f.severity] + [pf.severity for _, pf in same], key=SEVERITY.__getitem__)
     f.spans = union(f.spans + [s for _, pf in same for s in pf.spans])
     return f
 
