@@ -761,8 +761,8 @@ class Engine:
             if got is None or got[0] is not start or got[1] != keys:
                 got = self._mark_cols[id(start)] = (start, keys, cause.transposed([start[p] for p in keys]))
             entry = self._tick_stretches[key] = (start, peers, {p: j for j, p in enumerate(keys)},
-                                            cause.Stretch([(start[p], v) for p, v in zip(keys, now)],
-                                                          ends=ends, starts=got[2]))
+                                                 cause.Stretch([(start[p], v) for p, v in zip(keys, now)],
+                                                               ends=ends, starts=got[2]))
         v = cause.verdict_of(entry[3], entry[2][k], self.power_averaged())
         self._verdicts[k] = (self.window_ticks - 1, v)
         return v

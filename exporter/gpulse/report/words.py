@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from statistics import median
-from typing import Any
+from typing import Any, Callable
 
 from ..analysis.thresholds import value
 from ..analysis.verdict import imbalance_explained
@@ -103,7 +103,8 @@ def findings(j: Judgement) -> list[Finding]:
     return F
 
 
-def _alike(items: list[tuple[dict[str, Any], Finding, bool]], key: Any, name: Any) -> list[Finding]:
+def _alike(items: list[tuple[dict[str, Any], Finding, bool]], key: Callable[[dict[str, Any]], Any],
+           name: Callable[[list[dict[str, Any]]], str]) -> list[Finding]:
     """Stragglers (or slow nodes) that straggle alike, costliest first: beyond
     NODES_NAMED of one key (the same GPU of each node, the same way, the same cause:
     rank 0 of every node checkpointing) they are one finding, in the place of the

@@ -352,6 +352,27 @@ def test_off_gpu_ranks_of_a_job_are_named_by_node_and_gpu(tmp_path):
     assert stragglers and all("its rank is the bottleneck" in t for t in stragglers), stragglers
 
 
+def test_off_gpu_ranks_alike_on_many_nodes_are_one_finding(tmp_path):
+    """Five nodes logged the real ckpt1.csv (clocks up to 2.1 s apart): rank 0 of each
+    leaves the GPU while its peers spin-wait. Beyond four alike stragglers (NODES_NAMED)
+    the job's report words them as one finding naming all five; findings.json still
+    lists each (a 1,024-GPU report once gave a paragraph per node)."""
+    from gpulse.report.judge import NODES_NAMED
+    a = _head(tmp_path / "a.csv", rows=40000)
+    logs = [a] + [moved_clock(a, tmp_path / f"{n}.csv", s) for n, s in zip("bcde", (0.4, 1.3, -0.7, 2.1))]
+    assert len(logs) == NODES_NAMED + 1
+    p, doc = report("--input", *map(str, logs), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr
+    validate(doc)
+    assert sorted((s["node"], s["gpu"]) for s in doc["stragglers"]) == [(n, "0") for n in "abcde"]
+    found = [f for f in doc["findings"] if f["kind"] == "straggler"]
+    assert len(found) == 1, [f["text"][:100] for f in found]
+    text = found[0]["text"]
+    assert text.startswith("GPU 0 of 5 nodes from a to e straggle alike, each with the same cause"), text
+    assert ". The costliest: " in text and "its rank is the bottleneck" in text, text
+    assert found[0]["cause"] == "off_gpu"
+
+
 def test_a_job_of_more_logs_than_the_soft_open_file_limit(tmp_path):
     """A job's logs are all open while they are merged. A shell's soft `ulimit -n` of
     1,024 once stopped a report on a larger job with 'Too many open files'; the soft
