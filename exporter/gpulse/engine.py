@@ -68,6 +68,10 @@ class GpuView(NamedTuple):
     # `totals` and `counters`, analysis.cause.vector makes its cumulative cause vector,
     # which the report keeps to judge a straggler's span afterwards
     cause_sums: tuple[float, ...] = ()
+    # that vector itself where the engine made it this tick (a straggler was judged
+    # among these peers: at fleet size, every GPU of a job every tick), else None; the
+    # report keeps it rather than making it a second time
+    signals: tuple[float, ...] | None = None
 
 
 def _peer_wait(costs: tuple[float, float]) -> float:
@@ -646,7 +650,7 @@ class Engine:
             self._stall_history.pop(gone, None)
 
         views = []
-        lost_to = self._lost_to
+        lost_to, tick_now = self._lost_to, self._tick_now
         for k, g in self.gpus.items():
             a = attribution[k] or {}
             labels = g.attr_labels
@@ -676,6 +680,7 @@ class Engine:
                 dev[3] if dev else None,                                                       # costs
                 lost_to.get(k, 0.0),
                 tuple(g.signals),                                                              # cause_sums
+                None if (vec := tick_now.get(k)) is None else tuple(vec),                      # signals
             ))
         self._before = {k: v for k, v in zip(self.gpus, views)}
         return Snapshot(wall=wall, t=self.t, node=self.node, source=self.source_name,

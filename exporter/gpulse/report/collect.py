@@ -275,7 +275,8 @@ class Collector:
             g.power.append((w - pw) / (n - pn) if n > pn else NAN)
             g.prev_power = (n, w)
             if i % self._every == 0:
-                g.signals.extend(cause.vector(v.cause_sums, tot, v.counters))
+                vec = v.signals
+                g.signals.extend(vec if vec is not None else cause.vector(v.cause_sums, tot, v.counters))
                 g.signal_ticks.append(i)
         added = False
         for gv in snap.groups:
