@@ -59,6 +59,9 @@ def _hostile_log(seed: int) -> str:
         lambda s: s + ", 5 W",                                  # too many fields
         lambda s: s.replace(" W", " kW"),                       # another unit
         lambda s: s.replace(" W", " MiB"),                      # another dimension
+        lambda s: s.replace(" W", " Wh"),                       # a unit's letters and more
+        lambda s: s.replace(" MiB", " x"),                      # letters of no unit
+        lambda s: s.replace(" %", " 5"),                        # a second number
         lambda s: s.replace("40000 MiB", "1e3 MiB"),            # exponent: valid, row by row
         lambda s: s.replace("40000 MiB", "-5 MiB"),             # out of range
         lambda s: s.replace("2026/", "2026/13/", 1).replace("/07/", "/", 1),   # month 13

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import math
+import string
 import sys
 from typing import Any, Sequence
 
@@ -56,15 +58,17 @@ def batch_rows(columns: int, together: int = 1) -> int:
     return whole if together <= 1 else max(min(whole, SHARE_MIN), whole // together)
 
 _NUMBER = r"-?[0-9]+(?:\.[0-9]+)?"
+# a number and the letters of a unit or none: a column's cell is plain where they are
+# none or its unit (no unit has a digit, a point or a minus, so each trim stops at the other)
+_NUMBER_UNIT = rf"^ *{_NUMBER}(?: *[A-Za-z%/]+)? *$"
+_UNIT_CHARS = " " + "".join(sorted(set("".join(UNITS))))
+_NUMBER_CHARS = " -.0123456789"
+assert not set(_UNIT_CHARS) & set(_NUMBER_CHARS) - {" "} and set(_UNIT_CHARS) <= set("% /" + string.ascii_letters)
 _TIME = r"^ *(?P<h>[0-9]{4}/[0-9]{2}/[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2})(?P<f>(?:\.[0-9]+)?) *$"
 _TEXT = r"^[ -~]*$"        # printable ASCII: str.strip() and Arrow's trim of spaces agree
 # clock-event reason states (smi_csv._state), strictly: anything else is judged row by row
 _STATE = r"(?i)^(active|not active)$"
 _MASK = r"^0[xX][0-9a-fA-F]{1,16}$"
-
-
-def _re2(s: str) -> str:
-    return "".join("\\" + ch if not ch.isalnum() else ch for ch in s)
 
 
 class _Reader:
@@ -82,6 +86,12 @@ class _Reader:
                                                 include_columns=[self.names[p] for p in sorted({c.pos for c in cols})],
                                                 strings_can_be_null=False, quoted_strings_can_be_null=False)
         self._bases: dict[str, float | None] = {}
+        # the numeric columns are parsed together, laid end to end: a pyarrow call costs
+        # ~30 us whatever its length, and a job's logs read in small batches of wide rows
+        # (22 columns of 1,024 rows), where a handful of calls a column were most of it
+        self.numeric = [i for i, c in enumerate(cols)
+                        if c.field != "t" and c.field not in state_fields and c.field not in text_fields]
+        self._consts: dict[int, tuple[Any, ...]] = {}
 
     def read(self, texts: list[str]) -> tuple[list[int], list[list[Any]]]:
         """The batch as columns: per row, where its values are in the columns (-1: read
@@ -97,9 +107,12 @@ class _Reader:
                               self.read_opts, self.parse_opts, self.convert_opts)
         good = None
         columns: list[Any] = []
-        for c in self.cols:
+        numbers = self._numbers(table, len(plain))
+        for i, c in enumerate(self.cols):
             cell = table.column(self.names[c.pos])
-            if c.field == "t":
+            if i in numbers:
+                ok, value = numbers[i]
+            elif c.field == "t":
                 value = self._times(cell)
                 ok = pc.is_valid(value)
             elif c.field in self.state_fields:
@@ -110,21 +123,6 @@ class _Reader:
                 value = pc.utf8_trim(cell, " ")
                 value = pc.if_else(pc.match_substring_regex(value, NOT_AVAILABLE.pattern, ignore_case=True),
                                    pa.scalar(None, pa.string()), value)
-            else:
-                unit = f"(?: *{_re2(c.unit)})?" if c.unit else ""
-                num = pc.cast(pc.struct_field(pc.extract_regex(cell, f"^ *(?P<v>{_NUMBER}){unit} *$"), [0]),
-                              pa.float64())
-                ok = pc.is_finite(num)       # null where the cell is no plain number
-                if c.lo is not None:
-                    ok = pc.and_(ok, pc.greater_equal(num, c.lo))
-                if c.hi is not None:
-                    ok = pc.and_(ok, pc.less_equal(num, c.hi))
-                if c.unit == "%":
-                    value = pc.divide(num, 100.0)       # as parse_quantity: exact for whole percents
-                elif c.unit is not None:
-                    value = pc.multiply(num, UNITS[c.unit][1])
-                else:
-                    value = num
             good = ok if good is None else pc.and_(good, ok)
             columns.append(value)
         kept = pc.fill_null(good, False) if good is not None else pa.array([True] * len(plain))
@@ -134,6 +132,51 @@ class _Reader:
                 where[j] = k
             k += 1
         return where, [c.to_pylist() for c in columns]
+
+    def _numbers(self, table: Any, n: int) -> dict[int, tuple[Any, Any]]:
+        """Per numeric column (its index in self.cols): whether each cell is a plain number
+        in the column's unit or none and in its range, and its value in base units. The
+        columns are parsed as one array, end to end, each cell by what its own column
+        asks, so each value is what parsing the column alone would make of it."""
+        if not self.numeric:
+            return {}
+        cells = pa.chunked_array([chunk for i in self.numeric
+                                  for chunk in table.column(self.names[self.cols[i].pos]).chunks], pa.string())
+        # a match and two trims, not a regex's groups (extracting groups was most of the
+        # parse). A cell is plain where it is a number with nothing or its column's unit
+        # after it; trimmed of the number's characters it is the unit, and trimmed of the
+        # unit's letters the number (cast only there: a cast of anything else raises)
+        lo, hi, unit, factor, percent = self._constants(n)
+        rest = pc.utf8_trim(cells, _NUMBER_CHARS)
+        plain = pc.and_(pc.match_substring_regex(cells, _NUMBER_UNIT),
+                        pc.or_(pc.equal(rest, ""), pc.equal(rest, unit)))
+        num = pc.cast(pc.if_else(plain, pc.utf8_trim(cells, _UNIT_CHARS), pa.scalar(None, pa.string())),
+                      pa.float64())
+        ok = pc.and_(pc.is_finite(num), pc.and_(pc.greater_equal(num, lo), pc.less_equal(num, hi)))
+        # as parse_quantity: a percent divided by 100 (exact for whole percents), another
+        # unit times its factor, none times 1 (exact)
+        value = pc.if_else(percent, pc.divide(num, 100.0), pc.multiply(num, factor))
+        return {i: (ok.slice(k * n, n), value.slice(k * n, n)) for k, i in enumerate(self.numeric)}
+
+    def _constants(self, n: int) -> tuple[Any, ...]:
+        """Per cell of the numeric columns laid end to end, n rows each: its column's
+        lower and upper bound (infinite where none), unit ("" where none), factor to the
+        base unit and whether the unit is a percent. Batches have a few sizes."""
+        got = self._consts.get(n)
+        if got is None:
+            specs = [self.cols[i] for i in self.numeric]
+
+            def each(f: Any, kind: Any) -> Any:
+                return pa.concat_arrays([pa.repeat(pa.scalar(f(c), kind), n) for c in specs])
+            got = (each(lambda c: -math.inf if c.lo is None else float(c.lo), pa.float64()),
+                   each(lambda c: math.inf if c.hi is None else float(c.hi), pa.float64()),
+                   each(lambda c: c.unit or "", pa.string()),
+                   each(lambda c: UNITS[c.unit][1] if c.unit not in (None, "%") else 1.0, pa.float64()),
+                   each(lambda c: c.unit == "%", pa.bool_()))
+            if len(self._consts) > 8:
+                self._consts.clear()
+            self._consts[n] = got
+        return got
 
     def _times(self, cell: Any) -> Any:
         """parse_smi_time of plain timestamps, in Arrow: the date and time of day once
