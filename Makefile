@@ -30,14 +30,14 @@ demo: $(BASE)
 	$(VENV)/bin/gpulse serve --source sim --sim.scenario sync-stall
 
 # Four workers, one test file each at a time (a file's module fixtures, such as one
-# Prometheus, stay in one worker). Verdicts are reached in virtual time, so most of the
-# suite's time is CPU; four workers on two cores overlap the live stacks' waits for
-# their daemons with the others' work. Override with make test PYTEST_WORKERS=0 for
-# one process. The 25 slowest tests are listed at the
-# end, so a CI log says where the time went.
+# Prometheus, stay in one worker), in the order tests/conftest.py gives them (the long
+# files first). Verdicts are reached in virtual time, so most of the suite's time is
+# CPU; four workers on two cores overlap the live stacks' waits for their daemons with
+# the others' work. Override with make test PYTEST_WORKERS=0 for one process. The 25
+# slowest tests are listed at the end, so a CI log says where the time went.
 PYTEST_WORKERS ?= 4
 test: $(TESTS)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=25
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # the unit tests alone (tests/unit/, under a minute): no gpulse process, no external binary
 test-unit: $(TESTS)

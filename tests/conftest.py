@@ -2,6 +2,7 @@
 `gpulse_proc` fixture, and the markers that follow the directories."""
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -51,9 +52,34 @@ KINDS = ("unit", "integration", "e2e")
 def pytest_collection_modifyitems(config, items):
     tests = Path(__file__).resolve().parent
     for item in items:
-        try:
-            top = Path(str(item.path)).resolve().relative_to(tests).parts[0]
-        except ValueError:
-            continue
+        top = _kind(item.path, tests)
         if top in KINDS:
             item.add_marker(top)
+    # The workers take files in this order (make test: --dist loadfile
+    # --no-loadscope-reorder). xdist's own order hands out the files with the most tests
+    # first, so the long files of a test or two (the end-to-end ones, minutes waiting
+    # on the daemons they start, and the CPU-bound ones) came last, and the run ended
+    # with one of them on one worker while the others stood idle. Here the long files
+    # go first, a waiting one beside a working one, so that the CPU-bound files mostly
+    # run beside files that wait (all of them at once stretched them toward their guard
+    # on a loaded machine); the rest follow in xdist's order, many short files at the end.
+    # A sort keeps each file's tests together and in their order.
+    count: dict[Path, int] = {}
+    bound: set[Path] = set()
+    for item in items:
+        count[item.path] = count.get(item.path, 0) + 1
+        if any(m.args == CPU_BOUND.args for m in item.iter_markers("timeout")):
+            bound.add(item.path)
+    waits = [f for f in count if _kind(f, tests) == "e2e"]
+    works = [f for f in count if f in bound and f not in waits]
+    rest = sorted((f for f in count if f not in bound and f not in waits), key=lambda f: -count[f])
+    first = [f for pair in itertools.zip_longest(waits, works) for f in pair if f is not None]
+    place = {f: i for i, f in enumerate(first + rest)}
+    items.sort(key=lambda item: place[item.path])
+
+
+def _kind(path: Path, tests: Path) -> str | None:
+    try:
+        return Path(str(path)).resolve().relative_to(tests).parts[0]
+    except ValueError:
+        return None

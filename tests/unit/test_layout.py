@@ -39,7 +39,7 @@ def test_make_targets():
     make = (ROOT / "Makefile").read_text()
     assert re.search(r"^test-unit: .*\n\t\$\(PY\) -m pytest -q -m unit tests/unit$", make, re.M)
     # everything, in parallel workers that each take whole files
-    assert re.search(r"^test: .*\n\t\$\(PY\) -m pytest -q -n \$\(PYTEST_WORKERS\) --dist loadfile --durations=25$", make, re.M)
+    assert re.search(r"^test: .*\n\t\$\(PY\) -m pytest -q -n \$\(PYTEST_WORKERS\) --dist loadfile --no-loadscope-reorder --durations=25$", make, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
