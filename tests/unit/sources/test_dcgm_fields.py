@@ -106,6 +106,14 @@ def test_garbage_utilisation_dropped_and_counted():
     assert m.readings["0"].samples[0].power_w == 16.365      # the rest of the GPU is kept
 
 
+def test_an_integer_no_float_holds_is_not_a_number():
+    """dcgm-exporter's text parser keeps an integer as an int; one of 400 digits is
+    beyond any float, and float() of it raised out of the reader (found by the fuzz test)."""
+    m = map_text(l4_with(DEV_SM_CLOCK="9" * 400))
+    assert m.invalid == [(0, "DCGM_FI_DEV_SM_CLOCK{gpu=0} = " + "9" * 40 + ": not a number")]
+    assert m.readings["0"].samples[0].power_w == 16.365      # the rest of the GPU is kept
+
+
 def test_blank_sentinels_skipped_silently():
     m = map_text(l4_with(DEV_GPU_UTIL="9223372036854775794",          # int64 NOT_SUPPORTED
                       DEV_GPU_TEMP="2147483632",                     # int32 blank

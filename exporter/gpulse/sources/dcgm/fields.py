@@ -192,10 +192,14 @@ class DcgmMapper:
                 a = _attribution(labels)
                 if a:
                     attribution[key] = a
-            if not isinstance(value, (int, float)) or math.isnan(value):
-                invalid.append((line, f"{name}{{gpu={key}}} = {value!r}: not a number"))
+            try:
+                number = float(value) if isinstance(value, (int, float)) else math.nan
+            except OverflowError:        # an integer no float holds (the parser keeps integers)
+                number = math.nan
+            if math.isnan(number):
+                invalid.append((line, f"{name}{{gpu={key}}} = {value!r:.40}: not a number"))
                 continue
-            value = float(value)
+            value = number
             if is_blank(value, spec.target):
                 blank += 1
                 continue
