@@ -4,7 +4,7 @@ that jumps. The samples themselves come from the real SimSource."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gpulse.model import PollResult, Reading
 from gpulse.sources.base import Source
@@ -67,7 +67,7 @@ class FaultySource(Source):
             else:
                 if self.clock is not None:
                     off = self.clock(rel)
-                    r.samples = [replace(s, t=s.t + off) for s in r.samples]
+                    r.samples = [s._replace(t=s.t + off) for s in r.samples]
                 if r.gpu == "0" and self.xid_rate:
                     self._xid_acc += self.xid_rate * dt
                     n = int(self._xid_acc)

@@ -43,7 +43,6 @@ judged from its memory.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from typing import Any
 
@@ -127,32 +126,6 @@ def init_message(e: Exception) -> str:
     return f"NVML initialisation failed: {e}; {hint}"
 
 
-def _sample_maker():
-    """A Sample constructor for the read loop. Sample is a frozen dataclass, whose
-    __init__ goes through object.__setattr__ once per field: 2 µs a sample, six
-    samples per GPU a second, about a tenth of the source's own time. Writing the
-    slots through their descriptors builds the same (frozen, equal) object in 0.9 µs.
-    Falls back to the class itself if Sample's fields are not the six below."""
-    names = ("t", "util", "power_w", "memory_used_bytes", "sm_active", "gr_active")
-    if tuple(f.name for f in dataclasses.fields(Sample)) != names or not hasattr(Sample, "__slots__"):
-        return Sample
-    new = object.__new__
-    st, su, sp, sm, sa, sg = (getattr(Sample, n).__set__ for n in names)
-
-    def make(t, util, power_w, memory_used_bytes, sm_active, gr_active):
-        s = new(Sample)
-        st(s, t)
-        su(s, util)
-        sp(s, power_w)
-        sm(s, memory_used_bytes)
-        sa(s, sm_active)
-        sg(s, gr_active)
-        return s
-    return make
-
-
-# positional: new_sample(t, util, power_w, memory_used_bytes, sm_active, gr_active)
-new_sample = _sample_maker()
 
 
 def _next_tick(due: float, interval: float, now: float) -> float:
@@ -514,7 +487,7 @@ class NvmlSource(Source):
         utils = self._read_util(st, wall)
         sm, gr = gpm if gpm is not None else (None, None)
         powers = st.powers_at([t for t, _ in utils])
-        return [new_sample(t, u, w, used, sm, gr) for (t, u), w in zip(utils, powers)]
+        return [Sample(t, u, w, used, sm, gr) for (t, u), w in zip(utils, powers)]
 
     def _samples(self, st: _State, name: str, kind: int, since_us: int) -> list[tuple[int, float]] | None:
         """nvmlDeviceGetSamples since a timestamp as sorted (µs, value) pairs: [] when
