@@ -74,7 +74,13 @@ def _findings_hash(rec) -> str:
 
 
 def compute(paths: list[str], sims: list[str]) -> dict[str, dict]:
-    """input -> {findings, tracks, cpu} (or {error}), by the gpulse on sys.path."""
+    """input -> {findings, tracks, cpu} (or {error}), by the gpulse on sys.path, with the
+    collector set as its CLI sets it for a report (cli.BATCH_GC_THRESHOLDS, where the
+    tree has them)."""
+    import gc
+
+    from gpulse import cli
+    gc.set_threshold(*getattr(cli, "BATCH_GC_THRESHOLDS", gc.get_threshold()))
     from gpulse.config import load_config
     from gpulse.report import inputs
     from gpulse.report.clock import settle

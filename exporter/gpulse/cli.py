@@ -7,13 +7,15 @@ exit 2 for bad flags/config, 1 for a fatal runtime problem (no NVML, port taken)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
+import gc
 import logging
 import os
 import signal
 import sys
 import threading
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import __version__
 from .config import FIELDS, ConfigError, Field, env_name, env_near_misses, env_settings, flag_name, load_config
@@ -162,6 +164,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     if ns.command == "check-config":
         return cmd_check_config(ns)
     if ns.command is not None and hasattr(ns, "run"):
-        return ns.run(ns)
+        with _batch_gc():
+            return ns.run(ns)
     parser.print_help()
     return 2
+
+
+# The collector's thresholds while a batch command (report, export) runs. They build
+# large structures that live to the end of the run (tracks, cause checkpoints, each
+# GPU's state) and make almost no reference cycles, so each collection of the older
+# generations walks millions of live objects to free next to nothing: at the default
+# (700, 10, 10) it was 17-20 % of a 1,024-GPU report's CPU and 10-15 % of a log's.
+BATCH_GC_THRESHOLDS = (50_000, 20, 20)
+
+
+@contextlib.contextmanager
+def _batch_gc() -> Iterator[None]:
+    """BATCH_GC_THRESHOLDS for the command, the caller's thresholds back afterwards
+    (a test that calls main() keeps its own)."""
+    before = gc.get_threshold()
+    gc.set_threshold(*BATCH_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
