@@ -1,7 +1,8 @@
 """The vectorised reader of nvidia-smi --query-gpu rows (pyarrow, the `report` extra).
 
 A batch of data rows is parsed by pyarrow's CSV reader and its cells checked and
-converted column by column in Arrow (timestamps too: the date and time of day once per
+converted in Arrow (the numeric columns together, as one array laid end to end, each
+cell against its own column; timestamps too: the date and time of day once per
 distinct second, the fraction added); what comes back is the batch as columns, one
 Python list per field, and where each row is in them. It takes a row only when every
 cell it uses is plain: a number in the strict form `-?digits[.digits]` with the
