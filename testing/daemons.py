@@ -4,10 +4,12 @@ an HTTP endpoint, a daemon with its log, and a `gpulse serve` process."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -84,25 +86,57 @@ def require_data(rel: str) -> Path:
     return p
 
 
+LISTENING = re.compile(r"gpulse listening on (https?://\S+?)/?(?:\s|\"|$)")
+
+
 class Gpulse:
-    """A `gpulse serve` subprocess on a free loopback port."""
+    """A `gpulse serve` subprocess on a loopback port the kernel picks, found from the
+    process's own "gpulse listening on URL" line. A port picked beforehand and handed
+    over could be taken by another suite's daemon in between, and that daemon would
+    then answer for this one. The output is read on a thread as it comes (`lines`),
+    so a chatty process never blocks on a full pipe."""
 
     def __init__(self, *args: str, env: dict | None = None, ready: bool = True, timeout: float = 20.0):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = str(ROOT / "exporter") + os.pathsep + full_env.get("PYTHONPATH", "")
         full_env.update(env or {})
         self.cmd = [sys.executable, "-m", "gpulse", "serve",
-                    "--web.listen-address", f"127.0.0.1:{self.port}", *args]
+                    "--web.listen-address", "127.0.0.1:0", *args]
+        self.timeout = timeout
+        self.lines: list[str] = []
+        self._url: str | None = None
+        self._said = threading.Event()      # the listening line came, or the output ended
         self.proc = subprocess.Popen(self.cmd, env=full_env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         if ready:
             try:
                 wait_http(self.url + "/readyz", timeout=timeout)
             except AssertionError:
                 self.stop()
-                raise AssertionError(f"gpulse did not become ready: {self.output()}")
+                raise AssertionError(f"gpulse did not become ready: {self.output()}") from None
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+            if self._url is None and (m := LISTENING.search(line)):
+                self._url = m.group(1)
+                self._said.set()
+        self._said.set()
+
+    @property
+    def url(self) -> str:
+        """The base URL this process said it listens on (waits for the line)."""
+        self._said.wait(self.timeout)
+        if self._url is None:
+            raise AssertionError(f"gpulse never said where it listens:\n{self.output()[-3000:]}")
+        return self._url
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     def metrics(self, **kw) -> str:
         import requests
@@ -134,8 +168,10 @@ class Gpulse:
         return self.proc.returncode
 
     def output(self) -> str:
+        """Everything the process wrote, once it has stopped."""
         self.stop()
-        return self.proc.stdout.read() if self.proc.stdout else ""
+        self._reader.join(10)
+        return "".join(ln + "\n" for ln in self.lines)
 
 
 def gpulse_export(*args: str, check: bool = True) -> subprocess.CompletedProcess:

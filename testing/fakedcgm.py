@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from http import HTTPStatus
 
 from gpulse.sources.dcgm import DcgmMapper, parse_exposition
-from testing.daemons import free_port, require_data
+from testing.daemons import require_data
 
 
 L4 = "captures/dcgm-exporter/l4-gpu-operator.prom"
@@ -73,7 +73,7 @@ class DcgmExporter:
         self.requests = 0
         self.connections = 0
         self._open: list[socket.socket] = []
-        self.port = free_port()
+        self.port = 0             # the kernel picks it at the first start; restarts keep it
         self._server = None
         self.start()
 
@@ -127,6 +127,7 @@ class DcgmExporter:
                 pass
 
         self._server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self._server.server_address[1]
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
 

@@ -87,8 +87,8 @@ def write_web_config(path: Path, doc: dict) -> Path:
 def start_tls(gpulse_proc, web, ca, *args, client=None, auth=None):
     """A simulated `gpulse serve` with `web` as its web config file, ready over HTTPS."""
     g = gpulse_proc("--source", "sim", "--sim.gpus", "2", "--web.config.file", str(web), *args, ready=False)
-    g.url = f"https://127.0.0.1:{g.port}"
     try:
+        assert g.url.startswith("https://"), g.url
         wait_http(g.url + "/readyz", verify=str(ca), cert=client, auth=auth)
     except AssertionError:
         raise AssertionError(f"gpulse did not become ready: {g.output()}") from None

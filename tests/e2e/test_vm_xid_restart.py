@@ -22,13 +22,11 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from unittest import mock
 
 import pytest
 import requests
 import yaml
 
-import testing.daemons
 from conftest import ROOT, Gpulse, free_port, require_data
 from testing.dashstack import DCGM_NODE
 from testing.fakedcgm import NodeCapture, node_exporter
@@ -63,8 +61,7 @@ class XidCapture(NodeCapture):
 
 def gpulse_on(port: int, *args: str) -> Gpulse:
     """A gpulse on a port chosen beforehand (the scrape config lists it)."""
-    with mock.patch.object(testing.daemons, "free_port", lambda: port):
-        return Gpulse(*args)
+    return Gpulse(*args, "--web.listen-address", f"127.0.0.1:{port}")
 
 
 def query(vm: VictoriaMetrics, expr: str, at: float | None = None) -> list[dict]:

@@ -9,7 +9,6 @@ import resource
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -148,16 +147,10 @@ def test_alias_bomb_in_web_config(place):
 
 
 class LogLines:
-    """Reads a running gpulse's combined output line by line on a thread."""
+    """Waits for lines in a running gpulse's combined output (read on Gpulse's thread)."""
 
     def __init__(self, g: Gpulse):
-        self.lines: list[str] = []
-        self._t = threading.Thread(target=self._read, args=(g.proc.stdout,), daemon=True)
-        self._t.start()
-
-    def _read(self, stream) -> None:
-        for line in stream:
-            self.lines.append(line.rstrip("\n"))
+        self.lines = g.lines
 
     def wait_for(self, needle: str, timeout: float = 30.0) -> list[str]:
         deadline = time.monotonic() + timeout

@@ -54,7 +54,7 @@ def test_sigterm_under_load_exits_within_the_shutdown_budget():
             s.close()
     finally:
         g.stop()
-    out = g.proc.stdout.read()
+    out = g.output()
     assert rc == 0, out
     # the budget is DRAIN_S + STOP_S; the slack is for a loaded machine's scheduling and
     # the interpreter's exit. Waiting on the idle or kept-alive connections would take

@@ -19,8 +19,7 @@ SECONDS = float(os.environ.get("GPULSE_LOAD_SECONDS", "10"))
 
 
 def test_200_scrapers_and_200_slowloris_connections(capsys):
-    g = Gpulse("--source", "sim", "--sim.gpus", "8", "--web.max-requests", "256", "--web.timeout", "4s",
-               "--log.level", "warning")
+    g = Gpulse("--source", "sim", "--sim.gpus", "8", "--web.max-requests", "256", "--web.timeout", "4s")
     try:
         r = run_load(g.port, scrapers=200, idle=200, duration=SECONDS, pid=g.proc.pid, interval=0.5)
         after = requests.get(g.url + "/metrics", timeout=5)
@@ -36,5 +35,5 @@ def test_200_scrapers_and_200_slowloris_connections(capsys):
     assert set(r["errors"]) <= {"retried after keep-alive close"}, r["errors"]
     assert r["cut"] >= 200 and r["refused"] == 0        # every idle connection was cut at least once
     assert after.status_code == 200 and "gpulse_gpu_busy_seconds_total" in after.text
-    out = g.proc.stdout.read()
+    out = g.output()
     assert "Traceback" not in out and "ERROR" not in out, out[-2000:]

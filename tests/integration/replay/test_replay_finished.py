@@ -5,7 +5,6 @@ logged. Run on a real 8×H100 nvidia-smi trace, replayed 100× faster than recor
 from __future__ import annotations
 
 import re
-import threading
 import time
 
 import requests
@@ -29,9 +28,7 @@ def test_finished_replay_turns_stale_and_not_ready():
     trace = require_data("traces/h100-8gpu/ckpt1.csv")     # 11.6 min recorded -> ~7 s at 100x
     g = Gpulse("--source", "replay", "--replay.file", str(trace), "--replay.speed", "100",
                "--stale-after", "2s", ready=False, timeout=60)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(ln.rstrip("\n") for ln in g.proc.stdout), daemon=True)
-    reader.start()
+    lines = g.lines
     try:
         ready_seen = False
         deadline = time.monotonic() + 120
@@ -62,8 +59,7 @@ def test_finished_replay_turns_stale_and_not_ready():
             text, "gpulse_exporter_seconds_since_last_sample")
         assert requests.get(g.url + "/readyz", timeout=5).status_code == 503
     finally:
-        g.stop()
-        reader.join(10)
+        g.output()          # stops it and reads the rest of its output into `lines`
     progress = [int(m.group(1)) for ln in lines if (m := re.search(r"source replay: (\d+)% done", ln))]
     assert len(progress) >= 3 and progress == sorted(progress) and progress[-1] >= 50, lines
     assert len(progress) <= 10, progress         # at most a line per tenth, not per poll
