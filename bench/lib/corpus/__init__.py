@@ -14,7 +14,6 @@ temperature and health columns, and `causes.json` with each case's cause).
 from __future__ import annotations
 
 import json
-import re
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -34,9 +33,7 @@ def build(out: Path, quick: bool = False, select: str | None = None) -> list[tup
     out.mkdir(parents=True, exist_ok=True)
     lv = levels()
     built, labels = [], {}
-    for c in cases(quick):
-        if select is not None and not re.search(select, c.name):
-            continue
+    for c in cases(quick, select):
         if c.source is not None:
             path = c.source
         else:

@@ -46,7 +46,9 @@ from (truth_of), never from a detector, with the definitions of the threshold ta
 from __future__ import annotations
 
 import csv
+import itertools
 import random
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -299,9 +301,12 @@ def _grids(tl: Timeline) -> tuple[list[list[bool]], list[list[bool]], list[bool]
         for a, b, state, part in tl.seg[g]:
             on = state == COMPUTE or (state == PART and part >= idle)
             bz = on or state == SPIN
-            for i in range(int(a / GRID), min(n, int(b / GRID))):
-                a_row[i], b_row[i] = on, bz
-                held[i] = held[i] or state not in (OFF, LOAD)
+            lo, hi = int(a / GRID), min(n, int(b / GRID))
+            if hi > lo:
+                a_row[lo:hi] = [on] * (hi - lo)
+                b_row[lo:hi] = [bz] * (hi - lo)
+                if state not in (OFF, LOAD):
+                    held[lo:hi] = [True] * (hi - lo)
         act.append(a_row)
         busy.append(b_row)
     return act, busy, held, n
@@ -313,10 +318,7 @@ def truth_of(tl: Timeline, period: float | None) -> Truth:
 
 
 def _prefix(xs) -> list[int]:
-    p = [0]
-    for x in xs:
-        p.append(p[-1] + x)
-    return p
+    return list(itertools.accumulate(xs, initial=0))
 
 
 def _stragglers(act: list[list[bool]], busy: list[list[bool]], held: list[bool], n: int, dt: float,
@@ -356,7 +358,9 @@ def _deviation_stretches(g: int, act: list[list[bool]], busy: list[list[bool]], 
     straggler_break_seconds bridged, as the detectors bridge them."""
     peers = len(act) - 1
     brk = value("straggler_break_seconds") / dt
-    spinning = [sum(busy[h][i] and not act[h][i] for h in range(len(act)) if h != g) for i in range(n)]
+    # the peers spin-waiting at each instant: all GPUs' count less g's own
+    spins = [[b and not a for a, b in zip(ra, rb)] for ra, rb in zip(act, busy)]
+    spinning = [sum(col) - own for col, own in zip(zip(*spins), spins[g])][:n]
     out = []
     for hot in (True, False):
         row = act[g] if hot else [not x for x in busy[g]]
@@ -482,11 +486,17 @@ def h100_truth(name: str) -> Truth:
     return t
 
 
-def cases(quick: bool = False) -> list[Case]:
-    """Every case, deterministic. quick: shorter runs, one log format for synthetic cases."""
+def cases(quick: bool = False, select: str | None = None) -> list[Case]:
+    """Every case, deterministic (each case its own seeded generator). quick: shorter
+    runs, one log format for synthetic cases. select: only the cases whose name matches
+    this regular expression, the others not built at all (building every case takes
+    seconds; a test wants one or two)."""
+    want = (lambda name: True) if select is None else re.compile(select).search
     out: list[Case] = []
     fmts = ("avg",) if quick else ("avg", "instant")
     for name in H100_RUNS:
+        if not want(f"h100/{name}"):
+            continue
         out.append(Case(f"h100/{name}", "avg", h100_truth(name), source=H100 / f"{name}.csv"))
     healthy, stalled = (360.0, 420.0) if quick else (420.0, 900.0)
     synth = [
@@ -503,6 +513,8 @@ def cases(quick: bool = False) -> list[Case]:
     ]
     for k, (name, period, build) in enumerate(synth):
         for fmt in fmts:
+            if not want(f"{name}-{fmt}"):
+                continue
             seed = 1000 + 10 * k + (fmt == "instant")
             tl = build(seed)
             t = truth_of(tl, period)
@@ -511,6 +523,8 @@ def cases(quick: bool = False) -> list[Case]:
         # job 1 whole (its straggler comes 60 % in); the others' first 20 / 40 minutes
         max_train = 3600.0 if job == 1 else (1200.0 if quick else 2400.0)
         for fmt in fmts:
+            if not want(f"pai/job_{job}-{fmt}"):
+                continue
             tl, info = pai_job(job, max_train)
             t = truth_of(tl, None)
             out.append(Case(f"pai/job_{job}-{fmt}", fmt, t, timeline=tl, seed=2000 + 10 * job + (fmt == "instant"),

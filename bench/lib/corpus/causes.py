@@ -160,6 +160,13 @@ class Health(Extra):
         self.base = {c: float(self.rng.randrange(0, 5_000_000, 1000)) for c in self.counters}
         self.temp: dict[int, float] = {}
         self.errors_at = sorted(self.rng.uniform(*self.spans[0]) for _ in range(6)) if fault == "ecc" else []
+        # what every row repeats, written once: the memory clock and the limit; the
+        # reason counters as they stand on a GPU whose counter never moves; which
+        # counter the faulty GPU's fault moves
+        self._fixed = [f"{cap.mem_mhz:.0f} MHz", f"{cap.limit_w:.2f} W"]
+        self._still = [f"{self.base[c]:.0f} us" for c in self.counters]
+        self._moves = [(fault, c.split(".")[1]) in (("thermal", "hw_thermal_slowdown"), ("power", "sw_power_cap"))
+                       for c in self.counters]
 
     def _faulty(self, gpu: int, t: float) -> bool:
         return gpu == self.gpu and any(a <= t < b for a, b in self.spans)
@@ -193,16 +200,14 @@ class Health(Extra):
         prev = self.temp.get(gpu, target)
         self.temp[gpu] = prev + (target - prev) * 0.01
         temp = int(round(self.temp[gpu] + self.rng.gauss(0.0, 0.3)))
-        vals = [f"{sm:.0f} MHz", f"{self.cap.mem_mhz:.0f} MHz", str(temp), f"{self.cap.limit_w:.2f} W"]
+        vals = [f"{sm:.0f} MHz", self._fixed[0], str(temp), self._fixed[1]]
         if self.spelling == "counters":
             vals += [f"0x{active:016X}", "Active" if active & REASON_BIT["hw_slowdown"] else "Not Active"]
-            for c in self.counters:
-                us = self.base[c]
-                reason = c.split(".")[1]
-                if gpu == self.gpu and (self.fault, reason) in (("thermal", "hw_thermal_slowdown"),
-                                                                ("power", "sw_power_cap")):
-                    us += self._in(t) * 1e6 * 0.97
-                vals.append(f"{us:.0f} us")
+            if gpu != self.gpu or not any(self._moves):
+                vals += self._still
+            else:
+                for c, moves, still in zip(self.counters, self._moves, self._still):
+                    vals.append(f"{self.base[c] + self._in(t) * 1e6 * 0.97:.0f} us" if moves else still)
         elif self.spelling == "mask":
             vals.append(f"0x{active:016x}")
         else:

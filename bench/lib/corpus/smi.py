@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import calendar
+import functools
 import random
 import time
 from dataclasses import dataclass
@@ -77,36 +78,52 @@ class Timeline:
                 s.append((s[-1][1] if s else 0.0, self.end, OFF, 0.0))
         self._starts = [[x[0] for x in s] for s in self.seg]
 
-    def _busy_power(self, state: str, part: float, lv: Levels) -> tuple[float, float]:
-        if state == COMPUTE:
-            return 1.0, lv.compute_w
-        if state == SPIN:
-            return 1.0, lv.spin_w
-        if state == PART:
-            return part, lv.idle_w + part * (lv.compute_w - lv.idle_w)
-        return 0.0, lv.idle_w
-
     def mean(self, gpu: int, a: float, b: float, lv: Levels) -> tuple[float, float]:
-        """(busy fraction, mean power) over [a, b]."""
-        s, starts = self.seg[gpu], self._starts[gpu]
-        a, b = max(a, 0.0), max(b, 1e-9)
+        """(busy fraction, mean power) over [a, b]: computing and spin-waiting are busy
+        at their levels' power, a partly busy GPU busy `part` of the time with its power
+        between idle and computing, anything else idle. Called twice for every row of
+        a log, so written out flat."""
+        s = self.seg[gpu]
+        if a < 0.0:
+            a = 0.0
+        if b < 1e-9:
+            b = 1e-9
         if b <= a:
             a = b - 1e-6
-        i = max(0, bisect.bisect_right(starts, a) - 1)
+        i = bisect.bisect_right(self._starts[gpu], a) - 1
+        if i < 0:
+            i = 0
         busy = power = 0.0
-        while i < len(s) and s[i][0] < b:
-            lo, hi = max(a, s[i][0]), min(b, s[i][1])
+        n = len(s)
+        while i < n:
+            lo, hi, state, part = s[i]
+            if lo >= b:
+                break
+            if a >= lo:
+                lo = a
+            if b <= hi:
+                hi = b
             if hi > lo:
-                u, p = self._busy_power(s[i][2], s[i][3], lv)
-                busy += u * (hi - lo)
-                power += p * (hi - lo)
+                d = hi - lo
+                if state == COMPUTE:
+                    busy += d
+                    power += lv.compute_w * d
+                elif state == SPIN:
+                    busy += d
+                    power += lv.spin_w * d
+                elif state == PART:
+                    busy += part * d
+                    power += (lv.idle_w + part * (lv.compute_w - lv.idle_w)) * d
+                else:
+                    power += lv.idle_w * d
             i += 1
         d = b - a
         return busy / d, power / d
 
     def state(self, gpu: int, t: float) -> str:
-        i = max(0, bisect.bisect_right(self._starts[gpu], t) - 1)
-        return self.seg[gpu][min(i, len(self.seg[gpu]) - 1)][2]
+        i = bisect.bisect_right(self._starts[gpu], t) - 1
+        s = self.seg[gpu]
+        return s[min(max(0, i), len(s) - 1)][2]
 
 
 FORMATS = {
@@ -117,12 +134,17 @@ FORMATS = {
 }
 
 
+@functools.lru_cache(maxsize=64)
+def _second(whole: int) -> str:
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(whole))
+
+
 def _stamp(epoch: float, t: float) -> str:
     whole = int(epoch + t)
     ms = int(round((epoch + t - whole) * 1000))
     if ms == 1000:
         whole, ms = whole + 1, 0
-    return time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(whole)) + f".{ms:03d}"
+    return _second(whole) + f".{ms:03d}"
 
 
 class Extra:
@@ -152,25 +174,27 @@ def write_log(path: str, tl: Timeline, lv: Levels, fmt: str, seed: int,
     rng = random.Random(seed)
     t0 = calendar.timegm(time.strptime(epoch, "%Y/%m/%d %H:%M:%S"))
     lines = [", ".join((FORMATS[fmt], *extra.header)) if extra else FORMATS[fmt]]
-    t = rng.uniform(0.0, POLL)
+    # the generator's and the timeline's methods bound once: this loop runs per row
+    uniform, gauss, draw, randint = rng.uniform, rng.gauss, rng.random, rng.randint
+    mean, state_at = tl.mean, tl.state
+    power_back = POWER_AVG if fmt == "avg" else 0.02
+    t = uniform(0.0, POLL)
     n = 0
     while t < tl.end - 1.2:
-        row_t = t + rng.gauss(0.0, 0.002)
+        row_t = t + gauss(0.0, 0.002)
         for g in range(tl.gpus):
-            row_t += rng.uniform(0.001, 0.004)
-            if g == 0 and rng.random() < query_stall_rate:
-                row_t += rng.uniform(0.3, 1.1)      # the GPU 0 query stalls; the rest wait
-            busy, _ = tl.mean(g, row_t - UTIL_PERIOD, row_t, lv)
-            if fmt == "avg":
-                _, watts = tl.mean(g, row_t - POWER_AVG, row_t, lv)
-            else:
-                _, watts = tl.mean(g, row_t - 0.02, row_t, lv)
-            watts *= 1.0 + rng.gauss(0.0, 0.015)
+            row_t += uniform(0.001, 0.004)
+            if g == 0 and draw() < query_stall_rate:
+                row_t += uniform(0.3, 1.1)      # the GPU 0 query stalls; the rest wait
+            busy, _ = mean(g, row_t - UTIL_PERIOD, row_t, lv)
+            _, watts = mean(g, row_t - power_back, row_t, lv)
+            watts *= 1.0 + gauss(0.0, 0.015)
             if extra:
                 watts = extra.watts(g, row_t, watts)
-            util = int(round(100 * min(1.0, max(0.0, busy + (rng.gauss(0.0, 0.01) if 0 < busy < 1 else 0.0)))))
-            held = tl.state(g, row_t) != OFF
-            mib = (lv.job_mib + rng.randint(-64, 64)) if held else (lv.free_mib + (91 if g == 0 else 0))
+            util = int(round(100 * min(1.0, max(0.0, busy + (gauss(0.0, 0.01) if 0 < busy < 1 else 0.0)))))
+            state = state_at(g, row_t)
+            held = state != OFF
+            mib = (lv.job_mib + randint(-64, 64)) if held else (lv.free_mib + (91 if g == 0 else 0))
             if extra and held:
                 mib = extra.mib(g, row_t, mib)
             cells = [_stamp(t0, row_t)]
@@ -178,10 +202,10 @@ def write_log(path: str, tl: Timeline, lv: Levels, fmt: str, seed: int,
                 cells.append(str(g))
             cells += [f"{watts:.2f} W", f"{util} %", f"{int(mib)} MiB"]
             if extra:
-                cells += extra.cells(g, row_t, tl.state(g, row_t), busy, watts)
+                cells += extra.cells(g, row_t, state, busy, watts)
             lines.append(", ".join(cells))
             n += 1
-        t = max(t + POLL + rng.gauss(0.0, 0.001), row_t + 0.002)
+        t = max(t + POLL + gauss(0.0, 0.001), row_t + 0.002)
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     return n
