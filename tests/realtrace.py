@@ -229,14 +229,15 @@ def alibaba_job(job: int, seconds_per_row: float, step_scale: float, startup: fl
     workers = max(max(w) for w in rows.values()) + 1
     med_all = statistics.median(v for w in rows.values() for v in w.values())
     work_end = startup + len(its) * seconds_per_row
+    # each iteration's workers and step, figured once: state() is asked for every GPU
+    # at every grid point of the log
+    per_it = [(rows[i], max(rows[i].values()) * step_scale) for i in its]
 
     def state(g: int, t: float) -> str:
-        outside = _outside_work(t, startup, work_end)
-        if outside:
-            return outside
+        if t < 1.0 or t >= work_end or t < startup:
+            return _outside_work(t, startup, work_end)
         k = int((t - startup) / seconds_per_row)
-        w = rows[its[k]]
-        step = max(w.values()) * step_scale
+        w, step = per_it[k]
         into = (t - startup - k * seconds_per_row) % step
         mine = w.get(g, med_all) * step_scale
         return "compute" if into < mine else "spin"
