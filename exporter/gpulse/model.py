@@ -9,6 +9,7 @@ analysis, so the two never need to agree with the wall clock.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple
@@ -129,15 +130,24 @@ class PollResult:
 
 
 _DIGITS = re.compile(r"(\d+)")
+# Python refuses int() of more digits than sys.get_int_max_str_digits() (4,300): a
+# name's longer digit run sorts after every shorter number (ties kept in their order)
+_LONGEST_NUMBER = 4000
+
+
+def _part(p: str) -> tuple:
+    if p.isdecimal():
+        return (0, int(p) if len(p) <= _LONGEST_NUMBER else math.inf, "")
+    return (1, 0, p)
 
 
 def natural_key(name: str) -> tuple:
     """The one natural order of names: 'node-2' before 'node-10'."""
-    return tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in _DIGITS.split(name) if p)
+    return tuple(_part(p) for p in _DIGITS.split(name) if p)
 
 
 def gpu_sort_key(gpu: str) -> tuple:
     """The one order of GPU names: '2' < '10'; MIG '0/1' right after GPU 0; host-prefixed
     names ('node-1:0') after plain ones, hosts in natural order ('n2:0' before 'n10:0')."""
     host, _, rest = gpu.rpartition(":")
-    return (natural_key(host),) + tuple((0, int(p), "") if p.isdecimal() else (1, 0, p) for p in rest.split("/"))
+    return (natural_key(host),) + tuple(_part(p) for p in rest.split("/"))

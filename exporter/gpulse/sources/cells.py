@@ -111,7 +111,12 @@ def parse_any_time(s: str) -> float:
     return d.timestamp()
 
 
+# digits a GPU index (or the fraction of a second of a timestamp) may have: more is
+# no driver's, and past 4,300 Python's int() refuses the text with ValueError
+INDEX_DIGITS = 18
+
+
 def is_gpu_index(s: str) -> bool:
     """A GPU index as drivers write it: ASCII digits only ('٣' and '１' are decimal
-    to Python, and no GPU's index)."""
-    return s.isascii() and s.isdigit()
+    to Python, and no GPU's index), at most INDEX_DIGITS of them."""
+    return s.isascii() and s.isdigit() and len(s) <= INDEX_DIGITS

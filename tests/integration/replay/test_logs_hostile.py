@@ -135,6 +135,33 @@ def test_endless_line_is_one_line(tmp_path):
     _one_line_error(_report("--input", str(p), "--out", str(tmp_path / "out")), "not a text log")
 
 
+@pytest.mark.parametrize("rows", [100, 6000], ids=["row-by-row", "batched"])
+def test_numbers_longer_than_python_converts_skip_their_rows(tmp_path, rows):
+    """A GPU index or a timestamp's fraction of 5,000 digits, and a host of 5,000: Python's
+    int() refuses more than 4,300 digits, and each once ended the report with a
+    ValueError traceback. The rows are skipped as any other bad cell, and the real
+    trace's GPUs are reported."""
+    header, lines = _trace_lines()
+    big = "9" * 5000
+    out = [f"hostname, index, {header}"]
+    for k, row in enumerate(lines[:rows]):
+        g = str(k % 8)
+        if k % 50 == 7:
+            g = big
+        elif k % 50 == 21:
+            row = row.replace(".", "." + big, 1)
+        out.append(f"{big if k % 50 == 33 else 'n1'}, {g}, {row}")
+    log = tmp_path / "run.csv"
+    log.write_text("\n".join(out) + "\n")
+    p = _report("--input", str(log), "--out", str(tmp_path / "out"), "--quiet")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    import json
+    doc = json.loads((tmp_path / "out" / "findings.json").read_text())
+    on_n1 = sorted((g["gpu"] for g in doc["gpus"] if g.get("node") == "n1"), key=int)
+    assert on_n1 == [str(i) for i in range(8)], [(g.get("node", "")[:9], g["gpu"][:9]) for g in doc["gpus"]]
+    assert all(len(g["gpu"]) <= 2 for g in doc["gpus"])     # no row of the long index was kept
+
+
 def test_json_nested_3000_deep_is_one_line(tmp_path):
     p = tmp_path / "query.json"
     p.write_text("[" * 3000 + "]" * 3000)
