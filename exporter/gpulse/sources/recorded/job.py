@@ -25,9 +25,10 @@ read from the first ALIGN_SCAN_S of each log (all of it when that aligns not eve
 node), before the analysis reads the logs again.
 
 A job's logs are read on one clock, so they must have one and share a stretch of it:
-a log without timestamps among timed ones is refused before anything is read, and
-the merged records may leave no stretch that no node recorded longer than a single
-log may (stream.kept_as_gap: GAP_FREE_S, or the time recorded so far). Beyond
+a log without timestamps among timed ones, and a log that begins after every log that
+began before it had ended (_overlap, from the alignment's scan), are refused before
+anything is read, and the merged records may leave no stretch that no node recorded
+longer than a single log may (stream.kept_as_gap: GAP_FREE_S, or the time recorded so far). Beyond
 that the logs are of different runs (a day apart, or one of them stamped in 1970),
 which judged as one job would compare GPUs that never ran together, and would make
 the analysis tick through the whole stretch between them.
@@ -38,6 +39,7 @@ import bisect
 import dataclasses
 import glob
 import heapq
+import math
 import os
 import statistics
 from dataclasses import dataclass, field
@@ -163,11 +165,34 @@ def align(logs: list[NodeLog], fmt: str = "auto", idle_threshold: float = value(
         raise LogFormatError(f"{untimed[0]}: no timestamps, while the other logs have them: the logs of one job "
                              "are read on one clock, so each must record the time of its rows (nvidia-smi "
                              "--query-gpu=timestamp,...; nvidia-smi dmon -o DT)")
-    out = _align(logs, {n: e for n, (e, _, _) in scanned.items()})
-    if any(not lg.aligned for lg in out.logs) and any(cut for _, cut, _ in scanned.values()):
+    if not untimed:
+        _overlap(logs, {n: span for n, (_, _, _, span) in scanned.items()})
+    out = _align(logs, {n: e for n, (e, _, _, _) in scanned.items()})
+    if any(not lg.aligned for lg in out.logs) and any(cut for _, cut, _, _ in scanned.values()):
         whole = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, None)[0] for lg in logs}
         out = _align(logs, whole)
     return out
+
+
+def _overlap(logs: list[NodeLog], spans: dict[str, tuple[float, float] | None]) -> None:
+    """Raises LogFormatError where a log begins after every log that began before it
+    has ended: the logs share no stretch of time, so they are not one run's (two runs
+    of a job, or a restart logged to new files). Judged as one job, the later log's
+    GPUs would read as lost for the earlier one's run, and its own run would be no
+    one's work. A log read only in part by the scan (spans: its end unknown) is taken
+    as recording to the end of time; a log a node's logger began late, or one of a
+    replacement node while the others ran on, overlaps them and is kept."""
+    known = sorted(((span, lg) for lg in logs if (span := spans.get(lg.node)) is not None),
+                   key=lambda x: x[0][0])
+    until, last = -math.inf, None
+    for (first, end), lg in known:
+        if last is not None and first - until > ALIGN_LAG_S:
+            raise LogFormatError(
+                f"{lg.path}: its first row comes {span_words(first - until)} after every log of the job that began "
+                f"before it had ended (the last, {last.path}): the logs record no common stretch of time; a job's "
+                "logs are its nodes' logs of one run, recorded at the same time (report on other runs apart)")
+        if end > until:
+            until, last = end, lg
 
 
 def _align(logs: list[NodeLog], edges: dict[str, tuple[list[float], list[float]]]) -> Alignment:
@@ -201,8 +226,10 @@ def job_name(nodes: list[str]) -> str:
 
 
 def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan: float | None
-           ) -> tuple[tuple[list[float], list[float]], bool, bool]:
-    """((starts, ends), cut short, timed: the log has a clock) of the stretches in
+           ) -> tuple[tuple[list[float], list[float]], bool, bool, tuple[float, float] | None]:
+    """((starts, ends), cut short, timed: the log has a clock, (first, last) time of
+    the log, last infinite when the scan stopped before its end; None when it has no
+    readable row) of the stretches in
     which none of the log's GPUs works, each held EDGE_HOLD_S on both sides; at most
     ALIGN_EDGES of each, within `scan` recorded seconds of the log's start (None: all
     of it). Work is the engine's activity (power-gated utilisation, or SM activity): a
@@ -219,7 +246,8 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
     state: bool | None = None       # True: all idle
     cand: float | None = None
     first: float | None = None
-    cut = False
+    last = -math.inf
+    cut = whole = False
     try:
         for t, g, s, gauges in _readings(stream):
             if first is None:
@@ -227,6 +255,7 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
             elif scan is not None and t - first > scan:
                 cut = True
                 break
+            last = t
             if s.power_w is not None:
                 top[g] = max(top.get(g, 0.0), s.power_w)
                 if s.util is not None and s.util < idle:
@@ -249,9 +278,11 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
                 state, cand = now, None
                 if len(starts) >= ALIGN_EDGES and len(ends) >= ALIGN_EDGES:
                     break
+        else:
+            whole = True                     # read to its end: its last time is known
     finally:
         stream.close()
-    return (starts, ends), cut, stream.facts.timed
+    return (starts, ends), cut, stream.facts.timed, None if first is None else (first, last if whole else math.inf)
 
 
 def _readings(stream: LogStream) -> Iterator[tuple[float, str, Any, dict[str, Any] | None]]:

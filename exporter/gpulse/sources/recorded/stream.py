@@ -496,7 +496,9 @@ def _each(queue: Iterable[Record | Rows]) -> Iterator[Record]:
 
 
 def span_words(seconds: float) -> str:
-    """A long time as people say it: 45 min, 30 days, 56 years."""
+    """A time as people say it: 35 s, 45 min, 30 days, 56 years."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
     for unit, n in (("years", 365.25 * 86400), ("days", 86400), ("h", 3600)):
         if seconds >= 2 * n:
             return f"{seconds / n:.0f} {unit}"
