@@ -340,6 +340,22 @@ def test_logs_one_after_the_other_are_refused_in_one_line(tmp_path):
     assert "no common stretch of time" in line, line
 
 
+def test_logs_one_after_the_other_longer_than_the_scan_stop_where_the_second_begins(tmp_path, monkeypatch):
+    """The alignment reads a log's first ALIGN_SCAN_S only (here 5 s), so it cannot
+    see where a long log ends: the merge stops at the later log's first row, where
+    every log before it has ended, with the same line."""
+    from gpulse.sources.recorded import LogFormatError, job
+    a = _head(tmp_path / "a.csv", rows=4000, skip=12000)                # ~50 s of training
+    b = moved_clock(a, tmp_path / "b.csv", 80.0)
+    monkeypatch.setattr(job, "ALIGN_SCAN_S", 5.0)
+    aligned = job.align([job.NodeLog(str(a), "a"), job.NodeLog(str(b), "b")])     # no end seen: kept
+    stream = job.JobStream(aligned.logs, workload="job")
+    with pytest.raises(LogFormatError) as e:
+        for rec in stream.records():
+            assert rec.reading.gpu.startswith("a:"), rec      # nothing of b is read as the job's
+    assert str(e.value).startswith(f"{b}: its first row comes ") and f"(the last, {a})" in str(e.value)
+
+
 def test_a_node_that_joins_while_the_others_run_is_one_job(tmp_path):
     """The guard asks for a common stretch, not for every pair: node d's log ends at
     12 s (its node failed), node e's begins at 40 s (the replacement), node a's runs

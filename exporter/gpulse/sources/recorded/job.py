@@ -26,9 +26,10 @@ node), before the analysis reads the logs again.
 
 A job's logs are read on one clock, so they must have one and share a stretch of it:
 a log without timestamps among timed ones, and a log that begins after every log that
-began before it had ended (_overlap, from the alignment's scan), are refused before
-anything is read, and the merged records may leave no stretch that no node recorded
-longer than a single log may (stream.kept_as_gap: GAP_FREE_S, or the time recorded so far). Beyond
+began before it had ended (_overlap, from the alignment's scan; for logs longer than
+the scan, JobStream._one_run as they are merged), are refused before anything is read,
+and the merged records may leave no stretch that no node recorded longer than a single
+log may (stream.kept_as_gap: GAP_FREE_S, or the time recorded so far). Beyond
 that the logs are of different runs (a day apart, or one of them stamped in 1970),
 which judged as one job would compare GPUs that never ran together, and would make
 the analysis tick through the whole stretch between them.
@@ -187,12 +188,16 @@ def _overlap(logs: list[NodeLog], spans: dict[str, tuple[float, float] | None]) 
     until, last = -math.inf, None
     for (first, end), lg in known:
         if last is not None and first - until > ALIGN_LAG_S:
-            raise LogFormatError(
-                f"{lg.path}: its first row comes {span_words(first - until)} after every log of the job that began "
-                f"before it had ended (the last, {last.path}): the logs record no common stretch of time; a job's "
-                "logs are its nodes' logs of one run, recorded at the same time (report on other runs apart)")
+            raise _another_run(lg.path, first - until, last.path)
         if end > until:
             until, last = end, lg
+
+
+def _another_run(path: str, after: float, last: str) -> LogFormatError:
+    return LogFormatError(
+        f"{path}: its first row comes {span_words(after)} after every log of the job that began before it had "
+        f"ended (the last, {last}): the logs record no common stretch of time; a job's logs are its nodes' logs "
+        "of one run, recorded at the same time (report on other runs apart)")
 
 
 def _align(logs: list[NodeLog], edges: dict[str, tuple[list[float], list[float]]]) -> Alignment:
@@ -472,6 +477,7 @@ class JobStream:
                     self.start = start = t
                 elif t - end > REORDER_S:
                     jump = t - end
+                    self._one_run(rec)
                     if not kept_as_gap(jump, gaps, start, end):
                         raise self._apart(prev, rec, jump)
                     gaps += jump
@@ -482,13 +488,32 @@ class JobStream:
         finally:
             self.close()
 
+    def _log_of(self, rec: Record) -> NodeLog | None:
+        gpu = rec.reading.gpu
+        return max((lg for lg in self.logs if not self.keyed or gpu.startswith(lg.node + ":")),
+                   key=lambda lg: len(lg.node), default=None)
+
+    def _one_run(self, rec: Record) -> None:
+        """After a stretch no node recorded: raises LogFormatError where `rec` is the
+        first of its log and every log that began before it has ended (_overlap's rule,
+        for the logs the alignment's scan did not read to their end)."""
+        me = self._log_of(rec)
+        if me is None or not self.keyed:
+            return
+        began = {lg.path: (lg, s) for lg, s in zip(self.logs, self.streams) if s.start is not None}
+        if me.path not in began or began[me.path][1].start - me.offset < rec.t - 1e-6:
+            return                  # it began before: the whole job paused
+        before = [(lg, s) for lg, s in began.values() if lg is not me and s.start - lg.offset < rec.t]
+        if before and all(s.done for _, s in before):
+            lg, s = max(before, key=lambda x: x[1].end - x[0].offset)
+            if rec.t - (s.end - lg.offset) > ALIGN_LAG_S:
+                raise _another_run(me.path, rec.t - (s.end - lg.offset), lg.path)
+
     def _apart(self, before: Record, after: Record, jump: float) -> LogFormatError:
         """The error of logs that leave a stretch no node recorded, longer than a
         single log may keep as a gap (module doc)."""
         def where(rec: Record) -> str:
-            gpu = rec.reading.gpu
-            lg = max((lg for lg in self.logs if not self.keyed or gpu.startswith(lg.node + ":")),
-                     key=lambda lg: len(lg.node), default=None)
+            lg = self._log_of(rec)
             return f"{lg.path if lg is not None else '?'}:{rec.line}"
         return LogFormatError(f"the logs record no common stretch of time: nothing is recorded for "
                               f"{span_words(jump)} between {where(before)} and {where(after)}; a job's logs are "
