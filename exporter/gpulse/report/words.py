@@ -313,19 +313,23 @@ def _missing_words(j: Judgement) -> list[Finding]:
             a, b = ticks[best[0]], ticks[best[1] - 1]
             length = j.tick_end(b) - j.tick_start(a)
             to_end = b == ticks[-1]
-            if not any(x > 0 for x in g.sampled):
-                # nothing to stop: known to the input (a job's log of another run, its
-                # merge stopped) but never read while its peers worked
-                text = (f"{j.label(g.key)} gave no reading at all while its peers worked: lost before the "
-                        "recording began, or its rows are not of this run; its peers' numbers cover the run "
-                        "without it.")
+            if not any(x > 0 for x in g.sampled[:a]):
+                # silent from the start, so nothing stopped: a GPU or node (or its
+                # logger) that joined late, or one never read while its peers worked
+                text = (f"{j.label(g.key)} gave no reading while its peers worked" if to_end else
+                        f"{j.label(g.key)} gave its first reading at {when_of(j, j.tick_end(b))}, "
+                        f"{secs(length)} after its peers began working")
+                text += (": it joined late (a replacement node, a logger started late) or its rows were "
+                         "unreadable until then; its peers' numbers cover that time without it.")
+                remedy = ("if it was not meant to join late, look at why its node or logger started late (a "
+                          "failed start, a node replaced during the job)")
             else:
                 text = (f"{j.label(g.key)} stopped reporting at {when_of(j, j.tick_start(a))} while its peers "
                         + ("went on, and never came back" if to_end else f"went on, for {secs(length)}")
                         + ": lost, hung or fallen off the bus; its peers' numbers cover that time without it.")
-            out.append(Finding("gpu_missing", "high" if to_end else "medium", text,
-                               "check the node's kernel log for XID errors (79: fallen off the bus) and the "
-                               "GPU's health; drain the node if it repeats",
+                remedy = ("check the node's kernel log for XID errors (79: fallen off the bus) and the GPU's "
+                          "health; drain the node if it repeats")
+            out.append(Finding("gpu_missing", "high" if to_end else "medium", text, remedy,
                                [(j.tick_start(a), j.tick_end(b))]))
     return out
 

@@ -367,6 +367,11 @@ def test_a_node_that_joins_while_the_others_run_is_one_job(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert doc["run"]["gpus"] == 24
     assert {g["node"] for g in doc["gpus"] if g["sampled_seconds"]} == {"a", "d", "e"}
+    missing = {f["text"].split(" GPU ")[0]: f["text"] for f in doc["findings"] if f["kind"] == "gpu_missing"}
+    # d's node failed; e's joined late: its GPUs did not stop, they began
+    assert "stopped reporting" in missing["d"] and "never came back" in missing["d"], missing
+    assert "gave its first reading at " in missing["e"] and "joined late" in missing["e"], missing
+    assert "stopped" not in missing["e"], missing
 
 
 def test_off_gpu_ranks_of_a_job_are_named_by_node_and_gpu(tmp_path):
