@@ -89,7 +89,16 @@ class Prometheus:
         (workdir / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
 
     def start(self) -> None:
-        port = free_port()
+        # the port is picked before Prometheus binds it: another program (another
+        # suite's Prometheus) may take it in between, and would answer /-/ready for
+        # this one. The answer counts only from the Prometheus of this data
+        # directory; another one means a new port.
+        for _ in range(5):
+            if self._start_on(free_port()):
+                return
+        raise SystemExit("dashboards_scale: five ports in a row were taken before prometheus bound them")
+
+    def _start_on(self, port: int) -> bool:
         self.url = f"http://127.0.0.1:{port}"
         self.proc = subprocess.Popen(
             [need("prometheus"), f"--config.file={self.workdir / 'prometheus.yml'}",
@@ -102,11 +111,17 @@ class Prometheus:
         while time.monotonic() < deadline:
             try:
                 if requests.get(self.url + "/-/ready", timeout=1).status_code == 200:
-                    return
-            except requests.RequestException:
+                    flags = requests.get(self.url + "/api/v1/status/flags", timeout=5).json()["data"]
+                    if flags.get("storage.tsdb.path") == str(self.data):
+                        return True
+                    self.stop()
+                    return False
+            except (requests.RequestException, ValueError, KeyError):
                 pass
             if self.proc.poll() is not None:
-                raise SystemExit(f"dashboards_scale: prometheus exited: {self.proc.stderr.read()[-500:]}")
+                if "address already in use" in (err := self.proc.stderr.read()):
+                    return False
+                raise SystemExit(f"dashboards_scale: prometheus exited: {err[-500:]}")
             time.sleep(0.2)
         raise SystemExit("dashboards_scale: prometheus not ready after 120 s")
 
@@ -151,6 +166,9 @@ def backfill_rules(prom: Prometheus, start: int, end: int, work: Path,
         run([need("promtool"), "tsdb", "create-blocks-from", "rules", f"--start={start}", f"--end={end}",
              f"--url={prom.url}", f"--output-dir={out}", "--eval-interval=15s", str(rules_file)])
         prom.stop()
+        if not out.is_dir():
+            raise SystemExit(f"dashboards_scale: promtool wrote no block for rule level {i} ({rules_file}): "
+                             f"no rule of it gave a sample from {prom.url} over {start}..{end}")
         for block in out.iterdir():
             shutil.move(str(block), prom.data / block.name)
         prom.start()

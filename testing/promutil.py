@@ -33,28 +33,38 @@ class Prometheus:
                  scrape: str = "1s", scrape_timeout: str | None = None, storage: Path | None = None,
                  web_config: Path | None = None, auth: tuple[str, str] | None = None):
         prom = require_binary("prometheus")
-        port = free_port()
         glob = {"scrape_interval": scrape, "evaluation_interval": "1s"}
         if scrape_timeout:
             glob["scrape_timeout"] = scrape_timeout
         cfg: dict = {"global": glob, "rule_files": [str(r) for r in rules]}
         if targets:
             cfg["scrape_configs"] = [{"job_name": "gpulse", "static_configs": [{"targets": targets}]}]
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-        args = [prom, f"--config.file={workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={storage or workdir / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"]
+        config = workdir / "prometheus.yml"
+        config.write_text(yaml.safe_dump(cfg))
+        args = [prom, f"--config.file={config}", f"--storage.tsdb.path={storage or workdir / 'tsdb'}",
+                "--log.level=warn"]
         if storage:
             args.append("--storage.tsdb.retention.time=100y")
         if web_config:
             args.append(f"--web.config.file={web_config}")
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{port}"
-        try:
-            wait_http(self.url + "/-/ready", timeout=30, auth=auth)
-        except AssertionError:
+        # the port is picked before Prometheus binds it, and another suite's Prometheus
+        # may take it in between and answer /-/ready for this one: only the Prometheus
+        # of this configuration file counts, another one means a new port
+        for _ in range(5):
+            port = free_port()
+            self.proc = subprocess.Popen([*args, f"--web.listen-address=127.0.0.1:{port}"],
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.url = f"http://127.0.0.1:{port}"
+            try:
+                wait_http(self.url + "/-/ready", timeout=30, auth=auth)
+                flags = requests.get(self.url + "/api/v1/status/flags", timeout=5, auth=auth).json()["data"]
+            except (AssertionError, requests.RequestException, ValueError, KeyError):
+                self.stop()
+                raise
+            if flags.get("config.file") == str(config):
+                return
             self.stop()
-            raise
+        raise AssertionError("five ports in a row were taken before prometheus bound them")
 
     def alerts(self, name: str) -> list[dict]:
         """Label sets of ALERTS{alertname=name} now (pending or firing)."""
