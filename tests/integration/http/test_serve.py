@@ -56,8 +56,8 @@ def test_openmetrics_negotiation(gpulse_proc):
 def test_port_taken_is_one_line(gpulse_proc):
     g = gpulse_proc("--source", "sim", "--sim.gpus", "1")
     # the same command line again, on the port the first one holds
-    p = subprocess.run([*g.cmd, "--web.listen-address", f"127.0.0.1:{g.port}"], capture_output=True, text=True, timeout=20,
-                       env={**os.environ, "PYTHONPATH": str(ROOT / "exporter")})
+    p = subprocess.run([*g.cmd, "--web.listen-address", f"127.0.0.1:{g.port}"], capture_output=True, text=True,
+                       timeout=20, env={**os.environ, "PYTHONPATH": str(ROOT / "exporter")})
     assert p.returncode == 1
     lines = p.stderr.strip().splitlines()
     assert lines == [f"gpulse: cannot listen on 127.0.0.1:{g.port}: address already in use"], p.stderr
