@@ -31,10 +31,27 @@ def require_binary(name: str) -> str:
     return path
 
 
+# Every port free_port() hands out, held for the life of this process (see there).
+_RESERVED: list[socket.socket] = []
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port to hand to a daemon that must be told its port (Prometheus,
+    Alertmanager, victoria-metrics, a scrape target named in a configuration).
+
+    The port stays reserved by a socket of this process, bound with SO_REUSEADDR and
+    never listening: the daemon (Go's servers, Python's http.server and tornado all
+    set SO_REUSEADDR) can still bind and listen on it, and may restart on it, while
+    the kernel gives it to no other bind to port 0 and no outgoing connection.
+    Picking a port and closing it, as before, left it free between the pick and the
+    daemon's bind, and with several suites on one machine another suite's daemon took
+    it now and then and answered for this one. Nobody listens on a reserved port, so
+    it also serves as a port where nothing answers."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _RESERVED.append(s)
+    return s.getsockname()[1]
 
 
 def wait_http(url: str, timeout: float = 15.0, ok=(200,), **kw) -> None:
@@ -87,6 +104,7 @@ def require_data(rel: str) -> Path:
 
 
 LISTENING = re.compile(r"gpulse listening on (https?://\S+?)/?(?:\s|\"|$)")
+PROBES = re.compile(r"probes \(/healthz, /readyz only\) on plain HTTP port (\d+)")
 
 
 class Gpulse:
@@ -104,8 +122,8 @@ class Gpulse:
                     "--web.listen-address", "127.0.0.1:0", *args]
         self.timeout = timeout
         self.lines: list[str] = []
-        self._url: str | None = None
-        self._said = threading.Event()      # the listening line came, or the output ended
+        self._more = threading.Condition()  # a line came, or the output ended
+        self._ended = False
         self.proc = subprocess.Popen(self.cmd, env=full_env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -120,23 +138,38 @@ class Gpulse:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-            if self._url is None and (m := LISTENING.search(line)):
-                self._url = m.group(1)
-                self._said.set()
-        self._said.set()
+            with self._more:
+                self.lines.append(line.rstrip("\n"))
+                self._more.notify_all()
+        with self._more:
+            self._ended = True
+            self._more.notify_all()
+
+    def said(self, pattern: re.Pattern, what: str) -> re.Match:
+        """The first line of the output matching pattern, waiting for it while the
+        process runs; one that ends or stays silent fails with its output."""
+        def found() -> re.Match | None:
+            return next((m for ln in self.lines if (m := pattern.search(ln))), None)
+        with self._more:
+            self._more.wait_for(lambda: found() is not None or self._ended, self.timeout)
+            m = found()
+        if m is None:
+            raise AssertionError(f"gpulse never said {what}:\n{self.output()[-3000:]}")
+        return m
 
     @property
     def url(self) -> str:
         """The base URL this process said it listens on (waits for the line)."""
-        self._said.wait(self.timeout)
-        if self._url is None:
-            raise AssertionError(f"gpulse never said where it listens:\n{self.output()[-3000:]}")
-        return self._url
+        return self.said(LISTENING, "where it listens").group(1)
 
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
+
+    @property
+    def probe_port(self) -> int:
+        """The plain probe port it said it opened (--web.probe-listen-address)."""
+        return int(self.said(PROBES, "where its probes listen").group(1))
 
     def metrics(self, **kw) -> str:
         import requests

@@ -80,29 +80,21 @@ class VictoriaMetrics:
             self.stop()
             raise
 
-    def _start(self, argv: Callable[[int], list[str]], log: Path, attempts: int = 5) -> int:
-        """Start a daemon on a free port and wait for /health; its port. A port found
-        free can be taken before the daemon binds it (another test's listener, or an
-        outgoing connection of the daemons already running, which draw from the same
-        ephemeral range), so a daemon that exits on "address already in use" is
-        started again on another port."""
-        for _ in range(attempts):
-            port = free_port()
-            daemon = Daemon(argv(port), log)
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                if daemon.proc.poll() is not None:
-                    break
-                try:
-                    if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                        self.daemons.append(daemon)
-                        return port
-                except requests.RequestException:
-                    pass
-                time.sleep(0.1)
-            daemon.stop()
-            if "address already in use" not in daemon.tail():
-                break
+    def _start(self, argv: Callable[[int], list[str]], log: Path) -> int:
+        """Start a daemon on a free port (testing.daemons.free_port: reserved for it)
+        and wait for /health; its port."""
+        port = free_port()
+        daemon = Daemon(argv(port), log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and daemon.proc.poll() is None:
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    self.daemons.append(daemon)
+                    return port
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        daemon.stop()
         raise AssertionError(f"{daemon.proc.args[0]} did not start:\n{daemon.tail()}")
 
     # a Prometheus HTTP API call (POST, as Grafana sends them); the result list

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -13,14 +12,10 @@ from typing import Iterator
 
 import requests
 
+from testing.daemons import free_port  # noqa: F401  (benchmarks import it from here)
+
 ROOT = Path(__file__).resolve().parents[2]
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_gpulse(*args: str, env: dict | None = None, root: Path = ROOT) -> tuple[subprocess.Popen, str]:

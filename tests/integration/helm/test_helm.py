@@ -436,7 +436,6 @@ def test_mutual_tls_probes_use_their_own_plain_port(chart, gpulse_proc, tmp_path
     certificate, so its probes go to the plain probe port (/healthz and /readyz
     only) and pass; /metrics wants the certificate and the password."""
     import requests
-    from conftest import free_port
     from tlsutil import CA, bcrypt_hash
     ca = CA(tmp_path)
     server, client = ca.issue("server", server=True), ca.issue("client", server=False)
@@ -458,11 +457,12 @@ def test_mutual_tls_probes_use_their_own_plain_port(chart, gpulse_proc, tmp_path
     port_arg = f"--web.listen-address=:{ports['metrics']}"
     probe_arg = f"--web.probe-listen-address=:{ports['probes']}"
     assert port_arg in c["args"] and probe_arg in c["args"]
-    probe_port = free_port()
+    # both ports where the kernel puts them (the harness reads them from the log)
     args = [f"--web.config.file={local}" if a == arg else
-            f"--web.probe-listen-address=127.0.0.1:{probe_port}" if a == probe_arg else a
+            "--web.probe-listen-address=127.0.0.1:0" if a == probe_arg else a
             for a in c["args"] if a != port_arg]
     g = gpulse_proc(*args, ready=False)
+    probe_port = g.probe_port
     wait_http(f"http://127.0.0.1:{probe_port}/readyz")
     for probe in ("livenessProbe", "readinessProbe"):
         get = c[probe]["httpGet"]

@@ -274,7 +274,6 @@ def test_probe_port_answers_the_kubelet_under_mutual_tls(gpulse_proc, pki):
     """With RequireAndVerifyClientCert the kubelet's HTTPS probe (no client
     certificate) fails the handshake, so the pod would never be ready. The probe
     port answers /healthz and /readyz in plain HTTP, and nothing else."""
-    from conftest import free_port
     web = write_web_config(pki["dir"] / "web-probes.yml", {
         "tls_server_config": {"cert_file": "server.crt", "key_file": "server.key",
                               "client_auth_type": "RequireAndVerifyClientCert",
@@ -283,9 +282,9 @@ def test_probe_port_answers_the_kubelet_under_mutual_tls(gpulse_proc, pki):
     })
     ca = str(pki["ca"].path)
     client = (str(pki["client"].cert), str(pki["client"].key))
-    probe = free_port()
-    g = start_tls(gpulse_proc, web, ca, "--web.probe-listen-address", f"127.0.0.1:{probe}",
-              client=client, auth=("prometheus", PW))
+    g = start_tls(gpulse_proc, web, ca, "--web.probe-listen-address", "127.0.0.1:0",
+                  client=client, auth=("prometheus", PW))
+    probe = g.probe_port
     # what the kubelet's httpGet probe does on the main port: no certificate, refused
     with pytest.raises(requests.exceptions.RequestException):
         requests.get(g.url + "/healthz", verify=ca, timeout=10)
