@@ -29,17 +29,21 @@ import math
 import os
 import re
 import sys
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator
 
-from prometheus_client.metrics_core import Metric
-from prometheus_client.samples import Sample
-
-from .collector import encode, live_families, snapshot_families
 from .config import FIELD_BY_KEY, ConfigError, load_config, parse_duration
-from .drive import run_offline
-from .engine import Snapshot
 from .safetext import terminal
 from .sources.base import SourceError
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+    from prometheus_client.samples import Sample
+
+    from .engine import Snapshot
+
+# The exposition side (prometheus_client, the collector, the engine) is imported where
+# an export runs, not here: the command line imports this module to declare the
+# command, and every other command (check-config, report) would pay for it at start-up.
 
 
 # A label value a user types: printable, no line breaks (any UTF-8 is a valid value,
@@ -93,6 +97,7 @@ def scrapes(cfg: Any, interval: float, workload: str = "", source: Any = None) -
     (or of `source`, a replay source over it), scrape times on the `interval` grid,
     until the first scrape after the last snapshot (which serves the final values, as
     a finished replay keeps doing); `workload`: see _Opened."""
+    from .drive import run_offline
     from .sources.replay import ReplaySource
 
     if not os.path.isfile(cfg.replay.file):
@@ -136,6 +141,7 @@ class Series:
     def add(self, families: Iterable[Metric], t: float, node: str = "") -> None:
         """`node`: the replay the scrape is of; a series another node's replay wrote
         (one without a node label: gpulse_build_info) is kept as that node wrote it."""
+        from prometheus_client.samples import Sample
         for fam in families:
             _, _, series = self.families.setdefault(fam.name, (fam.type, fam.documentation, {}))
             for s in fam.samples:
@@ -144,6 +150,7 @@ class Series:
                     series.setdefault(key, []).append(Sample(s.name, s.labels, s.value, t))
 
     def metrics(self) -> list[Metric]:
+        from prometheus_client.metrics_core import Metric
         out = []
         for name, (kind, doc, series) in self.families.items():
             m = Metric(name, doc, kind)
@@ -157,6 +164,7 @@ def export(cfg: Any, interval: float, out: BinaryIO, workload: str = "") -> int:
     """Write the OpenMetrics text of a replay of cfg's log scraped every `interval`
     seconds (every per-GPU and group series labelled `workload` when given);
     returns the number of scrapes."""
+    from .collector import encode
     store = Series()
     n = _add_scrapes(store, cfg, scrapes(cfg, interval, workload))
     out.write(encode(store.metrics(), openmetrics=True))
@@ -169,6 +177,7 @@ def export_job(paths: list[str], names: list[str], fmt: str, interval: float, ou
     left in one Prometheus: each log replayed as its node (sources/recorded/job.py
     names the nodes and aligns their clocks), every series labelled with the job's
     workload (default: what the node names share); returns the number of scrapes."""
+    from .collector import encode
     from .sources.recorded import job
     try:
         logs = job.node_logs(paths, names, fmt)
@@ -205,6 +214,7 @@ def _add_scrapes(store: "Series", cfg: Any, served: Iterable[tuple[float, Snapsh
 def store_scrape(store: Series, cfg: Any, t: float, snap: Snapshot, final: bool) -> None:
     """What a scrape at `t` of the exporter serving `snap` returns, into `store`
     (`final`: the replay's last snapshot, which a finished replay serves as not stale)."""
+    from .collector import live_families, snapshot_families
     store.add(snapshot_families(snap), t, snap.node)
     store.add(live_families(snap.node, _health(snap, t, cfg, final)), t, snap.node)
 

@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -88,8 +89,12 @@ def _answered(url: str, n: int, **kw) -> int:
 
 def _probe_and_scrape(url: str, n: int, auth=None) -> tuple[int, int]:
     """n fresh-connection scrapes and n /healthz probes, as Prometheus and the kubelet
-    send them (a new connection each; probes never keep one alive)."""
-    return _answered(url + "/metrics", n, auth=auth), _answered(url + "/healthz", n)
+    send them: each its own client at the same time, a new connection each (probes
+    never keep one alive)."""
+    with ThreadPoolExecutor(2) as pool:
+        scrapes = pool.submit(_answered, url + "/metrics", n, auth=auth)
+        probes = pool.submit(_answered, url + "/healthz", n)
+        return scrapes.result(), probes.result()
 
 
 def test_wrong_password_flood_leaves_scrapes_and_probes_answered(gpulse_proc, tmp_path):
