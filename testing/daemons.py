@@ -13,8 +13,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from testing import ROOT
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -22,6 +20,7 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 def require_binary(name: str) -> str:
     """Path of a binary the test needs. Missing: skip on a laptop, fail loudly in CI."""
+    import pytest       # here, not at the top: benchmarks import this module without the test extra
     path = shutil.which(name)
     if path is None:
         msg = f"required binary {name!r} not found on PATH"
@@ -95,6 +94,7 @@ SHARED_DATA = (ROOT.parent / "shared" / "data").resolve()
 
 def require_data(rel: str) -> Path:
     """A file under ../shared/data. Missing: skip on a laptop, fail in CI."""
+    import pytest
     p = SHARED_DATA / rel
     if not p.exists():
         if IN_CI:
