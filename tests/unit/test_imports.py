@@ -227,4 +227,3 @@ def test_report_reads_only_what_the_snapshot_publishes():
     """The report takes the engine's Snapshots from the driver and nothing else of it:
     no engine object, none of its trackers or running sums."""
     assert engine_reaches({m: p for m, p in MODULES.items() if _within(m, "gpulse.report")}) == []
-
