@@ -180,14 +180,13 @@ def export_job(paths: list[str], names: list[str], fmt: str, interval: float, ou
     from .collector import encode
     from .sources.recorded import job
     try:
-        logs = job.node_logs(paths, names, fmt)
         cfg0 = replay_config(paths[0], fmt)
-        aligned = job.align(logs, fmt, cfg0.idle_threshold, cfg0.power_gate)
+        aligned = job.job_logs(paths, names, fmt, cfg0.idle_threshold, cfg0.power_gate)
     except SourceError as e:
         raise ExportError(str(e)) from None
     for note in ([aligned.applied()] if aligned.applied() else []) + aligned.notes:
         print(f"gpulse export: {terminal(note)}", file=sys.stderr)
-    workload = workload or job.job_name([lg.node for lg in logs])
+    workload = workload or job.job_name([lg.node for lg in aligned.logs])
     store = Series()
     n = 0
     for lg in aligned.logs:

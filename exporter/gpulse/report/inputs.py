@@ -97,11 +97,10 @@ def from_logs(inputs_: list[str], fmt: str = "auto", names: list[str] | None = N
                    "history": 10, **(analysis or {})})
     shown = [clean(os.path.basename(p)) for p in paths]
     try:
-        logs = job.node_logs(paths, names, fmt)
         if progress is not None:
-            progress(f"aligning the clocks of {len(logs)} nodes")
-        aligned = job.align(logs, fmt, cfg.idle_threshold, cfg.power_gate)
-        workload = job.job_name([lg.node for lg in logs])
+            progress(f"aligning the clocks of {len(paths)} nodes")
+        aligned = job.job_logs(paths, names, fmt, cfg.idle_threshold, cfg.power_gate)
+        workload = job.job_name([lg.node for lg in aligned.logs])
         source = job.JobReplay(cfg, aligned.logs, workload)
         rec = Recording(source=f"{len(paths)} logs", interval=cfg.analysis_interval,
                         idle_threshold=cfg.idle_threshold, activity=cfg.activity, window=cfg.analysis_window)

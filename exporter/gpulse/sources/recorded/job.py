@@ -1,7 +1,7 @@
 """One multi-node job from its per-node logs: one log per node, read as one run.
 
-    logs = node_logs(["n1.csv", "n2.csv"], names=[])     # node names: given, the log's, the stem
-    alignment = align(logs, idle_threshold=0.05, power_gate=0.3)
+    alignment = job_logs(["n1.csv", "n2.csv"], names=[])  # node names: given, the log's, the stem;
+                                                          # each node's clock offset
     stream = JobStream(alignment.logs, workload="job")    # a LogStream to ReplaySource
 
 Each node's log is read by its own LogStream (any format it reads) and the records
@@ -40,11 +40,12 @@ import bisect
 import dataclasses
 import glob
 import heapq
+import itertools
 import math
 import os
 import statistics
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 from ...analysis.activity import activity_of, spin_gate_watts
 from ...analysis.thresholds import value
@@ -111,16 +112,19 @@ class NodeLog:
     aligned: bool = False   # the offset was measured (the reference: aligned to itself)
 
 
-def node_logs(paths: list[str], names: list[str], fmt: str = "auto") -> list[NodeLog]:
+def node_logs(paths: list[str], names: list[str], fmt: str = "auto",
+              hosts: dict[str, tuple[str, ...]] | None = None) -> list[NodeLog]:
     """Each log with its node: the name given for it (in order), else the hostname the
-    log records, else the file's stem. Raises LogFormatError on two logs of one name."""
+    log records (by its first record; `hosts`, by path, where they were read already),
+    else the file's stem. Raises LogFormatError on two logs of one name."""
     if names and len(names) != len(paths):
         raise LogFormatError(f"{len(names)} node name(s) for {len(paths)} logs: give one --node-name per log, "
                              "in the order of the logs, or none")
     logs: list[NodeLog] = []
     by_name: dict[str, str] = {}
     for i, path in enumerate(paths):
-        node = names[i] if names else (_hostname(path, fmt) or os.path.splitext(os.path.basename(path))[0])
+        node = names[i] if names else (_one(hosts[path] if hosts is not None else _hosts(path, fmt))
+                                       or os.path.splitext(os.path.basename(path))[0])
         if node in by_name:
             raise LogFormatError(f"node {node!r} named twice ({by_name[node]} and {path}): give each log its "
                                  "node with --node-name, one per log")
@@ -129,15 +133,20 @@ def node_logs(paths: list[str], names: list[str], fmt: str = "auto") -> list[Nod
     return logs
 
 
-def _hostname(path: str, fmt: str) -> str:
-    """The one host a log names (dcgm-exporter's Hostname label), read from its first
-    record; '' when it names none or several."""
+def _hosts(path: str, fmt: str) -> tuple[str, ...]:
+    """The hosts a log names (dcgm-exporter's Hostname label, a hostname column) by
+    its first record."""
     stream = LogStream(path, fmt)
     try:
         next(stream.records(), None)
     finally:
         stream.close()
-    return stream.nodes[0] if len(stream.nodes) == 1 else ""
+    return stream.nodes
+
+
+def _one(hosts: tuple[str, ...]) -> str:
+    """The one host a log names; '' when it names none or several."""
+    return hosts[0] if len(hosts) == 1 else ""
 
 
 @dataclass
@@ -157,10 +166,27 @@ class Alignment:
                 f"share: {', '.join(parts)}")
 
 
+def job_logs(paths: list[str], names: list[str], fmt: str = "auto", idle_threshold: float = value("idle_ratio"),
+             power_gate: float = value("power_gate_ratio"), interval: float = 1.0) -> Alignment:
+    """node_logs and align in one read of each log's start: the hostnames that name
+    the nodes come from the alignment's own scan (reading them apart read the start of
+    every log once more, a batch of rows of each)."""
+    scanned = {p: _edges(p, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S) for p in dict.fromkeys(paths)}
+    logs = node_logs(paths, names, fmt, {p: sc[4] for p, sc in scanned.items()})
+    return _aligned(logs, {lg.node: scanned[lg.path][:4] for lg in logs}, fmt, idle_threshold, power_gate,
+                    interval)
+
+
 def align(logs: list[NodeLog], fmt: str = "auto", idle_threshold: float = value("idle_ratio"),
           power_gate: float = value("power_gate_ratio"), interval: float = 1.0) -> Alignment:
     """The logs with each node's clock offset against the reference node (see module doc)."""
-    scanned = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S) for lg in logs}
+    scanned = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S)[:4] for lg in logs}
+    return _aligned(logs, scanned, fmt, idle_threshold, power_gate, interval)
+
+
+def _aligned(logs: list[NodeLog], scanned: dict[str, tuple[Any, ...]], fmt: str, idle_threshold: float,
+             power_gate: float, interval: float) -> Alignment:
+    """align, from each node's scan of its log's start (_edges)."""
     untimed = [lg.path for lg in logs if not scanned[lg.node][2]]
     if untimed and len(untimed) < len(logs):
         raise LogFormatError(f"{untimed[0]}: no timestamps, while the other logs have them: the logs of one job "
@@ -231,10 +257,10 @@ def job_name(nodes: list[str]) -> str:
 
 
 def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan: float | None
-           ) -> tuple[tuple[list[float], list[float]], bool, bool, tuple[float, float] | None]:
+           ) -> tuple[tuple[list[float], list[float]], bool, bool, tuple[float, float] | None, tuple[str, ...]]:
     """((starts, ends), cut short, timed: the log has a clock, (first, last) time of
     the log, last infinite when the scan stopped before its end; None when it has no
-    readable row) of the stretches in
+    readable row; the hosts the log names by its first record) of the stretches in
     which none of the log's GPUs works, each held EDGE_HOLD_S on both sides; at most
     ALIGN_EDGES of each, within `scan` recorded seconds of the log's start (None: all
     of it). Work is the engine's activity (power-gated utilisation, or SM activity): a
@@ -253,8 +279,12 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
     first: float | None = None
     last = -math.inf
     cut = whole = False
+    items = stream.items()
     try:
-        for t, g, s, gauges in _readings(stream):
+        head = next(items, None)
+        # the hosts as node_logs would read them: what the first record named
+        hosts = stream.nodes
+        for t, g, s, gauges in _readings(itertools.chain(() if head is None else (head,), items)):
             if first is None:
                 first = t
             elif scan is not None and t - first > scan:
@@ -287,13 +317,14 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
             whole = True                     # read to its end: its last time is known
     finally:
         stream.close()
-    return (starts, ends), cut, stream.facts.timed, None if first is None else (first, last if whole else math.inf)
+    return ((starts, ends), cut, stream.facts.timed, None if first is None else (first, last if whole else math.inf),
+            hosts)
 
 
-def _readings(stream: LogStream) -> Iterator[tuple[float, str, Any, dict[str, Any] | None]]:
-    """(t, gpu, sample, gauges) of every readable record of the stream, in its order;
-    a run of Rows read as columns, without a Record per row."""
-    for item in stream.items():
+def _readings(items: Iterable[Record | Rows]) -> Iterator[tuple[float, str, Any, dict[str, Any] | None]]:
+    """(t, gpu, sample, gauges) of every readable record of a stream's items, in their
+    order; a run of Rows read as columns, without a Record per row."""
+    for item in items:
         if type(item) is Rows:
             yield from zip(item.t, item.gpu, item.samples, item.gauges)
             continue
@@ -557,4 +588,5 @@ class JobReplay(ReplaySource):
         return JobStream(self.logs, self.fmt, self.untimed_interval, self.workload, self.keyed)
 
 
-__all__ = ["ALIGN_LAG_S", "Alignment", "JobStream", "NodeLog", "align", "expand", "job_name", "JobReplay", "node_logs"]
+__all__ = ["ALIGN_LAG_S", "Alignment", "JobStream", "NodeLog", "align", "expand", "job_logs", "job_name", "JobReplay",
+           "node_logs"]
