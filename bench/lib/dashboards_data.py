@@ -167,6 +167,18 @@ class Cluster:
                 for i, (name, labels, values) in enumerate(cache[p]):
                     yield name, rename(labels), values, (p, i)
 
+    def pattern_values(self, t0: int, t1: int) -> dict[tuple[int, int], list[float]]:
+        """The values series(t0, t1) would yield, by key, computed for the pattern nodes
+        alone: a live fleet names its series once (series() on the first window) and
+        then needs only the patterns' next values, whatever its size."""
+        times = list(range(t0, t1, STEP_S))
+        out: dict[tuple[int, int], list[float]] = {}
+        for n in sorted(set(self.pattern)):
+            values: list[list[float]] = []
+            self._node(n, times, lambda _name, _labels, v: values.append(v))
+            out.update(((n, i), v) for i, v in enumerate(values))
+        return out
+
     def _renamer(self, p: int, n: int):
         """Node p's label strings rewritten as node n's (the name, pod and UUID carry the
         node's identity; _labels and _node build them)."""

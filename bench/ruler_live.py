@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""The shipped rules in a live Prometheus ruler at fleet size: its CPU per 15 s cycle.
+
+    .venv/bin/python bench/ruler_live.py                          # 1,024 GPUs, ~12 minutes
+    nice -n 10 .venv/bin/python bench/ruler_live.py --gpus 16384  # the fleet of issue 31, ~15 minutes
+
+bench/fleet.py prices each rule group as instant queries over a backfilled store: the
+query engine reading compacted blocks, the answer encoded as JSON. A ruler does neither:
+it reads the last minutes from the in-memory head and appends its records there. This
+bench runs the rules as they run in production. A synthetic fleet (the cluster model
+of bench/lib/dashboards_data.py, every series a gpulse exporter serves, each node under
+its own labels, counters moving on every 15 s) is served over HTTP as shard targets of
+SHARD_NODES nodes; two Prometheus servers (the Debian `prometheus`) scrape it every 15 s,
+one evaluating the rule files of --rules (default prometheus/rules-prometheus, the
+chart's default for Prometheus), the other no rules. After --warmup seconds (the 5 m
+windows full, every record written) their CPU is read over --measure seconds:
+
+- the ruler's CPU per cycle = (CPU of the one with rules - CPU of the one without) per
+  15 s: evaluation, appending the records, and the garbage they make, on the same
+  scrapes at the same time;
+- per group, Prometheus' own `prometheus_rule_group_last_duration_seconds` (wall time of
+  an evaluation, read every cycle; wall, not CPU: groups run concurrently on the cores
+  the machine has) and the evaluations missed;
+- that the rules computed what they should: the number of per-GPU straggler records
+  (one per GPU of a job) and of the node rank records.
+
+No value here is a measurement of a GPU; only the shape and size of the series are.
+"""
+from __future__ import annotations
+
+import argparse
+import http.server
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))          # bench.lib, testing/
+
+from bench.dashboards_scale import need  # noqa: E402
+from bench.fleet import node_of  # noqa: E402
+from bench.lib.dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
+from bench.lib.proc import cpu_seconds, free_port, rss_bytes, wait_ready  # noqa: E402
+
+RULES = ROOT / "prometheus" / "rules-prometheus"
+# nodes per scrape target: the ruler's cost does not depend on how the series are split
+# into targets, and a few large ones keep the Python server's share of the CPU small
+SHARD_NODES = 32
+# as bench/fleet.py: a fleet's nodes repeat this many node patterns per job
+PATTERNS = 16
+# records the check counts (one per GPU of a job; one per node)
+PER_GPU = "node_gpu:gpulse_gpu_peer_wait:ratio5m"
+
+
+class Fleet:
+    """The cluster's scrape at the current 15 s step, one text per shard of nodes."""
+
+    def __init__(self, gpus: int):
+        self.cluster = Cluster(math.ceil(gpus / GPUS_PER_NODE), patterns=PATTERNS)
+        self.step = (int(time.time()) // STEP_S) * STEP_S
+        # the series' names and labels, once: (prefix "name{labels} ", pattern key) per shard
+        self.shards: list[list[tuple[str, tuple[int, int]]]] = []
+        values: dict[tuple[int, int], list[float]] = {}
+        for name, labels, vals, key in self.cluster.series(self.step, self.step + STEP_S):
+            shard = node_of(labels) // SHARD_NODES
+            while len(self.shards) <= shard:
+                self.shards.append([])
+            self.shards[shard].append((f"{name}{{{labels}}} ", key))
+            values[key] = vals
+        self.bodies = self._bodies(values)
+        self.gen_cpu = 0.0
+        self.lock = threading.Lock()
+
+    @property
+    def series(self) -> int:
+        return sum(map(len, self.shards))
+
+    def _bodies(self, values: dict[tuple[int, int], list[float]]) -> list[bytes]:
+        text = {k: format(v[0], ".6g") + "\n" for k, v in values.items()}
+        return ["".join([p + text[k] for p, k in shard]).encode() for shard in self.shards]
+
+    def advance(self, stop: threading.Event) -> None:
+        """Every 15 s of the wall clock, the next scrape's values (the counters move on)."""
+        while not stop.wait(max(0.0, self.step + STEP_S - time.time())):
+            c0 = time.thread_time()
+            self.step += STEP_S
+            bodies = self._bodies(self.cluster.pattern_values(self.step, self.step + STEP_S))
+            with self.lock:
+                self.bodies = bodies
+            self.gen_cpu += time.thread_time() - c0
+
+    def serve(self) -> tuple[http.server.ThreadingHTTPServer, str]:
+        fleet = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                try:
+                    shard = int(self.path.rsplit("/", 1)[1])
+                    with fleet.lock:
+                        body = fleet.bodies[shard]
+                except (ValueError, IndexError):
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args):
+                pass
+
+        port = free_port()
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server, f"127.0.0.1:{port}"
+
+
+class Prom:
+    """The Debian prometheus scraping the fleet's shards every 15 s, with `rules` or none."""
+
+    def __init__(self, work: Path, target: str, shards: int, rules: list[Path]):
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        lines = ["global: {scrape_interval: 15s, scrape_timeout: 10s, evaluation_interval: 15s}",
+                 "rule_files: [" + ", ".join(f"'{r}'" for r in rules) + "]", "scrape_configs:"]
+        for s in range(shards):
+            lines += [f"  - job_name: shard-{s}", "    honor_labels: true", f"    metrics_path: /shard/{s}",
+                      f"    static_configs: [{{targets: ['{target}']}}]"]
+        work.mkdir(parents=True)
+        (work / "prometheus.yml").write_text("\n".join(lines) + "\n")
+        self.log = open(work / "prometheus.log", "w")
+        self.proc = subprocess.Popen([need("prometheus"), f"--config.file={work / 'prometheus.yml'}",
+                                      f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
+                                      "--storage.tsdb.retention.time=2h", "--log.level=warn"],
+                                     stdout=self.log, stderr=self.log)
+        wait_ready(self.proc, self.url + "/-/ready", 120, f"ruler_live: prometheus not ready; see {work}")
+
+    def metric(self, name: str) -> dict[str, float]:
+        """The values of one metric family of its own /metrics, by label text."""
+        out = {}
+        for line in requests.get(self.url + "/metrics", timeout=30).text.splitlines():
+            if line.startswith(name + "{"):
+                labels, value = line[len(name):].rsplit(" ", 1)
+                out[labels] = float(value)
+        return out
+
+    def count(self, expr: str) -> int:
+        body = requests.get(self.url + "/api/v1/query", params={"query": f"count({expr})"}, timeout=120).json()
+        res = body.get("data", {}).get("result", [])
+        return int(float(res[0]["value"][1])) if res else 0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=120)
+        self.log.close()
+
+
+def _seconds(duration: str) -> float:
+    return float(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
+
+
+def group_of(labels: str) -> str:
+    """The group's name of a rule_group label ('path;name')."""
+    return labels.split('rule_group="', 1)[1].split('"', 1)[0].rsplit(";", 1)[1]
+
+
+def measure(gpus: int, rules: Path, warmup: float, window: float, work: Path) -> dict:
+    t0 = time.process_time()
+    fleet = Fleet(gpus)
+    print(f"ruler_live: {gpus} GPUs, {fleet.series:,} series in {len(fleet.shards)} targets "
+          f"(named in {time.process_time() - t0:.1f} s)", flush=True)
+    server, target = fleet.serve()
+    stop = threading.Event()
+    threading.Thread(target=fleet.advance, args=(stop,), daemon=True).start()
+    files = sorted(rules.glob("*.yml"))
+    with_rules = Prom(work / "with-rules", target, len(fleet.shards), files)
+    without = Prom(work / "without", target, len(fleet.shards), [])
+    try:
+        time.sleep(warmup)
+        cpu0 = {p: cpu_seconds(p.proc.pid) for p in (with_rules, without)}
+        iters0 = with_rules.metric("prometheus_rule_group_iterations_total")
+        missed0 = with_rules.metric("prometheus_rule_group_iterations_missed_total")
+        gen0, start = fleet.gen_cpu, time.monotonic()
+        durations: dict[str, list[float]] = {}
+        while time.monotonic() - start < window:
+            time.sleep(STEP_S)
+            for labels, v in with_rules.metric("prometheus_rule_group_last_duration_seconds").items():
+                durations.setdefault(group_of(labels), []).append(v)
+        elapsed = time.monotonic() - start
+        cpu = {p: cpu_seconds(p.proc.pid) - cpu0[p] for p in (with_rules, without)}
+        iters = {group_of(k): v - iters0.get(k, 0) for k, v in with_rules.metric(
+            "prometheus_rule_group_iterations_total").items()}
+        missed = {group_of(k): v - missed0.get(k, 0) for k, v in with_rules.metric(
+            "prometheus_rule_group_iterations_missed_total").items()}
+        cycles = elapsed / STEP_S
+        intervals = {g["name"]: _seconds(g.get("interval", f"{STEP_S}s"))
+                     for f in files for g in yaml.safe_load(f.read_text())["groups"]}
+        return {
+            "gpus": gpus, "series": fleet.series, "cycles": cycles,
+            "ruler_cpu_s": (cpu[with_rules] - cpu[without]) / cycles,
+            "with_rules_cpu_s": cpu[with_rules] / cycles, "without_cpu_s": cpu[without] / cycles,
+            "generator_cpu_s": (fleet.gen_cpu - gen0) / cycles,
+            "groups": {g: statistics.mean(d) for g, d in durations.items()},
+            "intervals": intervals, "iterations": iters, "missed": missed,
+            "per_gpu_records": with_rules.count(PER_GPU),
+            "rss_mb": {"with rules": rss_bytes(with_rules.proc.pid) / 1e6, "without": rss_bytes(without.proc.pid) / 1e6},
+        }
+    finally:
+        stop.set()
+        with_rules.stop()
+        without.stop()
+        server.shutdown()
+
+
+def report(r: dict) -> None:
+    print(f"\n{r['gpus']:,} GPUs, {r['series']:,} scraped series, {r['cycles']:.1f} cycles measured "
+          f"(RSS with rules {r['rss_mb']['with rules']:.0f} MB, without {r['rss_mb']['without']:.0f} MB)")
+    print(f"  ruler CPU per 15 s cycle: {r['ruler_cpu_s']:.3f} s  (Prometheus with rules {r['with_rules_cpu_s']:.3f} s, "
+          f"without {r['without_cpu_s']:.3f} s; the fleet's server {r['generator_cpu_s']:.3f} s)")
+    print(f"  {PER_GPU}: {r['per_gpu_records']:,} series")
+    print("  group: mean wall s per evaluation (Prometheus' last duration), evaluations, missed")
+    for g, d in sorted(r["groups"].items(), key=lambda x: -x[1]):
+        print(f"    {g:32s} {d:8.3f}  {r['iterations'].get(g, 0):5.0f}  {r['missed'].get(g, 0):3.0f}")
+    per_cycle = sum(d * STEP_S / r["intervals"].get(g, STEP_S) for g, d in r["groups"].items())
+    print(f"  the groups' wall per 15 s cycle: {per_cycle:.3f} s (a group at a 1 m interval counted a quarter)")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpus", type=int, nargs="+", default=[1024])
+    ap.add_argument("--rules", type=Path, default=RULES, help="a folder of rule files (default %(default)s)")
+    ap.add_argument("--warmup", type=float, default=420.0, help="seconds before measuring (default %(default)s)")
+    ap.add_argument("--measure", type=float, default=300.0, help="seconds measured (default %(default)s)")
+    a = ap.parse_args(argv)
+    for gpus in a.gpus:
+        with tempfile.TemporaryDirectory(prefix="gpulse-ruler-") as d:
+            report(measure(gpus, a.rules.resolve(), a.warmup, a.measure, Path(d)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
