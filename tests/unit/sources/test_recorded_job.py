@@ -142,7 +142,7 @@ def test_the_alignment_scan_reads_the_samples_alone_and_the_same(tmp_path):
 
     def read(samples_only: bool):
         s = LogStream(str(p), samples_only=samples_only)
-        rows = [(t, g, smp, (gauges or {}).get("power_limit_watts")) for t, g, smp, gauges in job._readings(s)]
+        rows = [(t, g, smp, (gauges or {}).get("power_limit_watts")) for t, g, smp, gauges in job._readings(s.items())]
         assert s.done
         return rows
 
