@@ -12,7 +12,8 @@ of bench/lib/dashboards_data.py, every series a gpulse exporter serves, each nod
 its own labels, counters moving on every 15 s) is served over HTTP as shard targets of
 SHARD_NODES nodes; two Prometheus servers (the Debian `prometheus`) scrape it every 15 s,
 one evaluating the rule files of --rules (default prometheus/rules-prometheus, the
-chart's default for Prometheus), the other no rules. After --warmup seconds (the 5 m
+chart's default for Prometheus; given again, another folder in a third Prometheus), the
+other no rules. After --warmup seconds (the 5 m
 windows full, every record written) their CPU is read over --measure seconds:
 
 - the ruler's CPU per cycle = (CPU of the one with rules - CPU of the one without) per
@@ -59,6 +60,7 @@ SHARD_NODES = 32
 PATTERNS = 16
 # records the check counts (one per GPU of a job; one per node)
 PER_GPU = "node_gpu:gpulse_gpu_peer_wait:ratio5m"
+TOP_RULES = 12
 
 
 class Fleet:
@@ -155,6 +157,17 @@ class Prom:
                 out[labels] = float(value)
         return out
 
+    def rule_times(self) -> dict[str, float]:
+        """Each rule's wall seconds at its group's last evaluation (the rules API's
+        evaluationTime), by group and rule name."""
+        out = {}
+        for g in requests.get(self.url + "/api/v1/rules", timeout=60).json()["data"]["groups"]:
+            for r in g["rules"]:
+                key = f"{g['name']} / {r['name']}"
+                # a name may repeat in a group (two alerts of one name): add them up
+                out[key] = out.get(key, 0.0) + r.get("evaluationTime", 0.0)
+        return out
+
     def count(self, expr: str) -> int:
         body = requests.get(self.url + "/api/v1/query", params={"query": f"count({expr})"}, timeout=120).json()
         res = body.get("data", {}).get("result", [])
@@ -175,7 +188,8 @@ def group_of(labels: str) -> str:
     return labels.split('rule_group="', 1)[1].split('"', 1)[0].rsplit(";", 1)[1]
 
 
-def measure(gpus: int, rules: Path, warmup: float, window: float, work: Path) -> dict:
+def measure(gpus: int, folders: list[Path], warmup: float, window: float, work: Path) -> dict:
+    """Each rule folder in its own Prometheus, beside one without rules, on one fleet."""
     t0 = time.process_time()
     fleet = Fleet(gpus)
     print(f"ruler_live: {gpus} GPUs, {fleet.series:,} series in {len(fleet.shards)} targets "
@@ -183,69 +197,80 @@ def measure(gpus: int, rules: Path, warmup: float, window: float, work: Path) ->
     server, target = fleet.serve()
     stop = threading.Event()
     threading.Thread(target=fleet.advance, args=(stop,), daemon=True).start()
-    files = sorted(rules.glob("*.yml"))
-    with_rules = Prom(work / "with-rules", target, len(fleet.shards), files)
-    without = Prom(work / "without", target, len(fleet.shards), [])
+    files = {folder: sorted(folder.glob("*.yml")) for folder in folders}
+    proms: dict[Path | None, Prom] = {}
     try:
+        proms[None] = Prom(work / "without", target, len(fleet.shards), [])
+        for i, folder in enumerate(folders):
+            proms[folder] = Prom(work / f"rules-{i}", target, len(fleet.shards), files[folder])
         time.sleep(warmup)
-        cpu0 = {p: cpu_seconds(p.proc.pid) for p in (with_rules, without)}
-        iters0 = with_rules.metric("prometheus_rule_group_iterations_total")
-        missed0 = with_rules.metric("prometheus_rule_group_iterations_missed_total")
+        cpu0 = {k: cpu_seconds(p.proc.pid) for k, p in proms.items()}
+        count0 = {f: (proms[f].metric("prometheus_rule_group_iterations_total"),
+                      proms[f].metric("prometheus_rule_group_iterations_missed_total")) for f in folders}
         gen0, start = fleet.gen_cpu, time.monotonic()
-        durations: dict[str, list[float]] = {}
+        durations: dict[Path, dict[str, list[float]]] = {f: {} for f in folders}
+        rule_walls: dict[Path, dict[str, list[float]]] = {f: {} for f in folders}
         while time.monotonic() - start < window:
             time.sleep(STEP_S)
-            for labels, v in with_rules.metric("prometheus_rule_group_last_duration_seconds").items():
-                durations.setdefault(group_of(labels), []).append(v)
-        elapsed = time.monotonic() - start
-        cpu = {p: cpu_seconds(p.proc.pid) - cpu0[p] for p in (with_rules, without)}
-        iters = {group_of(k): v - iters0.get(k, 0) for k, v in with_rules.metric(
-            "prometheus_rule_group_iterations_total").items()}
-        missed = {group_of(k): v - missed0.get(k, 0) for k, v in with_rules.metric(
-            "prometheus_rule_group_iterations_missed_total").items()}
-        cycles = elapsed / STEP_S
-        intervals = {g["name"]: _seconds(g.get("interval", f"{STEP_S}s"))
-                     for f in files for g in yaml.safe_load(f.read_text())["groups"]}
-        return {
-            "gpus": gpus, "series": fleet.series, "cycles": cycles,
-            "ruler_cpu_s": (cpu[with_rules] - cpu[without]) / cycles,
-            "with_rules_cpu_s": cpu[with_rules] / cycles, "without_cpu_s": cpu[without] / cycles,
-            "generator_cpu_s": (fleet.gen_cpu - gen0) / cycles,
-            "groups": {g: statistics.mean(d) for g, d in durations.items()},
-            "intervals": intervals, "iterations": iters, "missed": missed,
-            "per_gpu_records": with_rules.count(PER_GPU),
-            "rss_mb": {"with rules": rss_bytes(with_rules.proc.pid) / 1e6, "without": rss_bytes(without.proc.pid) / 1e6},
-        }
+            for f in folders:
+                for labels, v in proms[f].metric("prometheus_rule_group_last_duration_seconds").items():
+                    durations[f].setdefault(group_of(labels), []).append(v)
+                for name, v in proms[f].rule_times().items():
+                    rule_walls[f].setdefault(name, []).append(v)
+        cycles = (time.monotonic() - start) / STEP_S
+        cpu = {k: (cpu_seconds(p.proc.pid) - cpu0[k]) / cycles for k, p in proms.items()}
+        out = {"gpus": gpus, "series": fleet.series, "cycles": cycles, "without_cpu_s": cpu[None],
+               "generator_cpu_s": (fleet.gen_cpu - gen0) / cycles,
+               "without_rss_mb": rss_bytes(proms[None].proc.pid) / 1e6, "rules": {}}
+        for f in folders:
+            iters0, missed0 = count0[f]
+            out["rules"][str(f)] = {
+                "ruler_cpu_s": cpu[f] - cpu[None], "cpu_s": cpu[f],
+                "groups": {g: statistics.mean(d) for g, d in durations[f].items()},
+                "rule_walls": {r: statistics.mean(d) for r, d in rule_walls[f].items()},
+                "intervals": {g["name"]: _seconds(g.get("interval", f"{STEP_S}s"))
+                              for path in files[f] for g in yaml.safe_load(path.read_text())["groups"]},
+                "iterations": {group_of(k): v - iters0.get(k, 0)
+                               for k, v in proms[f].metric("prometheus_rule_group_iterations_total").items()},
+                "missed": {group_of(k): v - missed0.get(k, 0)
+                           for k, v in proms[f].metric("prometheus_rule_group_iterations_missed_total").items()},
+                "per_gpu_records": proms[f].count(PER_GPU), "rss_mb": rss_bytes(proms[f].proc.pid) / 1e6}
+        return out
     finally:
         stop.set()
-        with_rules.stop()
-        without.stop()
+        for p in proms.values():
+            p.stop()
         server.shutdown()
 
 
 def report(r: dict) -> None:
-    print(f"\n{r['gpus']:,} GPUs, {r['series']:,} scraped series, {r['cycles']:.1f} cycles measured "
-          f"(RSS with rules {r['rss_mb']['with rules']:.0f} MB, without {r['rss_mb']['without']:.0f} MB)")
-    print(f"  ruler CPU per 15 s cycle: {r['ruler_cpu_s']:.3f} s  (Prometheus with rules {r['with_rules_cpu_s']:.3f} s, "
-          f"without {r['without_cpu_s']:.3f} s; the fleet's server {r['generator_cpu_s']:.3f} s)")
-    print(f"  {PER_GPU}: {r['per_gpu_records']:,} series")
-    print("  group: mean wall s per evaluation (Prometheus' last duration), evaluations, missed")
-    for g, d in sorted(r["groups"].items(), key=lambda x: -x[1]):
-        print(f"    {g:32s} {d:8.3f}  {r['iterations'].get(g, 0):5.0f}  {r['missed'].get(g, 0):3.0f}")
-    per_cycle = sum(d * STEP_S / r["intervals"].get(g, STEP_S) for g, d in r["groups"].items())
-    print(f"  the groups' wall per 15 s cycle: {per_cycle:.3f} s (a group at a 1 m interval counted a quarter)")
+    print(f"\n{r['gpus']:,} GPUs, {r['series']:,} scraped series, {r['cycles']:.1f} cycles measured; Prometheus "
+          f"without rules {r['without_cpu_s']:.3f} s of CPU a cycle, RSS {r['without_rss_mb']:.0f} MB; the fleet's "
+          f"server {r['generator_cpu_s']:.3f} s a cycle")
+    for folder, x in r["rules"].items():
+        print(f"  {folder}: ruler CPU per 15 s cycle {x['ruler_cpu_s']:.3f} s (Prometheus {x['cpu_s']:.3f} s), "
+              f"RSS {x['rss_mb']:.0f} MB, {PER_GPU}: {x['per_gpu_records']:,} series")
+        print("    group: mean wall s per evaluation (Prometheus' last duration), evaluations, missed")
+        for g, d in sorted(x["groups"].items(), key=lambda kv: -kv[1]):
+            print(f"      {g:32s} {d:8.3f}  {x['iterations'].get(g, 0):5.0f}  {x['missed'].get(g, 0):3.0f}")
+        print(f"    the {TOP_RULES} slowest rules, mean wall s at their group's evaluation:")
+        for name, d in sorted(x["rule_walls"].items(), key=lambda kv: -kv[1])[:TOP_RULES]:
+            print(f"      {d:8.3f}  {name}")
+        per_cycle = sum(d * STEP_S / x["intervals"].get(g, STEP_S) for g, d in x["groups"].items())
+        print(f"    the groups' wall per 15 s cycle: {per_cycle:.3f} s (a group at a 1 m interval counted a quarter)")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpus", type=int, nargs="+", default=[1024])
-    ap.add_argument("--rules", type=Path, default=RULES, help="a folder of rule files (default %(default)s)")
+    ap.add_argument("--rules", type=Path, action="append",
+                    help=f"a folder of rule files, each in its own Prometheus (default {RULES.relative_to(ROOT)})")
     ap.add_argument("--warmup", type=float, default=420.0, help="seconds before measuring (default %(default)s)")
     ap.add_argument("--measure", type=float, default=300.0, help="seconds measured (default %(default)s)")
     a = ap.parse_args(argv)
     for gpus in a.gpus:
         with tempfile.TemporaryDirectory(prefix="gpulse-ruler-") as d:
-            report(measure(gpus, a.rules.resolve(), a.warmup, a.measure, Path(d)))
+            report(measure(gpus, [f.resolve() for f in a.rules or [RULES]], a.warmup, a.measure, Path(d)))
     return 0
 
 
