@@ -58,7 +58,7 @@ RULES = ROOT / "prometheus" / "rules-prometheus"
 SHARD_NODES = 32
 # as bench/fleet.py: a fleet's nodes repeat this many node patterns per job
 PATTERNS = 16
-# records the check counts (one per GPU of a job; one per node)
+# the record the check counts: one per GPU of a job
 PER_GPU = "node_gpu:gpulse_gpu_peer_wait:ratio5m"
 TOP_RULES = 12
 
@@ -245,8 +245,8 @@ def measure(gpus: int, folders: list[Path], warmup: float, window: float, work: 
 
 def report(r: dict) -> None:
     print(f"\n{r['gpus']:,} GPUs, {r['series']:,} scraped series, {r['cycles']:.1f} cycles measured; Prometheus "
-          f"without rules {r['without_cpu_s']:.3f} s of CPU a cycle, RSS {r['without_rss_mb']:.0f} MB; the fleet's "
-          f"server {r['generator_cpu_s']:.3f} s a cycle")
+          f"without rules {r['without_cpu_s']:.3f} s of CPU a cycle, RSS {r['without_rss_mb']:.0f} MB; making the "
+          f"fleet's next scrape {r['generator_cpu_s']:.3f} s a cycle")
     for folder, x in r["rules"].items():
         print(f"  {folder}: ruler CPU per 15 s cycle {x['ruler_cpu_s']:.3f} s (Prometheus {x['cpu_s']:.3f} s), "
               f"RSS {x['rss_mb']:.0f} MB, {PER_GPU}: {x['per_gpu_records']:,} series")
