@@ -42,6 +42,7 @@ from pathlib import Path
 
 import requests
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -148,14 +149,11 @@ class Prom:
                                      stdout=self.log, stderr=self.log)
         wait_ready(self.proc, self.url + "/-/ready", 120, f"ruler_live: prometheus not ready; see {work}")
 
-    def metric(self, name: str) -> dict[str, float]:
-        """The values of one metric family of its own /metrics, by label text."""
-        out = {}
-        for line in requests.get(self.url + "/metrics", timeout=30).text.splitlines():
-            if line.startswith(name + "{"):
-                labels, value = line[len(name):].rsplit(" ", 1)
-                out[labels] = float(value)
-        return out
+    def by_group(self, name: str) -> dict[str, float]:
+        """One rule-group metric of its own /metrics, by the group's name."""
+        text = requests.get(self.url + "/metrics", timeout=30).text
+        return {smp.labels["rule_group"].rsplit(";", 1)[1]: smp.value
+                for fam in text_string_to_metric_families(text) for smp in fam.samples if smp.name == name}
 
     def rule_times(self) -> dict[str, float]:
         """Each rule's wall seconds at its group's last evaluation (the rules API's
@@ -183,11 +181,6 @@ def _seconds(duration: str) -> float:
     return float(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
 
 
-def group_of(labels: str) -> str:
-    """The group's name of a rule_group label ('path;name')."""
-    return labels.split('rule_group="', 1)[1].split('"', 1)[0].rsplit(";", 1)[1]
-
-
 def measure(gpus: int, folders: list[Path], warmup: float, window: float, work: Path) -> dict:
     """Each rule folder in its own Prometheus, beside one without rules, on one fleet."""
     t0 = time.process_time()
@@ -205,16 +198,16 @@ def measure(gpus: int, folders: list[Path], warmup: float, window: float, work: 
             proms[folder] = Prom(work / f"rules-{i}", target, len(fleet.shards), files[folder])
         time.sleep(warmup)
         cpu0 = {k: cpu_seconds(p.proc.pid) for k, p in proms.items()}
-        count0 = {f: (proms[f].metric("prometheus_rule_group_iterations_total"),
-                      proms[f].metric("prometheus_rule_group_iterations_missed_total")) for f in folders}
+        count0 = {f: (proms[f].by_group("prometheus_rule_group_iterations_total"),
+                      proms[f].by_group("prometheus_rule_group_iterations_missed_total")) for f in folders}
         gen0, start = fleet.gen_cpu, time.monotonic()
         durations: dict[Path, dict[str, list[float]]] = {f: {} for f in folders}
         rule_walls: dict[Path, dict[str, list[float]]] = {f: {} for f in folders}
         while time.monotonic() - start < window:
             time.sleep(STEP_S)
             for f in folders:
-                for labels, v in proms[f].metric("prometheus_rule_group_last_duration_seconds").items():
-                    durations[f].setdefault(group_of(labels), []).append(v)
+                for g, v in proms[f].by_group("prometheus_rule_group_last_duration_seconds").items():
+                    durations[f].setdefault(g, []).append(v)
                 for name, v in proms[f].rule_times().items():
                     rule_walls[f].setdefault(name, []).append(v)
         cycles = (time.monotonic() - start) / STEP_S
@@ -230,10 +223,10 @@ def measure(gpus: int, folders: list[Path], warmup: float, window: float, work: 
                 "rule_walls": {r: statistics.mean(d) for r, d in rule_walls[f].items()},
                 "intervals": {g["name"]: _seconds(g.get("interval", f"{STEP_S}s"))
                               for path in files[f] for g in yaml.safe_load(path.read_text())["groups"]},
-                "iterations": {group_of(k): v - iters0.get(k, 0)
-                               for k, v in proms[f].metric("prometheus_rule_group_iterations_total").items()},
-                "missed": {group_of(k): v - missed0.get(k, 0)
-                           for k, v in proms[f].metric("prometheus_rule_group_iterations_missed_total").items()},
+                "iterations": {g: v - iters0.get(g, 0)
+                               for g, v in proms[f].by_group("prometheus_rule_group_iterations_total").items()},
+                "missed": {g: v - missed0.get(g, 0)
+                           for g, v in proms[f].by_group("prometheus_rule_group_iterations_missed_total").items()},
                 "per_gpu_records": proms[f].count(PER_GPU), "rss_mb": rss_bytes(proms[f].proc.pid) / 1e6}
         return out
     finally:

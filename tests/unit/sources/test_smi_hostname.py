@@ -9,7 +9,7 @@ import pytest
 
 from conftest import require_data
 from gpulse.sources.recorded import read_log, smi_csv, smi_fast
-from gpulse.sources.recorded.job import job_logs, node_logs
+from gpulse.sources.recorded.job import job_logs
 
 ROWS = 4000      # a few batches of 1,000 rows: the vectorised reader takes them
 
@@ -75,12 +75,7 @@ def test_a_job_names_its_nodes_by_the_hosts_the_logs_name(plain, tmp_path):
     (tmp_path / "b").mkdir()
     a = _forms(lines, tmp_path / "a", "gpu-a01")["sed prefix"]
     b = _forms(lines, tmp_path / "b", "gpu-a02")["hostname column last"]
-    logs = node_logs([str(a), str(b)], [])
-    assert [lg.node for lg in logs] == ["gpu-a01", "gpu-a02"]
-    # --node-name still wins
-    assert [lg.node for lg in node_logs([str(a), str(b)], ["x1", "x2"])] == ["x1", "x2"]
-    # the report and export name them in the alignment's scan, as node_logs does: a log
-    # of two hosts, and one without a host, by the file's stem
+    # a log of two hosts, and one without a host, by the file's stem; --node-name wins
     merged = tmp_path / "merged.csv"
     merged.write_text("\n".join(["hostname, timestamp, index, utilization.gpu [%], power.draw [W], memory.used [MiB]"]
                                 + [f"{h}, 2026/01/31 08:00:{k:02d}.{g}00, {g}, 90 %, 500.00 W, 1000 MiB"
@@ -89,7 +84,7 @@ def test_a_job_names_its_nodes_by_the_hosts_the_logs_name(plain, tmp_path):
     bare.write_text("\n".join(["timestamp, index, utilization.gpu [%]"]
                               + [f"2026/01/31 08:00:{k:02d}.000, 0, 90 %" for k in range(20)]) + "\n")
     for paths, nodes in (([str(a), str(b)], ["gpu-a01", "gpu-a02"]), ([str(merged), str(bare)], ["merged", "bare"])):
-        assert [lg.node for lg in job_logs(paths, []).logs] == [lg.node for lg in node_logs(paths, [])] == nodes
+        assert [lg.node for lg in job_logs(paths, []).logs] == nodes
         assert [lg.node for lg in job_logs(paths, ["x1", "x2"]).logs] == ["x1", "x2"]
 
 

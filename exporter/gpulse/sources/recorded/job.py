@@ -112,10 +112,9 @@ class NodeLog:
     aligned: bool = False   # the offset was measured (the reference: aligned to itself)
 
 
-def node_logs(paths: list[str], names: list[str], fmt: str = "auto",
-              hosts: dict[str, tuple[str, ...]] | None = None) -> list[NodeLog]:
-    """Each log with its node: the name given for it (in order), else the hostname the
-    log records (by its first record; `hosts`, by path, where they were read already),
+def node_logs(paths: list[str], names: list[str], hosts: dict[str, tuple[str, ...]]) -> list[NodeLog]:
+    """Each log with its node: the name given for it (in order), else the one host the
+    log names by its first record (`hosts`, by path: the alignment's scan reads them),
     else the file's stem. Raises LogFormatError on two logs of one name."""
     if names and len(names) != len(paths):
         raise LogFormatError(f"{len(names)} node name(s) for {len(paths)} logs: give one --node-name per log, "
@@ -123,30 +122,14 @@ def node_logs(paths: list[str], names: list[str], fmt: str = "auto",
     logs: list[NodeLog] = []
     by_name: dict[str, str] = {}
     for i, path in enumerate(paths):
-        node = names[i] if names else (_one(hosts[path] if hosts is not None else _hosts(path, fmt))
-                                       or os.path.splitext(os.path.basename(path))[0])
+        one = hosts[path][0] if len(hosts[path]) == 1 else ""
+        node = names[i] if names else (one or os.path.splitext(os.path.basename(path))[0])
         if node in by_name:
             raise LogFormatError(f"node {node!r} named twice ({by_name[node]} and {path}): give each log its "
                                  "node with --node-name, one per log")
         by_name[node] = path
         logs.append(NodeLog(path, node))
     return logs
-
-
-def _hosts(path: str, fmt: str) -> tuple[str, ...]:
-    """The hosts a log names (dcgm-exporter's Hostname label, a hostname column) by
-    its first record."""
-    stream = LogStream(path, fmt)
-    try:
-        next(stream.records(), None)
-    finally:
-        stream.close()
-    return stream.nodes
-
-
-def _one(hosts: tuple[str, ...]) -> str:
-    """The one host a log names; '' when it names none or several."""
-    return hosts[0] if len(hosts) == 1 else ""
 
 
 @dataclass
@@ -168,11 +151,11 @@ class Alignment:
 
 def job_logs(paths: list[str], names: list[str], fmt: str = "auto", idle_threshold: float = value("idle_ratio"),
              power_gate: float = value("power_gate_ratio"), interval: float = 1.0) -> Alignment:
-    """node_logs and align in one read of each log's start: the hostnames that name
-    the nodes come from the alignment's own scan (reading them apart read the start of
-    every log once more, a batch of rows of each)."""
+    """The logs named (node_logs) and aligned (align) in one read of each log's start:
+    the hostnames that name the nodes come from the alignment's own scan (reading them
+    apart read the start of every log once more, a batch of rows of each)."""
     scanned = {p: _edges(p, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S) for p in dict.fromkeys(paths)}
-    logs = node_logs(paths, names, fmt, {p: sc[4] for p, sc in scanned.items()})
+    logs = node_logs(paths, names, {p: sc[4] for p, sc in scanned.items()})
     return _aligned(logs, {lg.node: scanned[lg.path][:4] for lg in logs}, fmt, idle_threshold, power_gate,
                     interval)
 
@@ -282,7 +265,7 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
     items = stream.items()
     try:
         head = next(items, None)
-        # the hosts as node_logs would read them: what the first record named
+        # the hosts that name the node (node_logs): what the first record named
         hosts = stream.nodes
         for t, g, s, gauges in _readings(itertools.chain(() if head is None else (head,), items)):
             if first is None:
