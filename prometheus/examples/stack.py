@@ -93,11 +93,12 @@ def binary(*names: str) -> str:
     sys.exit(f"stack.py: {' or '.join(names)} not found on PATH (Debian: apt install {names[0]})")
 
 
-def configs(ports: dict[str, int], workdir: Path, scrape: str, rules: Path) -> tuple[Path, Path]:
+def configs(ports: dict[str, int], workdir: Path, scrape: str, rules: Path,
+            group_wait: str | None = None) -> tuple[Path, Path]:
     """The example files as they are when every setting is its default; else copies
-    with the ports, interval and rules written in."""
+    with the ports, interval, rules and group wait written in."""
     prom_file, am_file = HERE / "prometheus.yml", HERE / "alertmanager.yml"
-    if ports == DEFAULT_PORTS and scrape == "15s" and rules == RULES:
+    if ports == DEFAULT_PORTS and scrape == "15s" and rules == RULES and group_wait is None:
         return prom_file, am_file
     prom = yaml.safe_load(prom_file.read_text(encoding="utf-8"))
     prom["global"].update(scrape_interval=scrape, evaluation_interval=scrape)
@@ -111,6 +112,10 @@ def configs(ports: dict[str, int], workdir: Path, scrape: str, rules: Path) -> t
         for hook in rc.get("webhook_configs", []):
             path = hook["url"].split("://", 1)[1].partition("/")[2]
             hook["url"] = f"http://127.0.0.1:{ports['receiver']}/{path}"
+    if group_wait is not None:
+        # every route's wait before its first notification, the critical route's too
+        for route in (am["route"], *am["route"].get("routes", [])):
+            route["group_wait"] = group_wait
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(prom, sort_keys=False))
     (workdir / "alertmanager.yml").write_text(yaml.safe_dump(am, sort_keys=False))
     return workdir / "prometheus.yml", workdir / "alertmanager.yml"
@@ -139,6 +144,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.add_argument(f"--{name}-port", type=int, default=port, help=f"default {port}; 0: any free port")
     ap.add_argument("--scrape-interval", default="15s", help="Prometheus scrape and rule interval (default: 15s)")
     ap.add_argument("--rules", type=Path, default=RULES, help=f"folder of rule files (default: {RULES})")
+    ap.add_argument("--group-wait", metavar="DURATION",
+                    help="Alertmanager's wait before a group's first notification, on every route "
+                         "(default: alertmanager.yml's, 30s; 10s for critical alerts)")
     ap.add_argument("--gpulse", default=f"{sys.executable} -m gpulse",
                     help="the gpulse command (default: this Python's gpulse module)")
     args = ap.parse_args(argv)
@@ -150,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[tuple[str, subprocess.Popen]] = []
     try:
         receiver = Receiver(ports["receiver"])
-        prom_cfg, am_cfg = configs(ports, work, args.scrape_interval, args.rules.resolve())
+        prom_cfg, am_cfg = configs(ports, work, args.scrape_interval, args.rules.resolve(),
+                                  args.group_wait)
         procs.append(("gpulse", subprocess.Popen(
             args.gpulse.split() + ["serve", "--source", "sim", "--sim.scenario", args.scenario,
                                    "--web.listen-address", f"127.0.0.1:{ports['gpulse']}", "--log.level", "warning"])))
@@ -164,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         for (name, proc), path in zip(procs, ("/readyz", "/-/ready", "/-/ready")):
             wait_ready(f"http://127.0.0.1:{ports[name]}{path}", proc, name)
         alert, minutes = FIRST_ALERT.get(args.scenario, ("an alert", None))
-        shipped = args.scrape_interval == "15s" and args.rules.resolve() == RULES
+        shipped = args.scrape_interval == "15s" and args.rules.resolve() == RULES and args.group_wait is None
         when = f"in about {minutes} minutes" if minutes and shipped else "once the rules fire"
         say(f"up: gpulse http://127.0.0.1:{ports['gpulse']}/ (live page), Prometheus "
             f"http://127.0.0.1:{ports['prometheus']}/alerts, Alertmanager http://127.0.0.1:{ports['alertmanager']}/, "

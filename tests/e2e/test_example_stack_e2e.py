@@ -1,8 +1,10 @@
 """`prometheus/examples/stack.py`, the one-command local stack, run as a user runs it:
 real gpulse, Prometheus, Alertmanager and its receiver, until the receiver prints the
-first alert. What the test changes: every port a free one, a 1 s scrape, and the
-rules' `for:` scaled by 0.01 (prometheus/tools/shorten_for.py); the example routing
-and Alertmanager's 30 s group wait stay, so the alert arrives within about a minute."""
+first alert. What the test changes: every port a free one, a 1 s scrape, the rules'
+`for:` scaled by 0.01 (prometheus/tools/shorten_for.py) and Alertmanager's group wait
+of 1 s (`--group-wait`: the wait is Alertmanager's timer, not a verdict; the 30 s of
+alertmanager.yml are counted in tests/integration/rules/test_example_stack.py); the
+example routing stays."""
 from __future__ import annotations
 
 import os
@@ -28,7 +30,8 @@ def test_stack_prints_the_first_alert(tmp_path):
     assert r.returncode == 0, r.stderr
     ports = [a for n in ("gpulse", "prometheus", "alertmanager", "receiver") for a in (f"--{n}-port", "0")]
     env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
-    proc = subprocess.Popen([sys.executable, str(STACK), *ports, "--scrape-interval", "1s", "--rules", str(rules)],
+    proc = subprocess.Popen([sys.executable, str(STACK), *ports, "--scrape-interval", "1s", "--rules", str(rules),
+                             "--group-wait", "1s"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True).start()

@@ -40,6 +40,19 @@ def test_the_examples_point_at_one_another_with_the_default_ports(tmp_path):
     assert f"localhost:{moved['gpulse']}" in p.read_text() and f"127.0.0.1:{moved['receiver']}/chat" in a.read_text()
 
 
+def test_group_wait_is_set_on_every_route_and_nothing_else_changes(tmp_path):
+    """--group-wait (the end-to-end test's 1 s) replaces the wait of the top route and
+    of every sub-route that sets its own; the routing, inhibition and receivers stay."""
+    shipped = yaml.safe_load((EXAMPLES / "alertmanager.yml").read_text())
+    _, a = stack.configs(dict(stack.DEFAULT_PORTS), tmp_path, "15s", stack.RULES, group_wait="1s")
+    made = yaml.safe_load(a.read_text())
+    routes = [made["route"], *made["route"]["routes"]]
+    assert [r["group_wait"] for r in routes] == ["1s"] * len(routes)
+    for r in (shipped["route"], *shipped["route"]["routes"], made["route"], *made["route"]["routes"]):
+        r.pop("group_wait", None)
+    assert made == shipped
+
+
 def group_wait(route_severity: str) -> float:
     am = yaml.safe_load((EXAMPLES / "alertmanager.yml").read_text())
     route = am["route"]
