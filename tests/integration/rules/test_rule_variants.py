@@ -3,8 +3,9 @@
 - drift: the committed prometheus/rules-vmalert/ and prometheus/rules-prometheus/
   are exactly what the tool makes of prometheus/rules/ now;
 - the real rulers' own checks accept them (promtool, vmalert -dryRun);
-- the shipped promtool unit tests that read a rule file the variant changes pass on it
-  unchanged (the others read the source's rules: test_rules.py). The vmalert variant fires,
+- the shipped promtool unit tests whose checks read a rule the variant changes, or
+  anything computed from one, pass on it unchanged (the others' checks see the same
+  values as the source's run: test_rules.py). The vmalert variant fires,
   resolves and keeps firing at the same evaluations as the source with
   keep_firing_for. Dropping the field without the construction fails them, so
   those tests do see the difference;
@@ -24,6 +25,8 @@ import pytest
 import yaml
 
 from conftest import ROOT, require_binary
+
+from gpulse.rulenames import HELD_ACTIVE_5M
 
 TOOL = ROOT / "prometheus" / "tools" / "variants.py"
 SOURCE = ROOT / "prometheus" / "rules"
@@ -133,13 +136,47 @@ def _unit_tests_against(rules: Path, dest: Path, tests: list[Path] = UNIT_TESTS)
                           capture_output=True, text=True, timeout=840)
 
 
+NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
+ALERT_NAMED = re.compile(r'ALERTS(?:_FOR_STATE)?\{[^}]*alertname="([^"]+)"')
+
+
+def _names(text: str) -> set[str]:
+    """The metric and alert names a PromQL expression or a template may read."""
+    return set(NAME.findall(text)) | set(ALERT_NAMED.findall(text))
+
+
+def _rules(folder: Path) -> dict[str, list[dict]]:
+    """{record or alert name: its rules} over the folder's rule files."""
+    out: dict[str, list[dict]] = {}
+    for f in sorted(folder.glob("*.yml")):
+        for g in yaml.safe_load(f.read_text())["groups"]:
+            for r in g["rules"]:
+                out.setdefault(r.get("record") or r["alert"], []).append(r)
+    return out
+
+
 def _changed_by(folder: Path) -> tuple[set[str], list[Path]]:
-    """The rule files the variant changes in meaning (their YAML loads to something
-    else than the source's), and the shipped unit tests that read one. The other tests
-    give promtool the same rules as the source's, whose run is test_rules.py's."""
-    changed = {f.name for f in SOURCE.glob("*.yml")
-               if yaml.safe_load(f.read_text()) != yaml.safe_load((folder / f.name).read_text())}
-    tests = [t for t in UNIT_TESTS if {Path(f).name for f in yaml.safe_load(t.read_text())["rule_files"]} & changed]
+    """The rules the variant writes otherwise than the source (by name), and the shipped
+    unit tests whose checks read one of them or anything computed from one, however
+    many rules away (an expression, a label or an annotation template that names it).
+    The other tests' checks see only rules that read the same series in both, so they
+    give the same answer as the source's run, which is test_rules.py's."""
+    src, var = _rules(SOURCE), _rules(folder)
+    assert src.keys() == var.keys(), "a variant keeps every rule, by name"
+    changed = {n for n in src if src[n] != var[n]}
+    reads = {n: set().union(*(_names(yaml.safe_dump({k: v for k, v in r.items() if k not in ("record", "alert")}))
+                              for r in src[n] + var[n])) for n in src}
+    tainted = set(changed)
+    while grown := {n for n, read in reads.items() if n not in tainted and read & tainted}:
+        tainted |= grown
+    tests = []
+    for t in UNIT_TESTS:
+        checks: set[str] = set()
+        for case in yaml.safe_load(t.read_text())["tests"]:
+            checks |= {a["alertname"] for a in case.get("alert_rule_test", [])}
+            checks |= set().union(*(_names(e["expr"]) for e in case.get("promql_expr_test", [])))
+        if checks & tainted:
+            tests.append(t)
     return changed, tests
 
 
@@ -147,16 +184,44 @@ def _changed_by(folder: Path) -> tuple[set[str], list[Path]]:
 # core for all of them), which four workers on two loaded cores can stretch toward the
 # suite's 300 s hang guard.
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("folder, rewrites", [(VMALERT_RULES, "gpulse-gpu-health.rules.yml"),
-                                              (PROMETHEUS_RULES, "gpulse-recording.rules.yml")],
+@pytest.mark.parametrize("folder, rewrites", [(VMALERT_RULES, "GpulseThermalThrottling"),
+                                              (PROMETHEUS_RULES, "node_gpu:gpulse_gpu_cell_ratio:increase15s")],
                          ids=["vmalert", "prometheus"])
 def test_shipped_unit_tests_pass_on_the_variant(tmp_path, folder, rewrites):
     changed, tests = _changed_by(folder)
-    # the file each variant is made to rewrite is seen as changed (any other it comes
-    # to change brings its tests along)
+    # a rule each variant is made to rewrite is seen as changed (any other it comes to
+    # change brings its tests along)
     assert rewrites in changed and tests, (changed, tests)
     r = _unit_tests_against(folder, tmp_path / "tests", tests)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+
+
+def test_the_tests_run_on_a_variant_are_those_that_read_what_it_changes(tmp_path):
+    """A change deep in the recording rules reaches the alerts computed from it, and
+    their tests; a change to one alert selects its tests alone."""
+    def changed(name: str, expr: str) -> tuple[set[str], set[str]]:
+        folder = tmp_path / name.replace(":", "_")
+        folder.mkdir()
+        for f in SOURCE.glob("*.yml"):
+            doc = yaml.safe_load(f.read_text())
+            for g in doc["groups"]:
+                for r in g["rules"]:
+                    if name in (r.get("record"), r.get("alert")):
+                        r["expr"] = expr
+            (folder / f.name).write_text(yaml.safe_dump(doc, sort_keys=False))
+        names, tests = _changed_by(folder)
+        return names, {t.name for t in tests}
+
+    # the per-GPU active share over 5 minutes while the GPU held a workload, which the
+    # peer records read, and the straggler and imbalance alerts read those
+    base = HELD_ACTIVE_5M
+    names, tests = changed(base, "vector(0)")
+    assert names == {base}
+    assert {"training-balance.test.yml", "training-cost.test.yml"} <= tests, tests
+    names, tests = changed("GpulseHighTemperature", "vector(0)")
+    assert names == {"GpulseHighTemperature"} and tests == {"gpu-health.test.yml"}, tests
+    names, tests = changed("no such rule", "vector(0)")
+    assert names == set() and tests == set()
 
 
 def test_prometheus_variant_sums_the_records_of_its_group():
