@@ -66,26 +66,39 @@ def report_cause(c: CauseCase) -> tuple[str, dict]:
                                         "remedy": f.get("remedy"), "schema": doc.get("schema")}
 
 
-def live_cause(c: CauseCase) -> tuple[str, dict]:
-    """The straggler-cause gauge of the replayed log: the cause it carried longest
-    for the case's straggler, and every cause it showed."""
-    cfg = test_config(source="replay", replay__file=str(c.path), replay__speed=0, node_name="cause")
-    held: Counter = Counter()
-    others: Counter = Counter()
-    last = None
-    for _, snap in run_offline(ReplaySource(cfg), cfg):
-        if snap.t is None or (last is not None and snap.t - last < LIVE_EVERY):
-            continue
-        last = snap.t
+class LiveCause:
+    """The straggler-cause gauge as the exporter serves it, read every LIVE_EVERY
+    seconds of log time from the snapshots of a replay (`look`): the cause it carried
+    longest for the straggler `gpu`, and every cause it showed (`result`)."""
+
+    def __init__(self, gpu: str) -> None:
+        self.gpu, self.last = gpu, None
+        self.held: Counter = Counter()
+        self.others: Counter = Counter()
+
+    def look(self, snap) -> None:
+        if snap.t is None or (self.last is not None and snap.t - self.last < LIVE_EVERY):
+            return
+        self.last = snap.t
         for fam in snapshot_families(snap):
             if fam.name != "gpulse_gpu_straggler_cause":
                 continue
             for s in fam.samples:
-                if s.value != 1:
-                    continue
-                (held if s.labels.get("gpu") == c.gpu else others)[s.labels.get("cause", "")] += 1
-    cause = held.most_common(1)[0][0] if held else NONE
-    return cause, {"reads": dict(held), "other_gpus": dict(others)}
+                if s.value == 1:
+                    (self.held if s.labels.get("gpu") == self.gpu else self.others)[s.labels.get("cause", "")] += 1
+
+    def result(self) -> tuple[str, dict]:
+        cause = self.held.most_common(1)[0][0] if self.held else NONE
+        return cause, {"reads": dict(self.held), "other_gpus": dict(self.others)}
+
+
+def live_cause(c: CauseCase) -> tuple[str, dict]:
+    """LiveCause of the case's log replayed through the exporter's engine."""
+    cfg = test_config(source="replay", replay__file=str(c.path), replay__speed=0, node_name="cause")
+    live = LiveCause(c.gpu)
+    for _, snap in run_offline(ReplaySource(cfg), cfg):
+        live.look(snap)
+    return live.result()
 
 
 def _run(c: CauseCase) -> tuple[str, dict]:

@@ -5,9 +5,11 @@ and its findings.json from `gpulse report`, once per case; what the report must 
 a case, and what the live gauge must say beside it.
 
 A case's report is the CLI's own (`gpulse.cli.main`: argument parsing, the log's
-clock, all three files written); a few cheap cases (PROCESS) go through a
-`python -m gpulse report` process, so the module entry point and the exit code of a
-real process stay judged on this corpus too.
+clock, all three files written), and the live gauge is read from the snapshots of the
+engine run that report reads (`reportutil.watching`); a few cheap cases (PROCESS) go
+through a `python -m gpulse report` process, so the module entry point and the exit
+code of a real process stay judged on this corpus too, and their live gauge through a
+replay of its own.
 """
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ from pathlib import Path
 from conftest import ROOT, require_data
 
 import bench.lib.corpus.causes as causes
+from bench.cause_matrix import LiveCause, live_cause
+from reportutil import watching
 
 from gpulse.analysis.cause import REMEDIES
 from gpulse.cli import main as gpulse_main
@@ -87,6 +91,7 @@ class Corpus:
         self.out = out
         self._cases: dict[str, causes.CauseCase] = {}
         self._docs: dict[str, dict] = {}
+        self._live: dict[str, tuple[str, dict]] = {}
 
     def case(self, name: str) -> causes.CauseCase:
         if name not in self._cases:
@@ -106,10 +111,19 @@ class Corpus:
                                    timeout=600, env={"PYTHONPATH": str(ROOT / "exporter"), "PATH": "/usr/bin:/bin"})
                 assert r.returncode == 0, (name, r.stderr[-2000:])
             else:
-                with contextlib.redirect_stdout(io.StringIO()):
+                live = LiveCause(c.gpu)
+                with contextlib.redirect_stdout(io.StringIO()), watching(c.path, live.look):
                     assert gpulse_main(args) == 0, name
+                self._live[name] = live.result()
             self._docs[name] = json.loads((d / "findings.json").read_text(encoding="utf-8"))
         return c, self._docs[name]
+
+    def live(self, name: str) -> tuple[str, dict]:
+        """What the straggler-cause gauge said of the case (bench/cause_matrix.LiveCause)."""
+        self.reported(name)
+        if name not in self._live:
+            self._live[name] = live_cause(self.case(name))
+        return self._live[name]
 
     def _dir(self, kind: str, name: str) -> Path:
         d = self.out / kind / re.sub(r"[^\w.+-]", "_", name)
@@ -149,11 +163,10 @@ def judge_report(c: causes.CauseCase, doc: dict) -> None:
         assert not f["remedy"].lower().startswith("rebalance"), (name, f["remedy"])
 
 
-def judge_live(c: causes.CauseCase, doc: dict) -> None:
+def judge_live(c: causes.CauseCase, doc: dict, live: tuple[str, dict]) -> None:
     """The log replayed through the exporter's engine and collector (what `gpulse serve
-    --source replay` serves): gpulse_gpu_straggler_cause for the straggler carries the
-    report's cause, and no other GPU gets one."""
-    from bench.cause_matrix import live_cause
-    cause, detail = live_cause(c)
+    --source replay` serves; `Corpus.live`): gpulse_gpu_straggler_cause for the
+    straggler carries the report's cause, and no other GPU gets one."""
+    cause, detail = live
     assert cause == finding(doc, c.gpu)["cause"], (c.name, detail)
     assert set(detail["reads"]) == {cause} and not detail["other_gpus"], (c.name, detail)

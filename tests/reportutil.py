@@ -1,13 +1,14 @@
 """What report tests share: findings.json checked against its published schema,
 Recordings of simulated runs (a fleet of nodes with one bad node, an analysis whose
 node, workload and file names are hostile), and a log's report with the live
-exporter's snapshots of the same engine run (`report_and_live`)."""
+exporter's snapshots of the same engine run (`report_and_live`, `watching`)."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jsonschema
 
@@ -31,14 +32,16 @@ def validate(doc):
     assert errors == []
 
 
-def report_and_live(path, look: Callable[[Any], None], **analysis: Any) -> dict:
-    """findings.json of `gpulse report` on the log (`analysis`: the settings a report
-    may override, `min_stall=0.2`), with `look(snapshot)` called on each Snapshot of the engine run
-    the report reads: what `gpulse serve --source replay --replay.speed 0` serves at
-    each tick, so the live gauges and the report are judged on one run instead of two
-    (replaying a real trace is most of these tests' cost). The report's settings are
-    checked to be the exporter's defaults but for the history it keeps, so the two
-    views still judge by the same thresholds."""
+@contextlib.contextmanager
+def watching(path, look: Callable[[Any], None], **analysis: Any) -> Iterator[None]:
+    """Within it, the one report of the log `path` made in this process (through
+    `gpulse.cli.main` or `gpulse.report.inputs`) calls `look(snapshot)` on each
+    Snapshot of the engine run it reads: what `gpulse serve --source replay
+    --replay.speed 0` serves at each tick, so the live gauges and the report are judged
+    on one run instead of two (replaying a real trace is most of these tests' cost).
+    The report's settings are checked to be the exporter's defaults (`analysis`: the
+    settings a report may override, `min_stall=0.2`) but for the history it keeps, so
+    the two views still judge by the same thresholds."""
     from gpulse.report import inputs
 
     live = test_config(source="replay", replay__file=str(path), replay__speed=0, **analysis)
@@ -55,11 +58,19 @@ def report_and_live(path, look: Callable[[Any], None], **analysis: Any) -> dict:
 
     inputs.run_offline = tee
     try:
-        doc = analyse(inputs.from_log(str(path), analysis=analysis or None)).as_json()
+        yield
     finally:
         inputs.run_offline = engine
     assert len(runs) == 1
-    return doc
+
+
+def report_and_live(path, look: Callable[[Any], None], **analysis: Any) -> dict:
+    """findings.json of `gpulse report`'s analysis of the log, with `look(snapshot)`
+    called on each Snapshot of its engine run (`watching`)."""
+    from gpulse.report import inputs
+
+    with watching(path, look, **analysis):
+        return analyse(inputs.from_log(str(path), analysis=analysis or None)).as_json()
 
 
 def sim_rec(scenario, node, gpus=8, seconds=90):

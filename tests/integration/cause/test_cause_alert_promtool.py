@@ -3,32 +3,33 @@ real-data cause case, names the same cause as the live gauge and the report.
 
 Each case (bench/lib/corpus/causes.py: the Alibaba PAI job's slow worker with a power
 cap holding its clocks down, and with its PCIe link at x8 of x16; 1 s-averaged
-power) is replayed through the
-exporter's engine and collector in virtual time, and what /metrics would have said
-at every 15 s scrape becomes the input series of a promtool unit test over the
-shipped rule files (recording rules and alerts, as a Prometheus scraping the
-exporter would evaluate them). promtool reports the alerts it evaluated; the
-straggler's summary must carry the cause that `gpulse_gpu_straggler_cause` holds
-in the same replay and that `gpulse report` finds in the same log.
+power) goes through `gpulse report` (the CLI, in this process), and the snapshots of
+the engine run that report reads, which are what the exporter serves replaying the
+log (`reportutil.watching`), through its collector: what /metrics would have said at
+every 15 s scrape becomes the input series of a promtool unit test over the shipped
+rule files (recording rules and alerts, as a Prometheus scraping the exporter would
+evaluate them). promtool reports the alerts it evaluated; the straggler's summary
+must carry the cause that `gpulse_gpu_straggler_cause` holds in the same run and
+that the report finds.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import subprocess
-import sys
 
 import pytest
 import yaml
 
 from conftest import CPU_BOUND, ROOT, require_binary, require_data
 import bench.lib.corpus.causes as causes  # noqa: E402
-from bench.cause_matrix import live_cause  # noqa: E402
+from bench.cause_matrix import LiveCause  # noqa: E402
+from reportutil import watching
 
+from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
-from testing.config import test_config  # noqa: E402
-from gpulse.drive import run_offline  # noqa: E402
-from gpulse.sources.replay import ReplaySource  # noqa: E402
 
 pytestmark = CPU_BOUND
 
@@ -51,15 +52,18 @@ def case(request, built):
     return built[request.param]
 
 
-def scrapes(c) -> list[dict[str, float]]:
-    """What /metrics said at every SCRAPE_S of the replayed log: series -> value."""
-    cfg = test_config(source="replay", replay__file=str(c.path), replay__speed=0, node_name="cause")
-    out: list[dict[str, float]] = []
-    next_t = None
-    for _, snap in run_offline(ReplaySource(cfg), cfg):
-        if snap.t is None or (next_t is not None and snap.t < next_t):
-            continue
-        next_t = snap.t + SCRAPE_S if next_t is None else next_t + SCRAPE_S
+class Scrapes:
+    """What /metrics said at every SCRAPE_S of a replay's snapshots (`look`): one
+    {series: value} per scrape (`out`)."""
+
+    def __init__(self) -> None:
+        self.out: list[dict[str, float]] = []
+        self.next_t: float | None = None
+
+    def look(self, snap) -> None:
+        if snap.t is None or (self.next_t is not None and snap.t < self.next_t):
+            return
+        self.next_t = snap.t + SCRAPE_S if self.next_t is None else self.next_t + SCRAPE_S
         now: dict[str, float] = {}
         for fam in snapshot_families(snap):
             for s in fam.samples:
@@ -67,8 +71,7 @@ def scrapes(c) -> list[dict[str, float]]:
                     continue
                 labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
                 now[f"{s.name}{{{labels}}}"] = s.value
-        out.append(now)
-    return out
+        self.out.append(now)
 
 
 def promtool_test(tmp, series: list[dict[str, float]], eval_times: list[int]) -> str:
@@ -115,17 +118,21 @@ def parse_seconds(text: str) -> int:
 
 def test_straggler_alert_names_the_cause_the_gauge_and_the_report_name(case, tmp_path):
     report = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", str(case.path), "--out", str(report),
-                        "--quiet"], capture_output=True, text=True, timeout=600,
-                       env={"PYTHONPATH": str(ROOT / "exporter"), "PATH": "/usr/bin:/bin"})
-    assert r.returncode == 0, r.stderr[-2000:]
+    gauge, scraped = LiveCause(case.gpu), Scrapes()
+
+    def look(snap):
+        gauge.look(snap)
+        scraped.look(snap)
+
+    with contextlib.redirect_stdout(io.StringIO()), watching(case.path, look):
+        assert gpulse_main(["report", "--input", str(case.path), "--out", str(report), "--quiet"]) == 0
     findings = json.loads((report / "findings.json").read_text(encoding="utf-8"))
     reported = [f["cause"] for f in findings["findings"]
                 if f["kind"] == "straggler" and f["text"].startswith(f"GPU {case.gpu} ")]
-    live, detail = live_cause(case)
+    live, detail = gauge.result()
     assert reported == [live] and live in case.accept, (reported, live, detail)
 
-    series = scrapes(case)
+    series = scraped.out
     assert len(series) > 40, "the case is shorter than 10 minutes of scrapes"
     span = (len(series) - 1) * SCRAPE_S
     out = promtool_test(tmp_path, series, list(range(EVAL_EVERY_S, span + 1, EVAL_EVERY_S)))

@@ -28,4 +28,4 @@ def test_report_names_the_labelled_cause(cause_corpus, name):
 
 @pytest.mark.parametrize("name", ["pai-throttled-power-avg"])
 def test_live_gauge_says_what_the_report_says(cause_corpus, name):
-    causecorpus.judge_live(*cause_corpus.reported(name))
+    causecorpus.judge_live(*cause_corpus.reported(name), cause_corpus.live(name))

@@ -4,15 +4,17 @@ For every straggler-cause sim scenario (sources/sim.py):
 - the live exporter: a `gpulse serve --source sim` process in virtual time
   (testing/virtualclock.py), whose /metrics carries gpulse_gpu_straggler_cause for
   the straggler once the model has confirmed it;
-- the report: `gpulse report` (a subprocess) on a recording of the same scenario,
+- the report: `gpulse report`'s analysis of a recording of the same scenario,
   written as dcgm-exporter CSV (one row per GPU and collection, 100 ms apart with
   jitter, every field a dcgm-exporter with the default counters collects), so the
   report reads clocks, throttle reasons, temperature, the power limit, ECC, PCIe
   replays and row remapping from a log;
-- the pager: the same recording through the exporter's engine and collector,
-  scraped every 15 s, evaluated by the real promtool with the shipped rules: the
-  firing GpulseStragglerGPU names the cause in its summary and description (never
-  in a label, which would change its identity when the exporter confirms it).
+- the pager: the snapshots of the engine run that report reads, through the
+  exporter's collector, scraped every 15 s, evaluated by the real promtool with the
+  shipped rules: the firing GpulseStragglerGPU names the cause in its summary and
+  description (never in a label, which would change its identity when the exporter
+  confirms it). One engine run gives both (`reportutil.report_and_live`), so the
+  report and the alert are judged on the very same analysis.
 All three must name the same GPU and cause. The ordinary case of a degraded link, a
 GPU 25 % slower per step while its PCIe link retries, is read from an export with
 DCGM_FI_PROF_SM_ACTIVE (SM activity tells the compute from the peers' spin-wait) by
@@ -33,6 +35,7 @@ import jsonschema
 import pytest
 
 from conftest import ROOT, Gpulse, require_binary
+from reportutil import report_and_live
 from testing.promutil import add_scrape
 
 from gpulse.analysis.cause import REMEDIES
@@ -40,10 +43,8 @@ from gpulse.analysis.thresholds import value
 from gpulse.catalog import THROTTLE_REASONS
 from testing import virtualclock
 from testing.config import test_config
-from gpulse.drive import run_offline
 from gpulse.report.render import web_asset
 from gpulse.sources.dcgm.fields import _THROTTLE_BITS
-from gpulse.sources.replay import ReplaySource
 from gpulse.sources.sim import Scenario, SimSource
 
 CASES = {   # scenario -> (straggler GPU, cause, words its evidence must hold)
@@ -150,6 +151,7 @@ def stragglers(text: str) -> dict[str, float]:
 
 
 def report(tmp_path, log) -> dict:
+    """`gpulse report`'s findings.json on the log (a subprocess)."""
     out = tmp_path / "out"
     p = subprocess.run([sys.executable, "-m", "gpulse", "report", "--input", str(log), "--out", str(out), "--quiet"],
                        capture_output=True, text=True, cwd=ROOT, timeout=300,
@@ -161,20 +163,24 @@ def report(tmp_path, log) -> dict:
     return doc
 
 
-def alert_causes(tmp_path, log) -> set[tuple[str, str]]:
-    """(cause, gpu) of every GpulseStragglerGPU firing at the end of the recording,
-    as its summary names them, from the shipped rules over the exporter's series
-    scraped every 15 s."""
-    cfg = test_config(source="replay", replay__file=str(log), replay__speed=0, node_name=NODE)
+def report_and_alerts(tmp_path, log) -> tuple[dict, set[tuple[str, str]]]:
+    """The report's findings.json on the log, and (cause, gpu) of every
+    GpulseStragglerGPU firing at the end of the recording, as its summary names them,
+    from the shipped rules over the snapshots of the report's own engine run scraped
+    every 15 s."""
     series: dict[str, list] = {}
-    n = 0
-    t0 = None
-    for _, snap in run_offline(ReplaySource(cfg), cfg):
+    n, t0 = 0, None
+
+    def scrape(snap):
+        nonlocal n, t0
         t0 = snap.t if t0 is None else t0
-        if (snap.t or t0) - t0 + 1e-6 < n * SCRAPE:
-            continue
-        add_scrape(series, snap, n)
-        n += 1
+        if (snap.t or t0) - t0 + 1e-6 >= n * SCRAPE:
+            add_scrape(series, snap, n)
+            n += 1
+
+    doc = report_and_live(log, scrape)
+    jsonschema.validate(doc, SCHEMA)
+    assert doc["schema"] == "gpulse-findings/3"
     lines = ["rule_files:"] + [f"  - {ROOT / 'prometheus' / 'rules' / f}" for f in
                                ("gpulse-recording.rules.yml", "gpulse-training.rules.yml")]
     lines += [f"evaluation_interval: {SCRAPE:g}s", "tests:", f"  - interval: {SCRAPE:g}s", "    input_series:"]
@@ -199,7 +205,7 @@ def alert_causes(tmp_path, log) -> set[tuple[str, str]]:
         gpu = re.search(r'gpu="([^"]+)"', lab).group(1)
         m = re.search(r"\(cause: (\w+)\)$", summary)
         found.add((m.group(1) if m else summary, gpu))
-    return found
+    return doc, found
 
 
 @pytest.mark.parametrize("scenario", sorted(CASES))
@@ -215,7 +221,7 @@ def test_live_report_and_alert_agree_on_the_cause(scenario, live, tmp_path):
     assert p.returncode == 0 and not (p.stdout + p.stderr).strip(), p.stdout + p.stderr
 
     log = record_dcgm(tmp_path / f"{scenario}.csv", scenario)
-    doc = report(tmp_path, log)
+    doc, alerts = report_and_alerts(tmp_path, log)
     [f] = [f for f in doc["findings"] if f["kind"] == "straggler"]
     assert [s["gpu"] for s in doc["stragglers"]] == [gpu]
     assert f["cause"] == want and f["missing"] == [], f
@@ -224,7 +230,7 @@ def test_live_report_and_alert_agree_on_the_cause(scenario, live, tmp_path):
     if want in ("throttling", "degraded_hardware"):
         assert "do not rebalance" in f["remedy"] and not f["remedy"].startswith("rebalance")
 
-    assert alert_causes(tmp_path, log) == {(want, gpu)}
+    assert alerts == {(want, gpu)}
 
 
 def test_seed_case_is_a_work_distribution_problem(live, tmp_path):
@@ -246,10 +252,10 @@ def test_a_link_25_percent_slower_under_sm_activity_is_degraded_hardware(tmp_pat
     profiling counters; the report and the alert name it and its cause."""
     sc = Scenario("link-25", slow_cause="link-errors", peer_share=0.76, slow_share=0.95)
     log = record_dcgm(tmp_path / "link-25.csv", sc, sm_active=True)
-    doc = report(tmp_path, log)
+    doc, alerts = report_and_alerts(tmp_path, log)
     [f] = [f for f in doc["findings"] if f["kind"] == "straggler"]
     assert [s["gpu"] for s in doc["stragglers"]] == ["3"]
     assert f["cause"] == "degraded_hardware", f
     assert any("PCIe replays" in e for e in f["evidence"]), f["evidence"]
     assert "do not rebalance" in f["remedy"]
-    assert alert_causes(tmp_path, log) == {("degraded_hardware", "3")}
+    assert alerts == {("degraded_hardware", "3")}

@@ -15,16 +15,14 @@ import time
 import jsonschema
 import pytest
 
+import reportutil
 from conftest import require_data
 from realtrace import START, real_levels, stall_schedule, training, write_smi_log
 
 from gpulse.analysis.thresholds import value
-from testing.config import test_config
-from gpulse.drive import run_offline
 from gpulse.report.findings import analyse
 from gpulse.report.inputs import from_log
 from gpulse.report.render import web_asset
-from gpulse.sources.replay import ReplaySource
 
 SCHEMA = json.loads(web_asset("findings.schema.json"))
 
@@ -35,14 +33,14 @@ def report(path):
     return doc
 
 
-def live(path):
-    """The engine's last snapshot over the log, as the exporter replays it."""
-    c = test_config(source="replay", replay__file=str(path), replay__speed=0)
-    snap = None
-    for _, snap in run_offline(ReplaySource(c), c):
-        pass
-    (group,) = snap.groups
-    return group
+def report_and_live(path):
+    """The report, and the group of the engine's last snapshot over the log as the
+    exporter replays it, from the report's own engine run (reportutil.report_and_live)."""
+    last: dict = {}
+    doc = reportutil.report_and_live(path, lambda snap: last.update(snap=snap))
+    jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.FormatChecker()).validate(doc)
+    (group,) = last["snap"].groups
+    return doc, group
 
 
 def _unix(line: str) -> float:
@@ -89,7 +87,7 @@ def test_real_log_cut_inside_a_checkpoint_stall_counts_it_open(tmp, ckpt50):
     last = [e for e in eps if 12 <= e["duration_seconds"] <= 20][-1]
     t0 = epoch(full, last)
     path = cut_log(full_path, tmp / "ckpt50-cut.csv", t0 + last["duration_seconds"] / 2)
-    doc = report(path)
+    doc, group = report_and_live(path)
     before = [e for e in eps if epoch(full, e) < t0]
     assert len(doc["stall_episodes"]) == len(before) + 1
     tail = doc["stall_episodes"][-1]
@@ -103,7 +101,6 @@ def test_real_log_cut_inside_a_checkpoint_stall_counts_it_open(tmp, ckpt50):
     # the live exporter: in the same stall since the same moment, the same stalled
     # seconds; its counter holds every episode but the open one (and those that
     # could still merge with it), which the report closes at the end of the record
-    group = live(path)
     assert group.in_stall and group.open_since == pytest.approx(epoch(doc, tail), abs=0.5)
     assert group.stall_seconds == pytest.approx(sum(e["stalled_seconds"] for e in doc["stall_episodes"]), abs=0.5)
     assert group.stalls_total <= len(doc["stall_episodes"]) - 1
@@ -136,7 +133,7 @@ def test_log_cut_inside_an_all_idle_stall_counts_it_open(tmp):
     # every GPU reads idle in the stall, so the ticks after its start are no work:
     # the phase rule alone would file them as the exit
     path, stalls = idle_stalls_log(tmp, "idle-cut.csv", 6.0, exits=False)
-    doc = report(path)
+    doc, group = report_and_live(path)
     tail = doc["stall_episodes"][-1]
     assert tail["open"] is True
     assert epoch(doc, tail) == pytest.approx(START + stalls[-1][0], abs=0.6)
@@ -144,17 +141,15 @@ def test_log_cut_inside_an_all_idle_stall_counts_it_open(tmp):
     assert len(doc["stall_episodes"]) == len(stalls)
     assert "exit" not in phase_kinds(doc) and phase_kinds(doc)[-1] == "work"
     assert doc["stall_period_seconds"] == pytest.approx(40.0, rel=0.05)
-    group = live(path)
     assert group.in_stall
     assert group.stall_seconds == pytest.approx(sum(e["stalled_seconds"] for e in doc["stall_episodes"]), abs=0.5)
 
 
 def test_job_that_releases_its_memory_has_no_open_stall(tmp):
     path, stalls = idle_stalls_log(tmp, "idle-exit.csv", 0.0, exits=True)
-    doc = report(path)
+    doc, group = report_and_live(path)
     assert not any(e["open"] for e in doc["stall_episodes"])
     assert len(doc["stall_episodes"]) == len(stalls)
-    group = live(path)
     assert not group.in_stall
 
 
