@@ -68,6 +68,12 @@ class CountOn:
                 if held is None:
                     held = families[(gpu, fam)] = ({}, {})
                 raw, counted = held
+                if v == raw:
+                    # nothing moved since the last reading (most rows of a log: the
+                    # throttle and ECC counters sit still): each counted value stands,
+                    # as the loop below would leave it (it adds x - prev = 0)
+                    out[fam] = dict(zip(v, map(counted.__getitem__, v)))
+                    continue
                 d = out[fam] = {}
                 for lab, x in v.items():
                     prev = raw.get(lab)
