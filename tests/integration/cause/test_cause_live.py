@@ -36,6 +36,7 @@ import pytest
 
 from conftest import ROOT, Gpulse, require_binary
 from reportutil import report_and_live
+from testing import rulegraph
 from testing.promutil import add_scrape
 
 from gpulse.analysis.cause import REMEDIES
@@ -181,8 +182,11 @@ def report_and_alerts(tmp_path, log) -> tuple[dict, set[tuple[str, str]]]:
     doc = report_and_live(log, scrape)
     jsonschema.validate(doc, SCHEMA)
     assert doc["schema"] == "gpulse-findings/3"
-    lines = ["rule_files:"] + [f"  - {ROOT / 'prometheus' / 'rules' / f}" for f in
-                               ("gpulse-recording.rules.yml", "gpulse-training.rules.yml")]
+    # the shipped rules the alert can see (testing/rulegraph.py)
+    rules = rulegraph.seen_by([ROOT / "prometheus" / "rules" / f for f in
+                               ("gpulse-recording.rules.yml", "gpulse-training.rules.yml")],
+                              ["GpulseStragglerGPU"], tmp_path / "rules")
+    lines = ["rule_files:"] + [f"  - {f}" for f in rules]
     lines += [f"evaluation_interval: {SCRAPE:g}s", "tests:", f"  - interval: {SCRAPE:g}s", "    input_series:"]
     for key, col in series.items():
         col += [None] * (n - len(col))

@@ -35,6 +35,7 @@ import pytest
 from conftest import CPU_BOUND, ROOT, require_binary, require_data
 
 from gpulse.cli import main as gpulse_main  # noqa: E402
+from testing import rulegraph
 from gpulse.rulenames import OTHER_NODES_LOST_5M as OTHER  # noqa: E402
 
 PAD = 40          # the exporters keep serving their last values 10 minutes after the job
@@ -77,7 +78,10 @@ def _promtool(tmp_path, sc, checks: list[tuple[str, str]]) -> None:
     """checks: (PromQL at the end of the padded range, the expected value as text)."""
     promtool = require_binary("promtool")
     end = (sc.scrapes + PAD) * 15
-    lines = ["rule_files:", f"  - {ROOT / 'prometheus' / 'rules' / 'gpulse-recording.rules.yml'}",
+    # the shipped recording rules the checks can see (testing/rulegraph.py)
+    [rules] = rulegraph.seen_by([ROOT / "prometheus" / "rules" / "gpulse-recording.rules.yml"],
+                                [expr for expr, _ in checks], tmp_path / "rules")
+    lines = ["rule_files:", f"  - {rules}",
              "evaluation_interval: 15s", "tests:", "  - interval: 15s", "    input_series:"]
     for key, col in sc.series.items():
         col = col + [col[-1]] * PAD

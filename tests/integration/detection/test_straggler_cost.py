@@ -37,6 +37,7 @@ from gpulse.cli import main as gpulse_main  # noqa: E402
 from gpulse.collector import snapshot_families  # noqa: E402
 from gpulse.drive import run_offline  # noqa: E402
 from gpulse.sources.replay import ReplaySource  # noqa: E402
+from testing import rulegraph
 from testing.config import test_config  # noqa: E402
 
 GPUS, SLOW, FACTOR = 8, 5, 1.25
@@ -161,8 +162,12 @@ def test_lost_gpu_seconds_agree_live_report_and_rules(run, tmp_path):
     # the 5-minute records see every window close
     pad = 40
     n = obs.scrapes + pad
-    lines = ["rule_files:", f"  - {ROOT / 'prometheus' / 'rules' / 'gpulse-recording.rules.yml'}",
-             f"  - {ROOT / 'prometheus' / 'rules' / 'gpulse-training.rules.yml'}",
+    # the shipped rules the checks below can see (testing/rulegraph.py)
+    rules = rulegraph.seen_by([ROOT / "prometheus" / "rules" / f for f in
+                               ("gpulse-recording.rules.yml", "gpulse-training.rules.yml")],
+                              ["gpulse_group_lost_seconds_total", "cluster_workload:gpulse_group_lost_seconds:rate5m",
+                               "GpulseStragglerGPU"], tmp_path / "rules")
+    lines = ["rule_files:", *(f"  - {f}" for f in rules),
              "evaluation_interval: 15s", "tests:", "  - interval: 15s", "    input_series:"]
     for key, col in obs.series.items():
         col = col + [col[-1]] * pad

@@ -27,6 +27,7 @@ import yaml
 from conftest import ROOT, require_binary
 
 from gpulse.rulenames import HELD_ACTIVE_5M
+from testing import rulegraph
 
 TOOL = ROOT / "prometheus" / "tools" / "variants.py"
 SOURCE = ROOT / "prometheus" / "rules"
@@ -125,58 +126,25 @@ def test_promtool_accepts_the_variant(folder):
 
 
 def _unit_tests_against(rules: Path, dest: Path, tests: list[Path] = UNIT_TESTS) -> subprocess.CompletedProcess:
-    """The shipped promtool unit tests (or some of them), reading their rule files from `rules`."""
+    """The shipped promtool unit tests (or some of them), reading their rule files from
+    `rules`, each over the rules its checks can see (testing/rulegraph.py)."""
     promtool = require_binary("promtool")
-    dest.mkdir()
-    for t in tests:
-        doc = yaml.safe_load(t.read_text())
-        doc["rule_files"] = [str(rules / Path(f).name) for f in doc["rule_files"]]
-        (dest / t.name).write_text(yaml.safe_dump(doc, sort_keys=False))
-    return subprocess.run([promtool, "test", "rules", *map(str, sorted(dest.glob("*.yml")))],
-                          capture_output=True, text=True, timeout=840)
-
-
-NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]*")
-ALERT_NAMED = re.compile(r'ALERTS(?:_FOR_STATE)?\{[^}]*alertname="([^"]+)"')
-
-
-def _names(text: str) -> set[str]:
-    """The metric and alert names a PromQL expression or a template may read."""
-    return set(NAME.findall(text)) | set(ALERT_NAMED.findall(text))
-
-
-def _rules(folder: Path) -> dict[str, list[dict]]:
-    """{record or alert name: its rules} over the folder's rule files."""
-    out: dict[str, list[dict]] = {}
-    for f in sorted(folder.glob("*.yml")):
-        for g in yaml.safe_load(f.read_text())["groups"]:
-            for r in g["rules"]:
-                out.setdefault(r.get("record") or r["alert"], []).append(r)
-    return out
+    made = [rulegraph.pruned(t, dest / t.stem, rules) for t in tests]
+    return subprocess.run([promtool, "test", "rules", *map(str, made)], capture_output=True, text=True, timeout=840)
 
 
 def _changed_by(folder: Path) -> tuple[set[str], list[Path]]:
     """The rules the variant writes otherwise than the source (by name), and the shipped
-    unit tests whose checks read one of them or anything computed from one, however
-    many rules away (an expression, a label or an annotation template that names it).
-    The other tests' checks see only rules that read the same series in both, so they
-    give the same answer as the source's run, which is test_rules.py's."""
-    src, var = _rules(SOURCE), _rules(folder)
-    assert src.keys() == var.keys(), "a variant keeps every rule, by name"
-    changed = {n for n in src if src[n] != var[n]}
-    reads = {n: set().union(*(_names(yaml.safe_dump({k: v for k, v in r.items() if k not in ("record", "alert")}))
-                              for r in src[n] + var[n])) for n in src}
-    tainted = set(changed)
-    while grown := {n for n, read in reads.items() if n not in tainted and read & tainted}:
-        tainted |= grown
-    tests = []
-    for t in UNIT_TESTS:
-        checks: set[str] = set()
-        for case in yaml.safe_load(t.read_text())["tests"]:
-            checks |= {a["alertname"] for a in case.get("alert_rule_test", [])}
-            checks |= set().union(*(_names(e["expr"]) for e in case.get("promql_expr_test", [])))
-        if checks & tainted:
-            tests.append(t)
+    unit tests whose checks can see one of them (testing/rulegraph.py: they read it or
+    anything computed from it, however many rules away). The other tests' checks see
+    only rules that are the same in both, so they give the same answer as the source's
+    run, which is test_rules.py's."""
+    src = rulegraph.Rules(sorted(SOURCE.glob("*.yml")))
+    var = rulegraph.Rules(sorted(folder.glob("*.yml")))
+    assert src.by_name.keys() == var.by_name.keys(), "a variant keeps every rule, by name"
+    changed = {n for n in src.by_name if src.by_name[n] != var.by_name[n]}
+    tests = [t for t in UNIT_TESTS if any(rules.closure(rules.checked(yaml.safe_load(t.read_text()))) & changed
+                                          for rules in (src, var))]
     return changed, tests
 
 

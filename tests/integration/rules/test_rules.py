@@ -1,8 +1,9 @@
 """The shipped Prometheus rules: promtool-clean, unit-tested, documented.
 
 Runs the real promtool (`promtool check rules`, `promtool test rules`) over every
-file in prometheus/rules and prometheus/tests, and checks the conventions the
-issue and design.md set: recording-rule names, alert metadata, one runbook per
+file in prometheus/rules and prometheus/tests (each test over the rules its checks
+can see: testing/rulegraph.py), and checks the conventions the issue and design.md
+set: recording-rule names, alert metadata, one runbook per
 alert, every rule covered by a unit test that fires it and one that must not.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, require_binary
+from testing import rulegraph
 
 RULES_DIR = ROOT / "prometheus" / "rules"
 TESTS_DIR = ROOT / "prometheus" / "tests"
@@ -90,9 +92,43 @@ def test_promtool_check_rules_is_clean(path):
 
 
 @pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: p.name)
-def test_promtool_unit_tests_pass(path):
-    r = _promtool("test", "rules", str(path))
+def test_promtool_unit_tests_pass(path, tmp_path):
+    r = _promtool("test", "rules", str(rulegraph.pruned(path, tmp_path)))
     assert r.returncode == 0 and "SUCCESS" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_test_sees_every_rule_its_checks_read_and_no_other(tmp_path):
+    """testing/rulegraph.py on rules of its own: a record read through another record,
+    an annotation's query, an ALERTS selector with and without an alert name."""
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    (rules / "r.yml").write_text(yaml.safe_dump({"groups": [
+        {"name": "a", "rules": [{"record": "n:a:x", "expr": "up"},
+                                {"record": "n:b:x", "expr": "n:a:x * 2"},
+                                {"record": "n:c:x", "expr": "up * 3"},
+                                {"record": "n:d:x", "expr": "up * 4"}]},
+        {"name": "b", "rules": [{"alert": "B", "expr": "n:b:x > 1",
+                                 "annotations": {"summary": '{{ with query "n:c:x" }}{{ . }}{{ end }}'}},
+                                {"alert": "Other", "expr": "n:d:x > 1"},
+                                {"alert": "Named", "expr": 'ALERTS{alertname="B"}'},
+                                {"alert": "Any", "expr": 'ALERTS{severity="page"}'}]}]}))
+
+    def seen(checks: dict) -> set[str]:
+        test = tmp_path / "t.test.yml"
+        test.write_text(yaml.safe_dump({"rule_files": ["rules/r.yml"], "tests": [{"interval": "1m", **checks}]}))
+        rulegraph.pruned(test, tmp_path / "out")
+        made = yaml.safe_load((tmp_path / "out" / "r.yml").read_text())
+        return {rulegraph.rule_name(r) for g in made["groups"] for r in g["rules"]}
+
+    assert seen({"alert_rule_test": [{"alertname": "B"}]}) == {"B", "n:a:x", "n:b:x", "n:c:x"}
+    assert seen({"alert_rule_test": [{"alertname": "Named"}]}) == {"Named", "B", "n:a:x", "n:b:x", "n:c:x"}
+    assert seen({"alert_rule_test": [{"alertname": "Any"}]}) == {"Any", "B", "Other", "Named", "n:a:x", "n:b:x",
+                                                                  "n:c:x", "n:d:x"}
+    assert seen({"promql_expr_test": [{"expr": "n:b:x + n:d:x"}]}) == {"n:a:x", "n:b:x", "n:d:x"}
+    # and the shipped balance tests leave out the heatmap's cells, which no check reads
+    out = rulegraph.pruned(TESTS_DIR / "training-balance.test.yml", tmp_path / "balance")
+    kept = rulegraph.Rules(rulegraph.rule_files(out)).by_name
+    assert "GpulseStragglerGPU" in kept and "node_gpu:gpulse_gpu_cell_ratio:increase15s" not in kept
 
 
 def test_unit_tests_load_the_shipped_files():
