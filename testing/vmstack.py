@@ -34,7 +34,7 @@ from testing import ROOT
 from testing.daemons import Daemon, Gpulse, free_port, require_binary, require_data, wait_http
 from testing.dashstack import DCGM_NODE, STALL_JOB, STALL_NODE, STRAGGLER_JOB, STRAGGLER_NODE, job_map
 from testing.dashstack import Stack as PrometheusStack
-from testing.fakedcgm import node_exporter
+from testing.fakedcgm import NodeCapture, node_exporter
 from testing.promutil import Receiver, alertmanager_config, prometheus_config
 
 
@@ -380,6 +380,7 @@ class Stack:
             ]
             targets = [g.url.removeprefix("http://") for g in self.procs]
             short, variant = rule_dirs(tmp)
+            self._past_failing_requests()
             am, am_url = alertmanager(tmp, "am-vmalert", self.receiver)
             self.daemons.append(am)
             prom_am, prom_am_url = alertmanager(tmp, "am-prometheus", self.prom_receiver)
@@ -398,6 +399,19 @@ class Stack:
         except BaseException:
             self.close()
             raise
+
+    def _past_failing_requests(self) -> None:
+        """Wait until the dcgm node's exporter has answered after its failing requests
+        (`NodeCapture.FAILING`: they make its error counter exist), before either ruler
+        starts: with `for:` scaled to 0.6 s, the GPU unreadable for those two polls
+        would page GpulseGPULost on whichever ruler scraped them, a race between the
+        rulers' start-up and the exporter's polls that says nothing about the rules."""
+        deadline = time.monotonic() + 60
+        while self.dcgm.requests < max(NodeCapture.FAILING) + 2:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the dcgm node polled its exporter {self.dcgm.requests} times in 60 s:\n"
+                                     f"{self.procs[-1].output()[-2000:]}")
+            time.sleep(0.1)
 
     def firing(self, receiver: Receiver) -> dict[frozenset, float]:
         """Alerts that reached a webhook firing: identity (labels but vmalert's
