@@ -5,6 +5,7 @@ function or in the annotations is still a circle (the modules still need each ot
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,10 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _imports(name: str, path: Path) -> list[tuple[str, int]]:
+@functools.lru_cache(maxsize=None)
+def _imports(name: str, path: Path) -> tuple[tuple[str, int], ...]:
     """(imported name, line) for every import in the module, wherever it sits,
-    relative ones resolved."""
+    relative ones resolved (parsed once per module for every test here)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -43,7 +45,7 @@ def _imports(name: str, path: Path) -> list[tuple[str, int]]:
             for a in node.names:
                 sub = f"{base}.{a.name}"
                 out.append((sub if sub in MODULES else base, node.lineno))
-    return out
+    return tuple(out)
 
 
 def graph() -> dict[str, set[str]]:
@@ -90,7 +92,7 @@ def test_imports_under_type_checking_count(tmp_path):
     p = tmp_path / "stream.py"
     p.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .formats import Format\n"
                  "def f():\n    from ..cells import CellError\n")
-    assert _imports("gpulse.sources.recorded.stream", p) == [
+    assert list(_imports("gpulse.sources.recorded.stream", p)) == [
         ("typing", 1), ("gpulse.sources.recorded.formats", 3), ("gpulse.sources.cells", 5)]
 
 
