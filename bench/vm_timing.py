@@ -4,6 +4,7 @@ variant), side by side in one run, as tests/e2e/test_victoriametrics_e2e.py buil
 
     .venv/bin/python bench/vm_timing.py                       # VictoriaMetrics' default latency offset (30s)
     .venv/bin/python bench/vm_timing.py --latency-offset 1s
+    .venv/bin/python bench/vm_timing.py --latency-offset 1s --flush   # as the end-to-end tests run it
 
 Hold times are the shipped ones scaled by 0.01 (15 m -> 9 s), scrape and evaluation
 every second, Alertmanager group_wait 1 s. Prints, per alert that reached a webhook,
@@ -51,9 +52,11 @@ def instant(url: str, query: str, at: float) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--latency-offset", default="30s", help="victoria-metrics -search.latencyOffset (default: its own)")
+    ap.add_argument("--flush", action="store_true",
+                    help="flush victoria-metrics every second, as the end-to-end tests do (default: as deployed)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="vm-timing-") as tmp:
-        stack = Stack(Path(tmp), latency_offset=args.latency_offset)
+        stack = Stack(Path(tmp), latency_offset=args.latency_offset, flush=args.flush)
         try:
             vm, prom = both_paged(stack)
             # one more round so an alert one ruler sends late is still counted
@@ -66,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             probes = [(q, instant(stack.prom_url, q, at), instant(stack.url, q, at)) for q in PROBES]
         finally:
             stack.close()
-    print(f"victoria-metrics -search.latencyOffset={args.latency_offset}; seconds from start to the webhook")
+    print(f"victoria-metrics -search.latencyOffset={args.latency_offset}{', flushed every second' if args.flush else ''}; "
+          "seconds from start to the webhook")
     print(f"{'alert':28} {'node':16} {'Prometheus':>10} {'vmalert':>8} {'vm - prom':>9}")
     for key in sorted(vm.keys() | prom.keys(), key=lambda k: (dict(k)["alertname"], dict(k).get("node", ""))):
         labels = dict(key)

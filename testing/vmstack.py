@@ -11,7 +11,8 @@ Settings a test changes from the defaults, and why:
 - `-search.latencyOffset=1s` (default 30 s): VictoriaMetrics hides the newest 30 s
   of samples from queries; with 6-9 s hold times nothing would fire for half a minute.
   bench/vm_timing.py measures the default too;
-- a live stack asks victoria-metrics to flush every second (`/internal/force_flush`):
+- a live stack asks victoria-metrics to flush every second (`/internal/force_flush`;
+  `flush=False` does not, as bench/vm_timing.py measures a deployed one by default):
   version 1.79 makes a new series searchable 7-9 s after it is written (a new value of
   a known series in 1 s), so each level of the chained rules, whose records are new
   series, would start ~10 s after the one it reads.
@@ -46,7 +47,7 @@ class VictoriaMetrics:
 
     def __init__(self, tmp: Path, targets: list[str] | None, rules_dir: Path | None, alertmanager_url: str = "",
                  external_labels: dict[str, str] | None = None, latency_offset: str = "1s",
-                 interval: str = "1s"):
+                 interval: str = "1s", flush: bool = True):
         vm_bin = require_binary("victoria-metrics")
         self.tmp, self.external_labels = tmp, external_labels or {}
         self.daemons: list[Daemon] = []
@@ -66,7 +67,8 @@ class VictoriaMetrics:
             self.url = f"http://127.0.0.1:{vm_port}"
             if targets is None:
                 return
-            threading.Thread(target=self._flushing, name="vm-flush", daemon=True).start()
+            if flush:
+                threading.Thread(target=self._flushing, name="vm-flush", daemon=True).start()
             vmagent_bin, vmalert_bin = require_binary("vmagent"), require_binary("vmalert")
             scrape = {"global": {"scrape_interval": interval, "scrape_timeout": "900ms"},
                       "scrape_configs": [{"job_name": "gpulse", "static_configs": [{"targets": targets}]}]}
@@ -357,7 +359,7 @@ class Stack:
     the Debian Prometheus with the source rules; each ruler has its own Alertmanager
     and webhook, so the alerts that reach each can be compared."""
 
-    def __init__(self, tmp: Path, latency_offset: str = "1s"):
+    def __init__(self, tmp: Path, latency_offset: str = "1s", flush: bool = True):
         prometheus = require_binary("prometheus")
         capture = require_data("captures/dcgm-exporter/l4-gpu-operator.prom").read_text()
         self.started = time.monotonic()
@@ -386,7 +388,7 @@ class Stack:
             prom_am, prom_am_url = alertmanager(tmp, "am-prometheus", self.prom_receiver)
             self.daemons.append(prom_am)
             self.vm = VictoriaMetrics(tmp, targets, variant, am_url, external_labels={"cluster": "local"},
-                                      latency_offset=latency_offset)
+                                      latency_offset=latency_offset, flush=flush)
             self.url = self.vm.url
             prom_port = free_port()
             (tmp / "prom.yml").write_text(yaml.safe_dump(
