@@ -149,8 +149,8 @@ def _changed_by(folder: Path) -> tuple[set[str], list[Path]]:
 
 
 # CPU-bound, not waiting: promtool evaluates the test files (~35 s of CPU on an idle
-# core for all of them), which four workers on two loaded cores can stretch toward the
-# suite's 300 s hang guard.
+# core for all of them over the whole rule files; ~5 s over the rules their checks can
+# see), which four workers on two loaded cores stretch 2-4x.
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("folder, rewrites", [(VMALERT_RULES, "GpulseThermalThrottling"),
                                               (PROMETHEUS_RULES, "node_gpu:gpulse_gpu_cell_ratio:increase15s")],
