@@ -53,9 +53,10 @@ class Rules:
     labels and annotations)."""
 
     def __init__(self, files: list[Path]) -> None:
+        self.docs = [(f, yaml.safe_load(f.read_text(encoding="utf-8"))) for f in files]
         self.by_name: dict[str, list[dict]] = {}
-        for f in files:
-            for g in yaml.safe_load(f.read_text(encoding="utf-8"))["groups"]:
+        for _, doc in self.docs:
+            for g in doc["groups"]:
                 for r in g["rules"]:
                     self.by_name.setdefault(rule_name(r), []).append(r)
         self.alerts = {n for n, rs in self.by_name.items() if "alert" in rs[0]}
@@ -82,10 +83,11 @@ class Rules:
         return got
 
 
-def rule_files(test_path: Path, rules_dir: Path | None = None) -> list[Path]:
-    """The rule files a test file loads (from `rules_dir` instead, by file name)."""
-    doc = yaml.safe_load(test_path.read_text(encoding="utf-8"))
-    return [(rules_dir / Path(f).name) if rules_dir else (test_path.parent / f) for f in doc["rule_files"]]
+def rule_files(test_path: Path, rules_dir: Path | None = None, test: dict | None = None) -> list[Path]:
+    """The rule files a test file (already read: `test`) loads, from `rules_dir`
+    instead, by file name."""
+    test = test if test is not None else yaml.safe_load(test_path.read_text(encoding="utf-8"))
+    return [(rules_dir / Path(f).name) if rules_dir else (test_path.parent / f) for f in test["rule_files"]]
 
 
 def seen_by(files: list[Path], checks: set[str] | list[str], out: Path) -> list[Path]:
@@ -93,7 +95,7 @@ def seen_by(files: list[Path], checks: set[str] | list[str], out: Path) -> list[
     names, PromQL expressions) can see, in their groups and order (for a test file a
     caller writes: no need to read it back)."""
     rules = Rules(files)
-    return _write(files, rules.closure(set().union(*(names(c, rules.alerts) for c in checks))), out)
+    return _write(rules, rules.closure(set().union(*(names(c, rules.alerts) for c in checks))), out)
 
 
 def pruned(test_path: Path, out: Path, rules_dir: Path | None = None) -> Path:
@@ -101,23 +103,23 @@ def pruned(test_path: Path, out: Path, rules_dir: Path | None = None) -> Path:
     `rules_dir` instead, by file name) holding only the rules its checks can see, in
     their groups and order; its path."""
     test = yaml.safe_load(test_path.read_text(encoding="utf-8"))
-    files = rule_files(test_path, rules_dir)
-    rules = Rules(files)
-    loaded = _write(files, rules.closure(rules.checked(test)), out)
-    test["rule_files"] = [str(f) for f in loaded]
+    rules = Rules(rule_files(test_path, rules_dir, test))
+    need = rules.closure(rules.checked(test))
+    test["rule_files"] = [str(f) for f in _write(rules, need, out)]
     if "group_eval_order" in test:
-        kept = {g["name"] for f in loaded for g in yaml.safe_load(f.read_text(encoding="utf-8"))["groups"]}
+        kept = {g["name"] for _, doc in rules.docs for g in doc["groups"]
+                if any(rule_name(r) in need for r in g["rules"])}
         test["group_eval_order"] = [g for g in test["group_eval_order"] if g in kept]
     path = out / test_path.name
     path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
     return path
 
 
-def _write(files: list[Path], need: set[str], out: Path) -> list[Path]:
+def _write(rules: Rules, need: set[str], out: Path) -> list[Path]:
+    """The rule files of `rules` as copies in `out` holding the rules named in `need`."""
     out.mkdir(parents=True, exist_ok=True)
     made = []
-    for f in files:
-        doc = yaml.safe_load(f.read_text(encoding="utf-8"))
+    for f, doc in rules.docs:
         groups = [{**g, "rules": kept} for g in doc["groups"]
                   if (kept := [r for r in g["rules"] if rule_name(r) in need])]
         made.append(out / f.name)
