@@ -90,8 +90,22 @@ class CountOn:
         return out
 
     def counters_each(self, gpu: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`counters` of each of one GPU's readings in turn (a log's rows)."""
-        return [self.counters(gpu, r) for r in rows]
+        """`counters` of each of one GPU's readings in turn (a log's rows).
+
+        A row equal to the one before it (most rows of a log: its counters sit still)
+        moves nothing, so its counted values are the row before's: it gets that row's
+        dict, shared (readers of a Reading's counters copy, never change them), instead
+        of a new dict per family per row."""
+        out: list[dict[str, Any]] = []
+        prev: dict[str, Any] | None = None
+        counted: dict[str, Any] = {}
+        for r in rows:
+            # equal and in the same order: the shared dict lists the families as this row would
+            if prev is None or r != prev or list(r) != list(prev):
+                counted = self.counters(gpu, r)
+                prev = r
+            out.append(counted)
+        return out
 
     def forget(self, gpu: str) -> None:
         for d in (self._raw, self._counted, self._families):
