@@ -5,7 +5,9 @@
   1 s-averaged power and memory only, and the cause needs no more: off_gpu.
 - Alibaba PAI job 1 (tests/realtrace.py: per-worker batch times, row skew, instant
   power): worker 6 becomes a hot straggler mid-run. Its log has no clocks and no
-  throttle reasons, so the cause is unknown and says so; the same log with the
+  throttle reasons, so the cause is unknown and says so (checked with the
+  straggler's timing, on one report of that log, by
+  tests/integration/detection/test_detection_real.py); the same log with the
   clock and clock-event columns nvidia-smi writes reads more_work when worker 6's
   clocks match its peers', throttling when hw_thermal holds them down.
 The report (findings.json) and the live engine (the exporter's snapshots over the
@@ -95,19 +97,6 @@ def _seconds(line: str) -> float:
     hms = line.split(",")[0].split()[1]
     h, m, s = hms.split(":")
     return int(h) * 3600 + int(m) * 60 + float(s)
-
-
-def test_alibaba_straggler_without_clocks_is_unknown_and_names_what_is_missing(tmp):
-    path, _ = alibaba1(tmp)
-    doc, found, live = views(path)
-    # worker 6 (its transient slow span) and worker 0 (~8 % over the median for minutes
-    # at a time) are the job's stragglers; neither is judged without clocks
-    assert [s["gpu"] for s in doc["stragglers"]] == ["6", "0"]
-    for f in found:
-        assert f["cause"] == "unknown"
-        assert set(f["missing"]) == {"throttle_reasons", "sm_clock"}
-        assert "before rebalancing" in f["remedy"] and "throttle_reasons" in f["remedy"]
-    assert live == {"6": {"unknown"}, "0": {"unknown"}}
 
 
 # The report reads the whole 1.3 h log (~5 s of CPU on an idle core), the module's
