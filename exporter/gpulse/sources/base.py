@@ -40,9 +40,10 @@ class CountOn:
     def __init__(self) -> None:
         self._raw: dict[Any, float] = {}
         self._counted: dict[Any, float] = {}
-        # a labelled family of one GPU, as counters() takes it: {label values: value}
-        # raw and counted, per (gpu, family) (no key tuple to make per label per row)
-        self._families: dict[tuple[str, str], tuple[dict[Any, float], dict[Any, float]]] = {}
+        # a labelled family of one GPU, as counters() takes it: [{label values: value}
+        # raw, counted, the labels in the order counters() last gave them, the dict it
+        # gave], per (gpu, family) (no key tuple to make per label per row)
+        self._families: dict[tuple[str, str], list[Any]] = {}
         self.resets: dict[str, int] = {}      # by family, since the last take_resets()
 
     def __call__(self, key: Any, family: str, v: float) -> float:
@@ -66,15 +67,21 @@ class CountOn:
             if isinstance(v, dict):
                 held = families.get((gpu, fam))
                 if held is None:
-                    held = families[(gpu, fam)] = ({}, {})
-                raw, counted = held
+                    held = families[(gpu, fam)] = [{}, {}, None, None]
+                raw, counted, given_labels = held[:3]
                 if v == raw:
                     # nothing moved since the last reading (most rows of a log: the
                     # throttle and ECC counters sit still): each counted value stands,
-                    # as the loop below would leave it (it adds x - prev = 0)
-                    out[fam] = dict(zip(v, map(counted.__getitem__, v)))
+                    # as the loop below would leave it (it adds x - prev = 0). The dict
+                    # given last time holds them, in this reading's order: it is shared
+                    # (readers of a Reading's counters copy, never change them)
+                    labels = tuple(v)
+                    if labels != given_labels:
+                        held[2], held[3] = labels, dict(zip(v, map(counted.__getitem__, v)))
+                    out[fam] = held[3]
                     continue
                 d = out[fam] = {}
+                held[2], held[3] = None, d
                 for lab, x in v.items():
                     prev = raw.get(lab)
                     raw[lab] = x

@@ -88,3 +88,20 @@ def test_a_gpu_s_rows_at_once_count_on_as_one_at_a_time():
         last = {"throttle_seconds_total": {lab: 0.0 for lab in LABELS}, "xid_errors_total": {LABELS[0]: 0.0},
                 "pcie_replays_total": 0.0}
         assert batched.counters(gpu, last) == single.counters(gpu, last)
+
+
+def test_a_family_that_sits_still_keeps_the_order_its_reading_gives():
+    """A family whose values did not move is given the dict of its last reading
+    (shared); one that repeats its values in another order of labels gets them in
+    that order, as one that moved would."""
+    c = CountOn()
+    a, b = ("a",), ("b",)
+    first = c.counters("0", {"f": {a: 1.0, b: 2.0}})["f"]
+    again = c.counters("0", {"f": {a: 1.0, b: 2.0}})["f"]
+    assert again == first and list(again) == [a, b]
+    swapped = c.counters("0", {"f": {b: 2.0, a: 1.0}})["f"]
+    assert swapped == {a: 1.0, b: 2.0} and list(swapped) == [b, a]
+    moved = c.counters("0", {"f": {a: 1.5, b: 2.0}})["f"]
+    assert moved == {a: 1.5, b: 2.0} and list(moved) == [a, b]
+    still = c.counters("0", {"f": {a: 1.5, b: 2.0}})["f"]
+    assert still == moved and list(still) == [a, b]
