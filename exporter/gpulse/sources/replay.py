@@ -29,6 +29,13 @@ log = logging.getLogger("gpulse.replay")
 # what a GPU's latest record says of it when that was a row of Rows: up, no error, no attribution
 _PLAIN = Record(Reading("", [Sample(0.0)]), 0)
 
+
+def _plain(rows: Rows) -> Record:
+    """What a GPU's latest record says of it when that was a row of `rows`: up, no
+    error, the rows' attribution (a job's workload) or none."""
+    a = rows.attribution
+    return _PLAIN if a is None else Record(Reading("", [Sample(0.0)], attribution=a), 0)
+
 # Problems in a log shown one per line; the rest are summed up in one line.
 SHOW_ERRORS = 10
 # Records read ahead by open(), to name the GPUs before the first poll.
@@ -313,6 +320,7 @@ class ReplaySource(Source):
             return
         latest, all_gauges, all_counters = self._latest, self._gauges, self._counters
         ts, smp, gs, cs = rows.t, rows.samples, rows.gauges, rows.counters
+        plain = _plain(rows)
         by: dict[str, list[int]] = {}
         for k, gpu in enumerate(rows.gpu[i:j], i):
             at = by.get(gpu)
@@ -356,7 +364,7 @@ class ReplaySource(Source):
                         held.update(c)
                         counted[n] = dict(held)
             instants[gpu] += zip([ts[k] for k in at], each, counted)
-            latest[gpu] = _PLAIN
+            latest[gpu] = plain
 
     def _rows_each(self, rows: Rows, i: int, j: int, samples: dict[str, list], instants: dict[str, list]) -> None:
         """Rows i..j into the poll's samples and instants, as their Records would go.
@@ -366,6 +374,7 @@ class ReplaySource(Source):
         row here changes are one copy."""
         latest, all_gauges, all_counters, count_on = self._latest, self._gauges, self._counters, self._count_on
         ts, gpus, smp, gs, cs = rows.t, rows.gpu, rows.samples, rows.gauges, rows.counters
+        plain = _plain(rows)
         same: dict[str, Any] = {}       # GPU -> the fields its merged gauges have (those of `newest`)
         newest: dict[str, dict] = {}    # GPU -> its latest row's gauges while `same`
         fixed: dict[str, dict] = {}     # GPU -> its counters' copy, when no row here has counters
@@ -407,7 +416,7 @@ class ReplaySource(Source):
                 instants[gpu] = []
             got.append(smp[k])
             instants[gpu].append((ts[k], merged, counted))
-            latest[gpu] = _PLAIN
+            latest[gpu] = plain
         for gpu, row_gauges in newest.items():
             all_gauges[gpu].update(row_gauges)
 

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from gpulse.sources.recorded import LogFormatError, job
+from gpulse.sources.recorded import LogFormatError, Rows, job
+from gpulse.sources.recorded.stream import LogStream
 
 
 def _edges(starts: list[float], length: float, shift: float = 0.0, jitter: float = 0.0, seed: int = 1):
@@ -100,9 +101,12 @@ def test_a_job_s_share_read_moves_as_its_rows_are_merged(tmp_path):
     stream = job.JobStream(logs, workload="job")
     total = 3 * polls * 8
     seen = []
-    for n, _ in enumerate(stream.records(), 1):
-        if n % (total // 10) == 0:
+    n = 0
+    for item in stream.records():
+        k = len(item) if type(item) is Rows else 1
+        if (n + k) // (total // 10) > n // (total // 10):
             seen.append(stream.fraction)
+        n += k
     assert n == total and stream.fraction == 1.0
     assert seen == sorted(seen)
     # handed out as read: within a batch of rows per node of the records' share
@@ -161,8 +165,7 @@ def test_the_logs_of_a_job_share_one_log_s_read_ahead(tmp_path):
     once, so each holds its share of one log's batch (RunFacts.together). With a whole
     batch each, a report held ~16 MB per log: 626 MB for 32 logs, 1.15 GB for 64."""
     pytest.importorskip("pyarrow")
-    from gpulse.sources.recorded import Rows, smi_fast
-    from gpulse.sources.recorded.stream import LogStream
+    from gpulse.sources.recorded import smi_fast
     polls, n = 3500, 16                  # 28,000 rows a log: over a whole batch
     path = _node_log(tmp_path / "n.csv", 1, 0.1, 3600.0, polls, states=False)
     share = smi_fast.batch_rows(5, n)    # 5 columns: the clock, index, utilisation, power, memory
@@ -191,3 +194,81 @@ def test_the_logs_of_a_job_share_one_log_s_read_ahead(tmp_path):
 def _copy(src: str, dest) -> str:
     dest.write_text(open(src, encoding="utf-8").read())
     return str(dest)
+
+
+def _rows_of(items) -> list[tuple]:
+    """Every row of a stream's items, as the Record a row-by-row reader makes of it."""
+    out = []
+    for item in items:
+        for r in (item.records() if type(item) is Rows else (item,)):
+            x = r.reading
+            out.append((r.line, x.gpu, x.samples, x.gauges, x.counters, x.up, x.error, x.attribution))
+    return out
+
+
+def test_a_job_s_rows_come_as_columns_in_the_order_a_merge_of_its_records_gives(tmp_path):
+    """A job's rows reach the replay as runs of Rows (columns, as a single log's do, not
+    a Record each) in exactly the order heapq.merge gives the nodes' Records by time,
+    ties to the earlier log (the replay's polls then take the same rows): each row
+    keyed by its node, moved by its clock's offset and attributed to the job. A log
+    read alone (an export's) comes through in the reader's runs."""
+    import heapq
+    pytest.importorskip("pyarrow")     # Rows come from the vectorised reader
+    polls = 2000
+    logs = [job.NodeLog(_node_log(tmp_path / "n0.csv", 1, 0.1, 3600.0, polls, states=False), "n0"),
+            job.NodeLog(_node_log(tmp_path / "n1.csv", 2, 0.1, 3600.05, polls, states=True), "n1", offset=-0.73),
+            job.NodeLog(_node_log(tmp_path / "n2.csv", 3, 0.1, 3600.0, polls, states=False), "n2")]
+
+    def node(lg):
+        for r in LogStream(lg.path).records():
+            r = r.moved(-lg.offset) if lg.offset else r
+            x = r.reading
+            yield type(r)(type(x)(f"{lg.node}:{x.gpu}", x.samples, x.gauges, x.counters, x.up, x.error,
+                                  {"workload": "job"}), r.line)
+
+    want = _rows_of(heapq.merge(*map(node, logs), key=lambda r: r.t))
+    stream = job.JobStream(logs, workload="job")
+    items = list(stream.records())
+    assert _rows_of(items) == want and len(want) == 3 * polls * 8
+    runs = [len(i) for i in items if type(i) is Rows]
+    assert sum(runs) > 0.9 * len(want) and max(runs) > 1
+    assert stream.start == want[0][2][0].t and stream.end == want[-1][2][0].t
+    # an export's: one log (longer than a batch: read by the vectorised reader when
+    # alone), unkeyed, no workload
+    one = job.NodeLog(_node_log(tmp_path / "long.csv", 4, 0.1, 3600.0, 4000, states=False), "n3", offset=-0.73)
+    alone = list(job.JobStream([one], keyed=False).records())
+    own = [(ln, g, [s.moved(0.73) for s in smp], *more) for ln, g, smp, *more in
+           _rows_of(LogStream(one.path).records())]
+    assert _rows_of(alone) == own
+    assert max(len(i) for i in alone if type(i) is Rows) >= 1000
+
+
+def _paused(path, seed: int, pause_after: int, pause_s: float, polls: int) -> str:
+    """_node_log's log with every row after poll `pause_after` moved on by `pause_s`:
+    the job paused (a rank restarted, the input stalled) with the logger stopped."""
+    lines = open(_node_log(path, seed, 0.1, 3600.0, polls, states=False), encoding="utf-8").read().splitlines()
+    out = lines[:1 + 8 * pause_after]
+    for ln in lines[1 + 8 * pause_after:]:
+        stamp, rest = ln.split(",", 1)
+        h, m, s = stamp.split()[1].split(":")
+        t = int(h) * 3600 + int(m) * 60 + float(s) + pause_s
+        out.append(f"2026/01/01 {int(t) // 3600:02d}:{int(t) // 60 % 60:02d}:{t % 60:06.3f},{rest}")
+    path.write_text("\n".join(out) + "\n")
+    return str(path)
+
+
+def test_a_pause_inside_a_run_of_rows_is_a_gap_and_logs_of_two_runs_are_refused(tmp_path):
+    """The check for a stretch no node recorded runs on every row of a run of Rows: a
+    job-wide pause in the middle of the nodes' batches is a gap kept (the rows on either
+    side all there, in order), and a log whose first row comes after every other log
+    had ended is refused in one line, as with rows read one by one."""
+    import heapq
+    pytest.importorskip("pyarrow")
+    logs = [job.NodeLog(_paused(tmp_path / f"n{i}.csv", i + 1, 1000, 120.0, 2000), f"n{i}") for i in range(2)]
+    items = list(job.JobStream(logs, workload="job").records())
+    assert max(len(i) for i in items if type(i) is Rows) > 1
+    want = heapq.merge(*(LogStream(lg.path).records() for lg in logs), key=lambda r: r.t)
+    assert [(ln, smp[0].t) for ln, _, smp, *_ in _rows_of(items)] == [(r.line, r.t) for r in want]
+    late = job.NodeLog(_paused(tmp_path / "late.csv", 3, 0, 600.0, 2000), "late")
+    with pytest.raises(LogFormatError, match="after every log of the job that began before it had ended"):
+        list(job.JobStream([logs[0], late], workload="job").records())

@@ -5,8 +5,11 @@
     stream = JobStream(alignment.logs, workload="job")    # a LogStream to ReplaySource
 
 Each node's log is read by its own LogStream (any format it reads) and the records
-are merged in time order as they are consumed (`heapq.merge`: one record held per
-log), so memory is that of one LogStream per log, whatever the files' size. Every
+are merged in time order as they are consumed (the order `heapq.merge` gives them:
+one item held per log), so memory is that of one LogStream per log, whatever the
+files' size. A run of one log's rows that no other log's row comes between goes on
+as one Rows, columns as a single log's rows go: a job's rows are not a Record each
+(where the nodes' polls interleave row by row, a single row is one). Every
 GPU is keyed `node:gpu` and carries one workload label, so the engine judges the
 job's GPUs as one peer group across nodes, as it does for the Prometheus report's
 workloads.
@@ -420,24 +423,36 @@ class JobStream:
         self.start: float | None = None
         self.end: float | None = None
         self.done = False
+        self._facts: tuple[Any, Any] = (None, None)        # (what it was made of, the RunFacts)
+        self._devices: tuple[Any, list[DeviceInfo]] = (None, [])
 
     # -- what has been learnt so far (LogStream's interface)
 
     @property
     def facts(self) -> RunFacts:
-        """What the logs' readers have learnt so far, as one run's (LogStream.facts)."""
+        """What the logs' readers have learnt so far, as one run's (LogStream.facts);
+        made again only when that changed (the replay asks at every poll)."""
         kinds = {s.facts.power_averaged for s in self.streams}
-        return RunFacts(found={d.gpu: d for d in self.devices},
-                        timed=all(s.facts.timed for s in self.streams),
-                        has_sm_active=any(s.facts.has_sm_active for s in self.streams),
-                        power_averaged=kinds.pop() if len(kinds) == 1 else None,
-                        nodes_found=list(self.nodes))
+        key = (self._found_key(), all(s.facts.timed for s in self.streams),
+               any(s.facts.has_sm_active for s in self.streams), kinds.pop() if len(kinds) == 1 else None)
+        if key != self._facts[0]:
+            self._facts = (key, RunFacts(found={d.gpu: d for d in self.devices}, timed=key[1], has_sm_active=key[2],
+                                         power_averaged=key[3], nodes_found=list(self.nodes)))
+        return self._facts[1]
+
+    def _found_key(self) -> tuple[int, ...]:
+        # a reader's GPUs are only added to (a GPU past the cap is taken back as it is
+        # found): how many each log has found says whether anything changed
+        return tuple(len(s.facts.found) for s in self.streams)
 
     @property
     def devices(self) -> list[DeviceInfo]:
-        out = [dataclasses.replace(d, gpu=f"{lg.node}:{d.gpu}") if self.keyed else d
-               for lg, s in zip(self.logs, self.streams) for d in s.facts.found.values()]
-        return sorted(out, key=lambda d: gpu_sort_key(d.gpu))
+        key = self._found_key()
+        if key != self._devices[0]:
+            out = [dataclasses.replace(d, gpu=f"{lg.node}:{d.gpu}") if self.keyed else d
+                   for lg, s in zip(self.logs, self.streams) for d in s.facts.found.values()]
+            self._devices = (key, sorted(out, key=lambda d: gpu_sort_key(d.gpu)))
+        return list(self._devices[1])
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -479,28 +494,102 @@ class JobStream:
 
     # -- reading
 
-    def records(self) -> Iterator[Record]:
-        merged = heapq.merge(*(self._node(lg, s) for lg, s in zip(self.logs, self.streams)), key=lambda r: r.t)
+    def records(self) -> Iterator[Record | Rows]:
+        """The logs' records merged in time order (_merged), each checked for a stretch
+        no node recorded before it."""
         gaps = 0.0          # seconds no node recorded, in the stretches kept as gaps
         start = end = 0.0
-        prev: Record | None = None
+        last: tuple[Any, int] | None = None     # the last row handed on: (its Record or Rows, its row)
         try:
-            for rec in merged:
-                t = rec.t
-                if prev is None:
-                    self.start = start = t
-                elif t - end > REORDER_S:
-                    jump = t - end
-                    self._one_run(rec)
-                    if not kept_as_gap(jump, gaps, start, end):
-                        raise self._apart(prev, rec, jump)
-                    gaps += jump
-                self.end = end = t
-                prev = rec
-                yield rec
+            for item in self._merged():
+                if type(item) is not Rows:
+                    t = item.t
+                    if last is None:
+                        self.start = start = t
+                    elif t - end > REORDER_S:
+                        gaps = self._after_gap(last, item, t - end, gaps, start, end)
+                    self.end = end = t
+                    last = (item, 0)
+                    yield item
+                    continue
+                ts, i, n = item.t, 0, len(item)
+                if last is None:
+                    self.start = start = end = ts[0]
+                while i < n:
+                    # the rows up to the next one after a stretch no node recorded go on as one
+                    k, prev = i, end
+                    while k < n and ts[k] - prev <= REORDER_S:
+                        prev = ts[k]
+                        k += 1
+                    if k > i:
+                        self.end = end = ts[k - 1]
+                        last = (item, k - 1)
+                        yield item if i == 0 and k == n else item.cut(i, k)
+                    if k < n:
+                        gaps = self._after_gap(last, next(item.records(k, k + 1)), ts[k] - end, gaps, start, end)
+                        self.end = end = ts[k]
+                        last = (item, k)
+                        yield item.cut(k, k + 1)
+                        k += 1
+                    i = k
             self.done = True
         finally:
             self.close()
+
+    def _after_gap(self, last: tuple[Any, int], rec: Record, jump: float, gaps: float, start: float,
+                   end: float) -> float:
+        """`rec` comes `jump` seconds after the last row handed on (`last`): the seconds
+        kept as gaps with it, or the error of logs that share no stretch of time."""
+        self._one_run(rec)
+        if not kept_as_gap(jump, gaps, start, end):
+            item, k = last
+            raise self._apart(item if type(item) is not Rows else next(item.records(k, k + 1)), rec, jump)
+        return gaps + jump
+
+    def _merged(self) -> Iterator[Record | Rows]:
+        """The logs' items (_node) in the order heapq.merge gives their rows by time
+        (ties: the earlier log's first), a run of one log's rows that no other log's
+        row comes between kept as one Rows: a job's rows reach the replay as columns,
+        as a single log's do, not as a Record each."""
+        its = [self._node(lg, s) for lg, s in zip(self.logs, self.streams)]
+        held: list[Any] = [None] * len(its)     # per log: its item in hand
+        at = [0] * len(its)                     # its first row not handed on
+        heap: list[tuple[float, int]] = []      # (time of that row, log), one per log with an item in hand
+
+        def take(i: int) -> None:
+            item = held[i] = next(its[i], None)
+            at[i] = 0
+            if item is not None:
+                heapq.heappush(heap, (item.t[0] if type(item) is Rows else item.t, i))
+
+        for i in range(len(its)):
+            take(i)
+        while heap:
+            _, i = heapq.heappop(heap)
+            item = held[i]
+            if type(item) is not Rows:
+                yield item
+                take(i)
+                continue
+            ts, p, n = item.t, at[i], len(item)
+            if heap:
+                # a stream's Rows are in time order (LogStream._in_order): its rows go on
+                # while they come before the next log's row, ties to the earlier log
+                t, j = heap[0]
+                k = (bisect.bisect_right if i < j else bisect.bisect_left)(ts, t, p + 1)
+            else:
+                k = n
+            if k == p + 1:
+                # one row before another log's (the nodes' polls interleave): a Record
+                # costs the replay less than a Rows of one row
+                yield next(item.records(p, k))
+            else:
+                yield item if p == 0 and k == n else item.cut(p, k)
+            if k == n:
+                take(i)
+            else:
+                at[i] = k
+                heapq.heappush(heap, (ts[k], i))
 
     def _log_of(self, rec: Record) -> NodeLog | None:
         gpu = rec.reading.gpu
@@ -533,22 +622,22 @@ class JobStream:
                               f"{span_words(jump)} between {where(before)} and {where(after)}; a job's logs are "
                               "its nodes' logs of one run, recorded at the same time (report on other runs apart)")
 
-    def items(self) -> Iterator[Record]:
-        """LogStream.items(): the logs' records merged in time order are Records."""
+    def items(self) -> Iterator[Record | Rows]:
+        """LogStream.items(): the logs' records merged in time order, runs of one log's
+        rows as Rows."""
         return self.records()
 
-    def _node(self, lg: NodeLog, stream: LogStream) -> Iterator[Record]:
+    def _node(self, lg: NodeLog, stream: LogStream) -> Iterator[Record | Rows]:
+        """A node's items, each row keyed by its node and moved by its clock's offset."""
         prefix = lg.node + ":" if self.keyed else ""
         attribution = {"workload": self.workload} if self.workload else None
+        shift = -lg.offset
         for item in stream.items():
             if type(item) is Rows:
-                # each row's Record made once, keyed and moved as it is made
-                c, shift = item.counters, -lg.offset
-                for k, (gpu, sample, gauges) in enumerate(zip(item.gpu, item.samples, item.gauges)):
-                    if shift:
-                        sample = sample.moved(shift)
-                    yield Record(Reading(prefix + gpu, [sample], gauges, {} if c is None else c[k], True, None,
-                                         dict(attribution) if attribution else None), item.line[k])
+                samples = [s.moved(shift) for s in item.samples] if shift else item.samples
+                yield Rows([s.t for s in samples] if shift else item.t,
+                           [prefix + g for g in item.gpu] if prefix else item.gpu, item.line, samples, item.gauges,
+                           item.counters, item.uniform, attribution)
                 # whoever takes a Rows says how far it got (LogStream.fraction): here,
                 # once its rows are merged in, so a job's progress moves as it is read
                 stream.consumed_through(item.line[-1])
@@ -558,6 +647,10 @@ class JobStream:
             yield Record(dataclasses.replace(
                 r, gpu=prefix + r.gpu,
                 attribution={**(r.attribution or {}), **attribution} if attribution else r.attribution), rec.line)
+
+    def consumed_through(self, line: int) -> None:
+        """LogStream's: a job's logs count what is merged in (_node), not what the
+        replay takes."""
 
 
 class JobReplay(ReplaySource):

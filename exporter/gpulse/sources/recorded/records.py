@@ -128,15 +128,16 @@ class Rows:
     """Consecutive records of one log, as columns: what a format reader that reads a
     batch of rows at once (smi_fast) hands on, so that the stream and the replay move
     a run of plain rows as one object, not one Record per row. Every row is a GPU
-    that could be read (up, no error, no attribution); `records()` makes the Records
-    the row-by-row reader would have made of them. `counters` None: every row's are
-    empty; `uniform`: every row's gauges have the same fields in the same order."""
+    that could be read (up, no error), attributed to `attribution` (a job's workload:
+    recorded.job) or to nothing; `records()` makes the Records the row-by-row reader
+    would have made of them. `counters` None: every row's are empty; `uniform`: every
+    row's gauges have the same fields in the same order."""
 
-    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform")
+    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform", "attribution")
 
     def __init__(self, t: list[float], gpu: list[str], line: list[int], samples: list[Sample],
                  gauges: list[dict[str, Any]], counters: list[dict[str, Any]] | None = None,
-                 uniform: bool = False):
+                 uniform: bool = False, attribution: dict[str, str] | None = None):
         self.t = t
         self.gpu = gpu
         self.line = line
@@ -144,6 +145,7 @@ class Rows:
         self.gauges = gauges
         self.counters = counters
         self.uniform = uniform
+        self.attribution = attribution
 
     def __len__(self) -> int:
         return len(self.t)
@@ -152,11 +154,11 @@ class Rows:
         """Rows i..j (j None: to the end)."""
         c = self.counters
         return Rows(self.t[i:j], self.gpu[i:j], self.line[i:j], self.samples[i:j], self.gauges[i:j],
-                    None if c is None else c[i:j], self.uniform)
+                    None if c is None else c[i:j], self.uniform, self.attribution)
 
     def records(self, i: int = 0, j: int | None = None) -> Iterator[Record]:
         """Rows i..j as the Records a row-by-row reader makes."""
-        c = self.counters
+        c, a = self.counters, self.attribution
         for k in range(i, len(self.t) if j is None else j):
             yield Record(Reading(self.gpu[k], [self.samples[k]], self.gauges[k], {} if c is None else c[k], True,
-                                 None), self.line[k])
+                                 None, dict(a) if a else None), self.line[k])
