@@ -9,7 +9,10 @@ clock, all three files written), and the live gauge is read from the snapshots o
 engine run that report reads (`reportutil.watching`); a few cheap cases (PROCESS) go
 through a `python -m gpulse report` process, so the module entry point and the exit
 code of a real process stay judged on this corpus too, and their live gauge through a
-replay of its own.
+replay of its own. For the cases in ALERTED, the same run's snapshots are also what
+/metrics said at every 15 s scrape, the input of a promtool unit test over the
+shipped rules (`judge_alert`): the GpulseStragglerGPU alert must name the cause the
+gauge and the report name.
 """
 from __future__ import annotations
 
@@ -21,14 +24,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, require_data
+import yaml
+
+from conftest import ROOT, require_binary, require_data
 
 import bench.lib.corpus.causes as causes
 from bench.cause_matrix import LiveCause, live_cause
 from reportutil import watching
+from testing import rulegraph
 
 from gpulse.analysis.cause import REMEDIES
 from gpulse.cli import main as gpulse_main
+from gpulse.collector import snapshot_families
 
 # every case the generator writes (quick: the 1 s-averaged power only), in its order
 NAMES = ("pai-more-work-avg", "pai-throttled-thermal-avg", "pai-throttled-power-avg", "pai-hw-slowdown-avg",
@@ -49,6 +56,10 @@ SUBJECTS = {
 }
 # reported by a `python -m gpulse report` process (seconds each); the rest in the test process
 PROCESS = ("h100/ckpt1", "seed-imbalance-avg")
+# whose scrapes go through the shipped alert in promtool (judge_alert): a power cap
+# holding the clocks down and a PCIe link at x8 of x16, 1 s-averaged power
+ALERTED = ("pai-throttled-power-avg", "pai-link-width-avg")
+assert not set(ALERTED) & set(PROCESS)
 DATA = ("traces/h100-8gpu/ckpt1.csv", "traces/h100-8gpu/ckpt50.csv", "traces/h100-8gpu/ckpt1000.csv",
         "traces/alibaba-minibatch/job_1_norm.csv", "captures/nvidia-smi/h100-80gb-hbm3-query-gpu.csv")
 
@@ -92,6 +103,7 @@ class Corpus:
         self._cases: dict[str, causes.CauseCase] = {}
         self._docs: dict[str, dict] = {}
         self._live: dict[str, tuple[str, dict]] = {}
+        self._scrapes: dict[str, list[dict[str, float]]] = {}
 
     def case(self, name: str) -> causes.CauseCase:
         if name not in self._cases:
@@ -111,10 +123,17 @@ class Corpus:
                                    timeout=600, env={"PYTHONPATH": str(ROOT / "exporter"), "PATH": "/usr/bin:/bin"})
                 assert r.returncode == 0, (name, r.stderr[-2000:])
             else:
-                live = LiveCause(c.gpu)
-                with contextlib.redirect_stdout(io.StringIO()), watching(c.path, live.look):
+                live, scraped = LiveCause(c.gpu), Scrapes()
+
+                def look(snap) -> None:
+                    live.look(snap)
+                    if name in ALERTED:
+                        scraped.look(snap)
+
+                with contextlib.redirect_stdout(io.StringIO()), watching(c.path, look):
                     assert gpulse_main(args) == 0, name
                 self._live[name] = live.result()
+                self._scrapes[name] = scraped.out
             self._docs[name] = json.loads((d / "findings.json").read_text(encoding="utf-8"))
         return c, self._docs[name]
 
@@ -124,6 +143,12 @@ class Corpus:
         if name not in self._live:
             self._live[name] = live_cause(self.case(name))
         return self._live[name]
+
+    def scrapes(self, name: str) -> list[dict[str, float]]:
+        """What /metrics said of an ALERTED case at every SCRAPE_S of its report's run."""
+        assert name in ALERTED, name
+        self.reported(name)
+        return self._scrapes[name]
 
     def _dir(self, kind: str, name: str) -> Path:
         d = self.out / kind / re.sub(r"[^\w.+-]", "_", name)
@@ -170,3 +195,96 @@ def judge_live(c: causes.CauseCase, doc: dict, live: tuple[str, dict]) -> None:
     cause, detail = live
     assert cause == finding(doc, c.gpu)["cause"], (c.name, detail)
     assert set(detail["reads"]) == {cause} and not detail["other_gpus"], (c.name, detail)
+
+
+SCRAPE_S = 15
+RULES = sorted((ROOT / "prometheus" / "rules").glob("*.yml"))
+EVAL_EVERY_S = 60
+
+
+class Scrapes:
+    """What /metrics said at every SCRAPE_S of a replay's snapshots (`look`): one
+    {series: value} per scrape (`out`)."""
+
+    def __init__(self) -> None:
+        self.out: list[dict[str, float]] = []
+        self.next_t: float | None = None
+
+    def look(self, snap) -> None:
+        if snap.t is None or (self.next_t is not None and snap.t < self.next_t):
+            return
+        self.next_t = snap.t + SCRAPE_S if self.next_t is None else self.next_t + SCRAPE_S
+        now: dict[str, float] = {}
+        for fam in snapshot_families(snap):
+            for s in fam.samples:
+                if not s.name.startswith("gpulse_") or s.name.endswith("_created"):
+                    continue
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                now[f"{s.name}{{{labels}}}"] = s.value
+        self.out.append(now)
+
+
+def judge_alert(c: causes.CauseCase, doc: dict, live: tuple[str, dict], series: list[dict[str, float]],
+                tmp: Path) -> None:
+    """The shipped GpulseStragglerGPU alert, evaluated by the real promtool over the
+    scrapes (the shipped rule files: recording rules and alerts, as a Prometheus
+    scraping the exporter would evaluate them), names the cause that
+    `gpulse_gpu_straggler_cause` holds in the same run and that the report finds, and
+    pages for the straggler alone."""
+    cause, detail = live
+    reported = [f["cause"] for f in doc["findings"]
+                if f["kind"] == "straggler" and f["text"].startswith(f"GPU {c.gpu} ")]
+    assert reported == [cause] and cause in c.accept, (reported, cause, detail)
+    assert len(series) > 40, "the case is shorter than 10 minutes of scrapes"
+    span = (len(series) - 1) * SCRAPE_S
+    out = _promtool_test(tmp, series, list(range(EVAL_EVERY_S, span + 1, EVAL_EVERY_S)))
+    got = _fired(out)
+    named = {t: s for t, alerts in got.items() for g, s in alerts if g == c.gpu and "(cause: " in s}
+    assert named, f"promtool never raised GpulseStragglerGPU naming a cause for GPU {c.gpu}:\n{out[-3000:]}"
+    causes_named = {re.search(r"\(cause: ([a-z_]+)\)", s).group(1) for s in named.values()}
+    assert causes_named == {cause}, (causes_named, cause, named)
+    # the straggler is the only GPU paged for, at every evaluation
+    assert {g for alerts in got.values() for g, _ in alerts} == {c.gpu}, got
+
+
+def _promtool_test(tmp: Path, series: list[dict[str, float]], eval_times: list[int]) -> str:
+    """A promtool unit test expecting no GpulseStragglerGPU at each eval time; its
+    output lists, for every time it fired, the alerts promtool evaluated."""
+    names = sorted({k for s in series for k in s})
+    doc = {
+        # the shipped rules the alert can see (testing/rulegraph.py)
+        "rule_files": [str(r) for r in rulegraph.seen_by(RULES, ["GpulseStragglerGPU"], tmp / "rules")],
+        "evaluation_interval": f"{SCRAPE_S}s",
+        "tests": [{
+            "interval": f"{SCRAPE_S}s",
+            "input_series": [{"series": n, "values": " ".join(repr(s[n]) if n in s else "_" for s in series)}
+                             for n in names],
+            "alert_rule_test": [{"eval_time": f"{t}s", "alertname": "GpulseStragglerGPU", "exp_alerts": []}
+                                for t in eval_times],
+        }],
+    }
+    path = tmp / "cause.test.yml"
+    path.write_text(yaml.safe_dump(doc, width=10**9))
+    r = subprocess.run([require_binary("promtool"), "test", "rules", str(path)], capture_output=True, text=True,
+                       timeout=600)
+    return r.stdout + r.stderr
+
+
+def _fired(output: str) -> dict[int, list[tuple[str, str]]]:
+    """eval time (s) -> [(gpu, summary)] of the GpulseStragglerGPU alerts promtool got."""
+    out: dict[int, list[tuple[str, str]]] = {}
+    for block in re.split(r"\n\s*alertname: ", output)[1:]:
+        m = re.match(r"GpulseStragglerGPU, time: (\S+),", block)
+        if not m:
+            continue
+        t = _seconds(m.group(1))
+        out[t] = [(g, s) for g, s in re.findall(r'Labels:\{[^}]*gpu="([^"]+)"[^}]*\}\s*Annotations:\{.*?summary="([^"]*)"',
+                                                block)]
+    return out
+
+
+def _seconds(text: str) -> int:
+    total = 0
+    for n, unit in re.findall(r"(\d+)(h|m|s)", text):
+        total += int(n) * {"h": 3600, "m": 60, "s": 1}[unit]
+    return total

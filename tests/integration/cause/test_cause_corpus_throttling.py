@@ -6,7 +6,8 @@ Each case's log goes through `gpulse report` (tests/causecorpus.py); its finding
 must name the labelled cause for the labelled GPU, with evidence, the cause's remedy,
 and, for a case whose log lacks the deciding signals, "unknown" naming what is missing.
 Replayed through the exporter's engine, the live `gpulse_gpu_straggler_cause` gauge
-must say the same (the power-capped case).
+must say the same, and the shipped GpulseStragglerGPU alert (promtool over the same
+run's scrapes) must page for that GPU alone naming that cause (the power-capped case).
 """
 from __future__ import annotations
 
@@ -29,3 +30,10 @@ def test_report_names_the_labelled_cause(cause_corpus, name):
 @pytest.mark.parametrize("name", ["pai-throttled-power-avg"])
 def test_live_gauge_says_what_the_report_says(cause_corpus, name):
     causecorpus.judge_live(*cause_corpus.reported(name), cause_corpus.live(name))
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n in causecorpus.ALERTED])
+def test_straggler_alert_names_the_cause_the_gauge_and_the_report_name(cause_corpus, name, tmp_path):
+    # the shipped alert in promtool over the scrapes of the case's report run
+    causecorpus.judge_alert(*cause_corpus.reported(name), cause_corpus.live(name), cause_corpus.scrapes(name),
+                            tmp_path)
