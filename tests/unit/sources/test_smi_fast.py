@@ -350,3 +350,34 @@ def test_arrow_kernels_search_for_no_module_at_each_call():
     finally:
         sys.meta_path.pop(0)
     assert searched == []
+
+
+def _skewed_log(path, every: int) -> None:
+    """A long log in which, every `every` polls, a poll's first row is stamped 3 ms after
+    the rows that follow it (a logger that writes a poll's rows a few ms out of order)."""
+    lines = smi_csv(polls=3000, gpus=4).splitlines()
+    head, rows = lines[0], lines[1:]
+    for k in range(0, len(rows), 4 * every):
+        stamp, rest = rows[k].split(",", 1)
+        rows[k] = f"{stamp[:-3]}{int(stamp[-3:]) + 3:03d},{rest}"
+    path.write_text("\n".join([head] + rows) + "\n")
+
+
+def test_rows_out_of_order_now_and_then_leave_the_rest_as_rows(monkeypatch, tmp_path):
+    """A record out of order turns the stream's reorder window into a heap; once the
+    rows are in order again the window is a queue again, so the plain rows after it go
+    on as Rows (they used to be a Record each to the end of the log: here 176 of the
+    12,000 rows were Rows) and only the reorder window's rows around a row out of order
+    are a Record each; the replay's polls are those of the row-by-row read."""
+    from gpulse.sources.recorded.records import Rows
+    from gpulse.sources.recorded.stream import LogStream
+    p = tmp_path / "skewed.csv"
+    _skewed_log(p, 40)
+    rows = total = 0
+    for item in LogStream(str(p)).items():
+        k = len(item) if type(item) is Rows else 1
+        total += k
+        rows += k if type(item) is Rows else 0
+    assert total == 3000 * 4 and rows > 0.7 * total, (rows, total)
+    for speed in (0, 400):
+        assert _polls(str(p), True, monkeypatch, speed) == _polls(str(p), False, monkeypatch, speed)

@@ -353,7 +353,11 @@ class LogStream:
         Rows whose times do not go back stay Rows while the records come in order:
         they wait in the queue as one item and leave it, whole or a head at a time,
         when a Record in their place would; their GPUs' times are past the last
-        handed out (_clock_steps let no earlier one through), so none is a repeat."""
+        handed out (_clock_steps let no earlier one through), so none is a repeat.
+        A record out of order (rows of one poll written a few ms out of order) turns
+        the queue into a heap until a row of Rows comes whose time is the latest yet:
+        the heap, sorted, is then the queue again (a record that comes in order never
+        finds the heap holding a later one, so the order handed out is the heap's)."""
         # while the records come in time order (nearly always), the window is a queue in
         # that order, which is what the heap would hand out, at the same moments; the
         # first record out of order turns it into the heap
@@ -366,28 +370,46 @@ class LogStream:
         seq = 0
         try:
             for item in recs:
-                if type(item) is Rows:
-                    if queue is not None:
-                        ts = item.t
-                        n = len(ts)
-                        j = 0
-                        t = latest
-                        while j < n and ts[j] >= t:
-                            t = ts[j]
-                            j += 1
-                        if j:
-                            head = item if j == n else item.cut(0, j)
-                            queue.append(head)
-                            held[0] += j
-                            latest = t
-                            yield from self._release(queue, latest, last, held)
-                        if j == n:
-                            continue
-                        rest: Iterable[Record] = item.records(j)
-                    else:
-                        rest = item.records()
+                if type(item) is not Rows:
+                    rest: Iterable[Record] = (item,)
                 else:
-                    rest = (item,)
+                    rest = ()
+                    ts, n, i = item.t, len(item), 0
+                    while i < n:
+                        if queue is None and ts[i] >= latest:
+                            # in order again, after everything read so far: the heap, in
+                            # the order it hands out, is the queue (what follows is
+                            # appended in that order), so the rows go on as Rows, not a
+                            # Record each to the end of the log
+                            queue = collections.deque(r for _, _, r in sorted(heap))
+                            held[0] = len(heap)
+                            heap = []
+                        if queue is not None:
+                            j, t = i, latest
+                            while j < n and ts[j] >= t:
+                                t = ts[j]
+                                j += 1
+                            if j > i:
+                                queue.append(item if i == 0 and j == n else item.cut(i, j))
+                                held[0] += j - i
+                                latest = t
+                                yield from self._release(queue, latest, last, held)
+                            if j == n:
+                                break
+                            # row j goes back in time: the window is a heap from here
+                            heap = [(q.t, seq + k, q) for k, q in enumerate(_each(queue))]  # sorted: a heap
+                            seq += len(heap)
+                            queue = None
+                            i = j
+                        # a Record a row while they go back in time
+                        while i < n and ts[i] < latest:
+                            heapq.heappush(heap, (ts[i], seq, next(item.records(i, i + 1))))
+                            seq += 1
+                            i += 1
+                            while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
+                                out = self._once(heapq.heappop(heap)[2], last)
+                                if out is not None:
+                                    yield out
                 for r in rest:
                     t = r.t
                     if queue is not None:
