@@ -53,7 +53,7 @@ from typing import Any, Iterable, Iterator
 from ...analysis.activity import activity_of, spin_gate_watts
 from ...analysis.thresholds import value
 from ...fdlimit import raise_open_files
-from ...model import DeviceInfo, Reading, gpu_sort_key, natural_key
+from ...model import DeviceInfo, gpu_sort_key, natural_key
 from ..replay import ReplaySource
 from .records import LogError, LogFormatError, Record, Rows, RunFacts
 from .stream import REORDER_S, LogStream, kept_as_gap, span_words
