@@ -354,7 +354,7 @@ class LogStream:
         they wait in the queue as one item and leave it, whole or a head at a time,
         when a Record in their place would; their GPUs' times are past the last
         handed out (_clock_steps let no earlier one through), so none is a repeat.
-        A record out of order (rows of one poll written a few ms out of order) turns
+        A record out of order (a row stamped a few ms before the one before it) turns
         the queue into a heap until a row of Rows comes whose time is the latest yet:
         the heap, sorted, is then the queue again (a record that comes in order never
         finds the heap holding a later one, so the order handed out is the heap's)."""
