@@ -5,6 +5,14 @@ that prints every notification.
 
     .venv/bin/python prometheus/examples/stack.py              # sync stalls, first alert in ~2 min
     .venv/bin/python prometheus/examples/stack.py --scenario straggler    # ~7 min
+    .venv/bin/python prometheus/examples/stack.py --replay run.csv --replay-speed 10
+
+`--replay` serves a recorded log (an nvidia-smi CSV, dmon or dcgm-exporter text, as
+`gpulse serve --source replay` reads it) instead of simulated GPUs, so a past run's
+pages come through the shipped rules and routing; `--replay-speed` plays it faster
+than it was recorded (the exporter judges by the log's own clock, so its verdicts
+keep the run's timing; the rules' windows and `for:` stay in wall time and so cover
+that many times more of the log).
 
 It runs prometheus.yml and alertmanager.yml of this folder as they are: with the
 default ports (gpulse 9479, Prometheus 9090, Alertmanager 9093, receiver 5001) they
@@ -147,9 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--group-wait", metavar="DURATION",
                     help="Alertmanager's wait before a group's first notification, on every route "
                          "(default: alertmanager.yml's, 30s; 10s for critical alerts)")
+    ap.add_argument("--replay", type=Path, metavar="FILE",
+                    help="serve this recorded log instead of simulated GPUs (gpulse --source replay)")
+    ap.add_argument("--replay-speed", type=float, default=1.0, metavar="FACTOR",
+                    help="with --replay: log seconds played per second (default: 1, as recorded)")
     ap.add_argument("--gpulse", default=f"{sys.executable} -m gpulse",
                     help="the gpulse command (default: this Python's gpulse module)")
     args = ap.parse_args(argv)
+    if args.replay is not None and not args.replay.is_file():
+        ap.error(f"--replay: no such file: {args.replay}")
+    if args.replay_speed <= 0:
+        ap.error(f"--replay-speed must be above 0, not {args.replay_speed:g}")
     ports = {n: getattr(args, f"{n}_port") or free_port() for n in DEFAULT_PORTS}
     prometheus = binary("prometheus")
     alertmanager = binary("prometheus-alertmanager", "alertmanager")
@@ -160,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         receiver = Receiver(ports["receiver"])
         prom_cfg, am_cfg = configs(ports, work, args.scrape_interval, args.rules.resolve(),
                                   args.group_wait)
+        source = (["--source", "sim", "--sim.scenario", args.scenario] if args.replay is None else
+                  ["--source", "replay", "--replay.file", str(args.replay.resolve()),
+                   "--replay.speed", f"{args.replay_speed:g}"])
         procs.append(("gpulse", subprocess.Popen(
-            args.gpulse.split() + ["serve", "--source", "sim", "--sim.scenario", args.scenario,
+            args.gpulse.split() + ["serve", *source,
                                    "--web.listen-address", f"127.0.0.1:{ports['gpulse']}", "--log.level", "warning"])))
         procs.append(("alertmanager", subprocess.Popen(
             [alertmanager, f"--config.file={am_cfg}", f"--storage.path={work / 'alertmanager'}",
@@ -172,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
              f"--web.listen-address=127.0.0.1:{ports['prometheus']}", "--log.level=warn"])))
         for (name, proc), path in zip(procs, ("/readyz", "/-/ready", "/-/ready")):
             wait_ready(f"http://127.0.0.1:{ports[name]}{path}", proc, name)
-        alert, minutes = FIRST_ALERT.get(args.scenario, ("an alert", None))
+        alert, minutes = (FIRST_ALERT.get(args.scenario, ("an alert", None)) if args.replay is None
+                          else ("the alerts of the recorded run", None))
         shipped = args.scrape_interval == "15s" and args.rules.resolve() == RULES and args.group_wait is None
         when = f"in about {minutes} minutes" if minutes and shipped else "once the rules fire"
         say(f"up: gpulse http://127.0.0.1:{ports['gpulse']}/ (live page), Prometheus "

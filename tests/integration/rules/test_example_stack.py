@@ -77,3 +77,15 @@ def test_the_first_alert_comes_when_announced(scenario, tmp_path):
     # is the first firing plus the route's group wait, rounded up
     arrives = first + group_wait(severity)
     assert math.ceil(arrives / 60) == minutes, (scenario, first, arrives)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--replay", "no/such/run.csv"], "--replay: no such file: no/such/run.csv"),
+    (["--replay-speed", "0"], "--replay-speed must be above 0, not 0"),
+])
+def test_a_bad_replay_is_one_line_before_anything_starts(argv, says, capsys):
+    with pytest.raises(SystemExit) as e:
+        stack.main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith(says), err
