@@ -20,6 +20,13 @@ class Field:
     hi: float
     label: str = ""      # extra label value (ecc type, direction...)
     div: float = 1.0     # dividing keeps whole percents exact (70 / 100 == 0.7)
+    kind: str = field(init=False)     # target's two halves, split once: every value of a log reads them
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        kind, _, name = self.target.partition(":")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "name", name)
 
 
 _PCT = dict(scale=1.0, lo=0.0, hi=100.0, div=100.0)
@@ -177,11 +184,15 @@ class DcgmMapper:
             hosts = {next((lab[k] for k in _HOST_LABELS if lab.get(k)), "") for _, lab, _, _ in series}
             if self._first_host not in hosts and len(hosts - {""}) == 1:
                 self._first_host = None          # renamed: the new name keeps plain indices
+        seen_labels: dict[str, str] | None = None
+        ent: tuple[str, str] | None = None
         for name, labels, value, line in series:
             spec = FIELDS.get(name)
             if spec is None:
                 continue
-            ent = self.entity(labels)
+            # the fields of one row of a wide CSV share its labels: one lookup for all
+            if labels is not seen_labels:
+                seen_labels, ent = labels, self.entity(labels)
             if ent is None:
                 continue
             key, host = ent
@@ -231,7 +242,7 @@ class DcgmMapper:
         for name, raw in vals.items():
             spec = FIELDS[name]
             v = raw * spec.scale / spec.div
-            kind, _, target = spec.target.partition(":")
+            kind, target = spec.kind, spec.name
             if kind == "sample":
                 sample_kw[target] = v
             elif kind == "gauge":

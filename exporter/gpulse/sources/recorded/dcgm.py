@@ -259,7 +259,8 @@ def _csv_scrapes(lines: Iterable[str], err: Problems) -> Iterator[_Scrape]:
             except ValueError:
                 err.add(n, f"{fname}: not a number: {cell.strip()[:40]!r}; value dropped")
                 continue
-            found.append((fname, {**labels, **flabels}, v, n))
+            # a wide row's fields share its labels (the mapper reads them, never writes)
+            found.append((fname, {**labels, **flabels} if flabels else labels, v, n))
         if cur and t != cur_t:
             yield cur_t, cur_line, cur
             cur = []
