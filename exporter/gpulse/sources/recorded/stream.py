@@ -406,10 +406,7 @@ class LogStream:
                             heapq.heappush(heap, (ts[i], seq, next(item.records(i, i + 1))))
                             seq += 1
                             i += 1
-                            while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
-                                out = self._once(heapq.heappop(heap)[2], last)
-                                if out is not None:
-                                    yield out
+                            yield from self._spill(heap, latest, last)
                 for r in rest:
                     t = r.t
                     if queue is not None:
@@ -425,10 +422,7 @@ class LogStream:
                     heapq.heappush(heap, (t, seq, r))
                     seq += 1
                     latest = max(latest, t)
-                    while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
-                        out = self._once(heapq.heappop(heap)[2], last)
-                        if out is not None:
-                            yield out
+                    yield from self._spill(heap, latest, last)
         except LogFormatError as e:     # a cap hit: what was read before it still counts
             failed = e
         while queue:
@@ -446,6 +440,15 @@ class LogStream:
                 yield out
         if failed is not None:
             raise failed
+
+    def _spill(self, heap: list[tuple[float, int, Record]], latest: float,
+               last: dict[str, float]) -> Iterator[Record]:
+        """What the heap hands out once `latest` is read: everything before latest -
+        REORDER_S, then the oldest while it holds more than REORDER_MAX records."""
+        while heap and (heap[0][0] < latest - REORDER_S or len(heap) > REORDER_MAX):
+            out = self._once(heapq.heappop(heap)[2], last)
+            if out is not None:
+                yield out
 
     def _release(self, queue: collections.deque[Record | Rows], latest: float, last: dict[str, float],
                  held: list[int]) -> Iterator[Record | Rows]:
