@@ -12,7 +12,8 @@ that prints every notification.
 pages come through the shipped rules and routing; `--replay-speed` plays it faster
 than it was recorded (the exporter judges by the log's own clock, so its verdicts
 keep the run's timing; the rules' windows and `for:` stay in wall time and so cover
-that many times more of the log).
+that many times more of the log). At the log's end gpulse serves its last values,
+marked stale, and GpulseMetricsStale follows.
 
 It runs prometheus.yml and alertmanager.yml of this folder as they are: with the
 default ports (gpulse 9479, Prometheus 9090, Alertmanager 9093, receiver 5001) they
