@@ -146,9 +146,10 @@ def wait_ready(url: str, proc: subprocess.Popen, what: str, timeout: float = 60.
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="gpulse (simulated GPUs) + Prometheus + Alertmanager + a "
+    ap = argparse.ArgumentParser(description="gpulse (simulated GPUs or a recorded log) + Prometheus + Alertmanager + a "
                                              "receiver that prints alerts, on this machine.")
-    ap.add_argument("--scenario", default="sync-stall", help="gpulse --sim.scenario (default: sync-stall)")
+    ap.add_argument("--scenario", default="sync-stall",
+                    help="gpulse --sim.scenario (default: sync-stall; unused with --replay)")
     for name, port in DEFAULT_PORTS.items():
         ap.add_argument(f"--{name}-port", type=int, default=port, help=f"default {port}; 0: any free port")
     ap.add_argument("--scrape-interval", default="15s", help="Prometheus scrape and rule interval (default: 15s)")
