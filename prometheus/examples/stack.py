@@ -146,8 +146,8 @@ def wait_ready(url: str, proc: subprocess.Popen, what: str, timeout: float = 60.
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="gpulse (simulated GPUs or a recorded log) + Prometheus + Alertmanager + a "
-                                             "receiver that prints alerts, on this machine.")
+    ap = argparse.ArgumentParser(description="gpulse (simulated GPUs or a recorded log) + Prometheus + "
+                                             "Alertmanager + a receiver that prints alerts, on this machine.")
     ap.add_argument("--scenario", default="sync-stall",
                     help="gpulse --sim.scenario (default: sync-stall; unused with --replay)")
     for name, port in DEFAULT_PORTS.items():
