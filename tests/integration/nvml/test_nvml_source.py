@@ -120,8 +120,10 @@ def test_empty_buffer_falls_back_without_advancing_the_timestamp(nvml):
     res = o.drive(3.3)                 # reads at 0, 1, 2 and 3 s
 
     def on_grid(s):
+        # the driver's samples sit on its period to the microsecond; a fallback's stamp
+        # is the wall clock's, within 1e-4 of a period (17 us) once in 5,000
         k = (s.t - o.epoch) / PERIOD
-        return abs(k - round(k)) < 0.01
+        return abs(k - round(k)) < 1e-4
 
     ss = samples(res, "0")
     assert all(s.util == pytest.approx(0.3) for s in ss)
