@@ -58,6 +58,7 @@ NVML (tests/fakenvml/scenarios), not here.
 """
 from __future__ import annotations
 
+import functools
 import json
 import random
 import statistics
@@ -295,6 +296,18 @@ def h100_with_health(name: str, out: Path, cap: Capture, lv: Levels, seed: int) 
 
 # -- the cases ---------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
+def _pai_job() -> tuple[Timeline, list[tuple[float, float]], Timeline, list[tuple[float, float]], Truth, Truth]:
+    """Job 1's hot and cold timelines, worker 6's slow spans in each and their truths:
+    every PAI case is written from one of the two. Made once a process (0.36 s) and
+    shared by every build() there, as one whole build shares them between its cases:
+    write_log reads a timeline (its close() is done once), and the truths are taken
+    before the first case is written, so a case built alone is the same bytes."""
+    hot, spans = pai_window()
+    cold, cold_spans = pai_window(cold=True)
+    return hot, spans, cold, cold_spans, truth_of(hot, None), truth_of(cold, None)
+
+
 def build(out: Path, quick: bool = False, only: Collection[str] | None = None) -> list[CauseCase]:
     """Write every cause case under `out` and causes.json; deterministic. `only` names
     the cases to write (a test that needs two of twenty pays for two); each is the same
@@ -306,9 +319,7 @@ def build(out: Path, quick: bool = False, only: Collection[str] | None = None) -
     lv, cap = levels(), capture()
     fmts = ("avg",) if quick else ("avg", "instant")
     built: list[CauseCase] = []
-    hot, spans = pai_window()
-    cold, cold_spans = pai_window(cold=True)
-    hot_truth, cold_truth = truth_of(hot, None), truth_of(cold, None)
+    hot, spans, cold, cold_spans, hot_truth, cold_truth = _pai_job()
     gpu = str(SLOW_WORKER)
     variants = [
         # name, timeline, fault, cause, evidence, accept
