@@ -12,6 +12,7 @@ ckpt1000.csv with its clock moved.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -159,6 +160,89 @@ def test_a_slow_gpu_on_another_node_is_named_by_node_and_gpu(tmp_path):
     named = {(s["node"], s["gpu"]) for s in doc["stragglers"]}
     assert named == {("train-n2", "5")}, doc["stragglers"]
     assert any(f["kind"] == "straggler" and "train-n2 GPU 5" in f["text"] for f in doc["findings"])
+
+
+def _fingerprint(rec) -> tuple:
+    """What the report keeps of a run, whole: every GPU's and group's tracks, and the
+    findings document made of them."""
+    from gpulse.report.findings import analyse
+    gpus = [(k, g.node, g.gpu, g.workload, g.lost_to, repr(g.signals_end),
+             *(bytes(getattr(g, n)) for n in ("busy", "active", "spin_wait", "idle", "sampled", "dev_busy",
+                                                "dev_active", "cost_active", "cost_busy", "signals",
+                                                "signal_ticks")))
+            for k, g in rec.gpus.items()]
+    groups = [(w, gr.gpus, sorted(gr.lost.items()), bytes(gr.holding), bytes(gr.stall), bytes(gr.imbalance),
+               repr(gr.episodes)) for w, gr in rec.groups.items()]
+    return bytes(rec.times), gpus, groups, json.dumps(analyse(rec).as_json(), sort_keys=True)
+
+
+@pytest.mark.parametrize("logs_read", ["job", "one log"])
+def test_rows_are_read_as_the_same_rows_one_by_one(tmp_path, monkeypatch, logs_read):
+    """The nodes' polls interleave row by row, so the merge gathers rows of several
+    logs into one Rows, some with counters (one node logs clock-event states) and some
+    without, some whose gauges have one set of fields and some not (a pending remapping
+    unknown now and then; so are the reader's Rows of that node's log read alone): what
+    the engine is given and the report made of it are those of the same rows handed on
+    one Record at a time, to the bit."""
+    pytest.importorskip("pyarrow")
+    from gpulse.engine import Engine
+    from gpulse.report import inputs
+    from gpulse.sources.recorded import Rows, job
+    from gpulse.sources.recorded.stream import LogStream
+    write_job(tmp_path, {(2, 5)}, seed=11)
+    logs = sorted(tmp_path.glob("train-n*.csv"))
+    states = logs[3].read_text().splitlines()
+    logs[3].write_text("\n".join([states[0] + ", clocks_event_reasons.sw_power_cap, clocks_event_reasons.hw_slowdown"]
+                                 + [ln + (", Active" if k % 7 == 0 else ", Not Active") + ", Not Active"
+                                    for k, ln in enumerate(states[1:])]) + "\n")
+    # node 1 logs a pending row remapping, unknown ([N/A]) on some rows: its rows' gauges
+    # then differ in their fields
+    pending = logs[1].read_text().splitlines()
+    logs[1].write_text("\n".join([pending[0] + ", remapped_rows.pending"]
+                                 + [ln + (", [N/A]" if k > 4000 and k % 9 == 0 else ", Yes" if k > 4000 else ", No")
+                                    for k, ln in enumerate(pending[1:])]) + "\n")
+    read = [str(p) for p in logs] if logs_read == "job" else [str(logs[1])]
+    owner, name = (job.JobStream, "_merged") if logs_read == "job" else (LogStream, "items")
+    items = getattr(owner, name)
+    kinds: list[tuple[str, bool]] = []
+
+    def seen(self):
+        for item in items(self):
+            if type(item) is Rows:
+                nodes = {g.split(":")[0] for g in item.gpu} if logs_read == "job" else ()
+                kinds.append(("mixed" if len(nodes) > 1 else "one", item.uniform))
+            yield item
+
+    def one_by_one(self):
+        for item in items(self):
+            yield from (item.records() if type(item) is Rows else (item,))
+
+    # what the engine is given, reading by reading: the samples, and each recorded
+    # instant's gauges and counters
+    ingest = Engine.ingest
+    given = [hashlib.sha256()]
+
+    def tee(self, result, wall):
+        for r in sorted(result.readings, key=lambda r: r.gpu):
+            given[-1].update(repr((r.gpu, r.samples, r.gauges, r.counters, r.up, r.instants)).encode())
+        return ingest(self, result, wall)
+
+    monkeypatch.setattr(Engine, "ingest", tee)
+    monkeypatch.setattr(owner, name, seen)
+    rows = _fingerprint(inputs.from_logs(read))
+    if logs_read == "job":
+        assert sum(k == "mixed" for k, _ in kinds) > 0.5 * len(kinds), kinds[:20]
+    else:
+        assert {u for _, u in kinds} == {True, False}, kinds[:20]
+    given.append(hashlib.sha256())
+    monkeypatch.setattr(owner, name, one_by_one)
+    alone = _fingerprint(inputs.from_logs(read))
+    assert given[0].hexdigest() == given[1].hexdigest()
+    assert rows[0] == alone[0] and rows[2] == alone[2]
+    assert rows[1] == alone[1]
+    assert rows[3] == alone[3]
+    if logs_read == "job":
+        assert '"train-n2"' in rows[3]
 
 
 def test_a_repeated_input_used_to_report_on_the_last_log_only(tmp_path):

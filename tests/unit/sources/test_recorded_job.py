@@ -243,6 +243,46 @@ def test_a_job_s_rows_come_as_columns_in_the_order_a_merge_of_its_records_gives(
     assert max(len(i) for i in alone if type(i) is Rows) >= 1000
 
 
+def test_interleaved_rows_go_as_rows_of_several_logs_and_none_is_lost_to_a_failing_log(tmp_path):
+    """Where the nodes' polls interleave row by row, the rows of several logs go on
+    together as Rows (not a Record each), in the merge's order; a log that fails
+    further on (a line no text log has) leaves every row merged before the failure
+    handed on before its one-line error, as rows handed on one by one would be."""
+    import heapq
+    pytest.importorskip("pyarrow")
+    from gpulse.sources.recorded.stream import MAX_LINE
+    polls = 6000
+    paths = [_node_log(tmp_path / f"n{i}.csv", 10 + i, 0.1, 3600.0 + 0.01 * i, polls, states=False)
+             for i in range(2)]
+    bad = tmp_path / "n1.csv"
+    lines = bad.read_text().splitlines(keepends=True)
+    cut = 1 + 8 * 5000                   # after 5,000 polls: several of the readers' batches in
+    bad.write_text("".join(lines[:cut]) + "9" * (MAX_LINE + 10) + "\n" + "".join(lines[cut:]))
+    logs = [job.NodeLog(p, f"n{i}") for i, p in enumerate(paths)]
+
+    def node(lg):
+        try:
+            for r in LogStream(lg.path).records():
+                x = r.reading
+                yield type(r)(type(x)(f"{lg.node}:{x.gpu}", x.samples, x.gauges, x.counters, x.up, x.error,
+                                      {"workload": "job"}), r.line)
+        except LogFormatError:
+            return
+
+    want = _rows_of(heapq.merge(*map(node, logs), key=lambda r: r.t))
+    items = []
+    with pytest.raises(LogFormatError, match="longer than"):
+        for item in job.JobStream(logs, workload="job").records():
+            items.append(item)
+    got = _rows_of(items)
+    # the failing log's rows end at its bad line; the other log's go on until the merge
+    # needs the failing log's next row
+    assert 8 * 5000 <= sum(1 for r in got if r[1].startswith("n1:")) and got == want[:len(got)]
+    assert len(got) >= 2 * 8 * 5000 - 8
+    mixed = [i for i in items if type(i) is Rows and len({g.split(":")[0] for g in i.gpu}) == 2]
+    assert mixed and sum(len(i) for i in items if type(i) is Rows) > 0.9 * len(got)
+
+
 def _paused(path, seed: int, pause_after: int, pause_s: float, polls: int) -> str:
     """_node_log's log with every row after poll `pause_after` moved on by `pause_s`:
     the job paused (a rank restarted, the input stalled) with the logger stopped."""

@@ -7,9 +7,9 @@
 Each node's log is read by its own LogStream (any format it reads) and the records
 are merged in time order as they are consumed (the order `heapq.merge` gives them:
 one item held per log), so memory is that of one LogStream per log, whatever the
-files' size. A run of one log's rows that no other log's row comes between goes on
-as one Rows, columns as a single log's rows go: a job's rows are not a Record each
-(where the nodes' polls interleave row by row, a single row is one). Every
+files' size. The merged rows go on gathered into Rows, columns as a single log's rows
+go, rows of several logs in one where the nodes' polls interleave row by row: a job's
+rows are not a Record each. Every
 GPU is keyed `node:gpu` and carries one workload label, so the engine judges the
 job's GPUs as one peer group across nodes, as it does for the Prometheus report's
 workloads.
@@ -72,6 +72,9 @@ MIN_SHARE = 0.5
 # Edges of each kind read per log for the alignment; the scan stops there, so it
 # costs a bounded part of a long log.
 ALIGN_EDGES = 400
+# Rows gathered across a job's logs into one Rows at most (JobStream._merged): the
+# replay takes up to its CHUNK rows a poll, and a few thousand rows' objects are little
+GATHER_ROWS = 4096
 # Files the report holds open beside one per log (the interpreter's, pyarrow's, the
 # outputs): a job's logs are all open at once while they are merged.
 FD_HEADROOM = 32
@@ -548,13 +551,14 @@ class JobStream:
 
     def _merged(self) -> Iterator[Record | Rows]:
         """The logs' items (_node) in the order heapq.merge gives their rows by time
-        (ties: the earlier log's first), a run of one log's rows that no other log's
-        row comes between kept as one Rows: a job's rows reach the replay as columns,
-        as a single log's do, not as a Record each."""
+        (ties: the earlier log's first), the rows gathered into Rows (_Gather) across
+        logs: a job's rows reach the replay as columns, as a single log's do, not as a
+        Record each, even where the nodes' polls interleave row by row."""
         its = [self._node(lg, s) for lg, s in zip(self.logs, self.streams)]
         held: list[Any] = [None] * len(its)     # per log: its item in hand
         at = [0] * len(its)                     # its first row not handed on
         heap: list[tuple[float, int]] = []      # (time of that row, log), one per log with an item in hand
+        gather = _Gather()
 
         def take(i: int) -> None:
             item = held[i] = next(its[i], None)
@@ -562,34 +566,47 @@ class JobStream:
             if item is not None:
                 heapq.heappush(heap, (item.t[0] if type(item) is Rows else item.t, i))
 
-        for i in range(len(its)):
-            take(i)
-        while heap:
-            _, i = heapq.heappop(heap)
-            item = held[i]
-            if type(item) is not Rows:
-                yield item
+        try:
+            for i in range(len(its)):
                 take(i)
-                continue
-            ts, p, n = item.t, at[i], len(item)
-            if heap:
-                # a stream's Rows are in time order (LogStream._in_order): its rows go on
-                # while they come before the next log's row, ties to the earlier log
-                t, j = heap[0]
-                k = (bisect.bisect_right if i < j else bisect.bisect_left)(ts, t, p + 1)
-            else:
-                k = n
-            if k == p + 1:
-                # one row before another log's (the nodes' polls interleave): a Record
-                # costs the replay less than a Rows of one row
-                yield next(item.records(p, k))
-            else:
-                yield item if p == 0 and k == n else item.cut(p, k)
-            if k == n:
-                take(i)
-            else:
-                at[i] = k
-                heapq.heappush(heap, (ts[k], i))
+            while heap:
+                _, i = heapq.heappop(heap)
+                item = held[i]
+                if type(item) is not Rows:
+                    if gather:
+                        yield gather.rows()
+                    yield item
+                    take(i)
+                    continue
+                ts, p, n = item.t, at[i], len(item)
+                if heap:
+                    # a stream's Rows are in time order (LogStream._in_order): its rows go on
+                    # while they come before the next log's row, ties to the earlier log
+                    t, j = heap[0]
+                    k = (bisect.bisect_right if i < j else bisect.bisect_left)(ts, t, p + 1)
+                else:
+                    k = n
+                if not gather and p == 0 and k == n:
+                    yield item               # a whole Rows (a log read alone, an export's): as it is
+                else:
+                    if not gather.fits(item):
+                        yield gather.rows()
+                    gather.add(item, p, k)
+                    if len(gather) >= GATHER_ROWS:
+                        yield gather.rows()
+                if k == n:
+                    take(i)
+                else:
+                    at[i] = k
+                    heapq.heappush(heap, (ts[k], i))
+        except Exception:
+            # a log that fails further on (a line too long, a run apart): the rows merged
+            # before its failure go on first, as they would one by one
+            if gather:
+                yield gather.rows()
+            raise
+        if gather:
+            yield gather.rows()
 
     def _log_of(self, rec: Record) -> NodeLog | None:
         gpu = rec.reading.gpu
@@ -651,6 +668,68 @@ class JobStream:
     def consumed_through(self, line: int) -> None:
         """LogStream's: a job's logs count what is merged in (_node), not what the
         replay takes."""
+
+
+class _Gather:
+    """The rows of several logs' Rows, in the order they are added, as one Rows.
+
+    Rows of one attribution go together (a job's: all). Rows without counters among
+    rows with get an empty dict each, what the replay reads of them either way; the
+    Rows is `uniform` where every row's gauges have the same fields in one order
+    (otherwise the replay takes its rows one by one, as it does any Rows'). A row of one
+    log between two of another's (the nodes' polls interleave) costs the replay a few
+    appends here instead of a Record of its own."""
+
+    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform", "attribution", "fields", "n")
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def fits(self, item: Rows) -> bool:
+        """Whether `item`'s rows may join the rows gathered (any may join none)."""
+        return not self.n or item.attribution is self.attribution or item.attribution == self.attribution
+
+    def add(self, item: Rows, p: int, k: int) -> None:
+        """Rows p..k of `item`."""
+        if not self.n:
+            self.t, self.gpu, self.line, self.samples, self.gauges = [], [], [], [], []
+            self.counters = None if item.counters is None else []
+            self.attribution = item.attribution
+            self.uniform = item.uniform
+            self.fields = item.fields()
+        if self.uniform and item.fields() != self.fields:
+            self.uniform = False
+        # rows without counters among rows with: each an empty dict, which is what the
+        # replay reads of a Rows without (Rows.records)
+        counters = self.counters
+        if counters is None and item.counters is not None:
+            counters = self.counters = [{} for _ in range(self.n)]
+        if k == p + 1:
+            self.t.append(item.t[p])
+            self.gpu.append(item.gpu[p])
+            self.line.append(item.line[p])
+            self.samples.append(item.samples[p])
+            self.gauges.append(item.gauges[p])
+            if counters is not None:
+                counters.append({} if item.counters is None else item.counters[p])
+        else:
+            self.t += item.t[p:k]
+            self.gpu += item.gpu[p:k]
+            self.line += item.line[p:k]
+            self.samples += item.samples[p:k]
+            self.gauges += item.gauges[p:k]
+            if counters is not None:
+                counters += [{} for _ in range(k - p)] if item.counters is None else item.counters[p:k]
+        self.n += k - p
+
+    def rows(self) -> Rows:
+        """The rows gathered, as one Rows; none are left."""
+        self.n = 0
+        return Rows(self.t, self.gpu, self.line, self.samples, self.gauges, self.counters, self.uniform,
+                    self.attribution)
 
 
 class JobReplay(ReplaySource):

@@ -133,7 +133,7 @@ class Rows:
     would have made of them. `counters` None: every row's are empty; `uniform`: every
     row's gauges have the same fields in the same order."""
 
-    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform", "attribution")
+    __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform", "attribution", "_fields")
 
     def __init__(self, t: list[float], gpu: list[str], line: list[int], samples: list[Sample],
                  gauges: list[dict[str, Any]], counters: list[dict[str, Any]] | None = None,
@@ -146,6 +146,14 @@ class Rows:
         self.counters = counters
         self.uniform = uniform
         self.attribution = attribution
+        self._fields: tuple[str, ...] | None = None
+
+    def fields(self) -> tuple[str, ...] | None:
+        """The gauge fields every row has, in their order, where the rows are uniform
+        and there are any; None otherwise."""
+        if self._fields is None and self.uniform and self.t:
+            self._fields = tuple(self.gauges[0])
+        return self._fields
 
     def __len__(self) -> int:
         return len(self.t)

@@ -578,7 +578,10 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             states = [_states_of(tuple(column[k] for _, column in state_cols), state_cols, state_fields)
                       for k in taken] if state_cols else None
             samples, gauges, counters = plain_parts(plan, col, taken, gpus, ts, states, reasons)
-            yield Rows(list(ts), list(gpus), list(out_lines), samples, gauges, counters, not plan.pending)
+            # a pending remapping's gauge is on the rows that logged a word (smi_record):
+            # the rows' gauges have one set of fields where every row did
+            uniform = not plan.pending or None not in map(col["remap_pending"].__getitem__, taken)
+            yield Rows(list(ts), list(gpus), list(out_lines), samples, gauges, counters, uniform)
             ts.clear()
             gpus.clear()
             taken.clear()
