@@ -93,6 +93,19 @@ def test_hostile_logs_read_alike(seed, monkeypatch, tmp_path):
     assert run[4] > 20                                          # problems were found, and alike
 
 
+def test_a_row_short_of_a_field_and_one_with_a_field_too_many_in_one_batch(monkeypatch, tmp_path):
+    """The batch's commas add up (one row a field short, another a field over), so only
+    Arrow's count per row can tell: both rows are handed back and judged row by row,
+    every other row of the batch is taken, and the problems are the row-by-row reader's."""
+    lines = smi_csv(polls=800, gpus=4).splitlines()
+    lines[700] = lines[700].rsplit(",", 1)[0]
+    lines[705] = lines[705] + ", 5 W"
+    p = tmp_path / "offset.csv"
+    p.write_text("\n".join(lines) + "\n")
+    run = read_alike(str(p), monkeypatch, 0.99)
+    assert run[4] == 2
+
+
 def test_a_line_no_log_has_ends_the_read_after_the_rows_before_it(monkeypatch, tmp_path):
     from gpulse.sources.recorded import stream
     monkeypatch.setattr(stream, "MAX_LINE", 4096)

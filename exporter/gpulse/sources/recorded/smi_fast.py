@@ -99,13 +99,27 @@ class _Reader:
         that row yourself), and per column of the header (self.fields), its values as
         smi_csv would make them (the time as epoch seconds; a state cell as its text,
         strictly Active, Not Active or a hex mask)."""
-        where = [-1] * len(texts)
-        # a field count, a byte or a line break Arrow would read otherwise: row by row
-        plain = [j for j, t in enumerate(texts) if t.count(",") == self.commas and t.isascii() and "\r" not in t]
-        if not plain:
-            return where, []
-        table = pcsv.read_csv(io.BytesIO("\n".join([texts[j] for j in plain]).encode("ascii")),
-                              self.read_opts, self.parse_opts, self.convert_opts)
+        n = len(texts)
+        where = [-1] * n
+        # a field count, a byte or a line break Arrow would read otherwise: row by row.
+        # Most batches have none: the whole text is looked at first, and Arrow, which
+        # refuses a row of another field count (no quotes: every comma splits), says
+        # whether one row is off where the commas add up
+        whole = "\n".join(texts)
+        table = None
+        if whole.isascii() and "\r" not in whole and whole.count(",") == self.commas * n:
+            plain: Sequence[int] = range(n)
+            try:
+                table = pcsv.read_csv(io.BytesIO(whole.encode("ascii")), self.read_opts, self.parse_opts,
+                                      self.convert_opts)
+            except pa.ArrowInvalid:
+                table = None
+        if table is None:
+            plain = [j for j, t in enumerate(texts) if t.count(",") == self.commas and t.isascii() and "\r" not in t]
+            if not plain:
+                return where, []
+            table = pcsv.read_csv(io.BytesIO("\n".join([texts[j] for j in plain]).encode("ascii")),
+                                  self.read_opts, self.parse_opts, self.convert_opts)
         good = None
         columns: list[Any] = []
         numbers = self._numbers(table, len(plain))
@@ -126,12 +140,15 @@ class _Reader:
                                    pa.scalar(None, pa.string()), value)
             good = ok if good is None else pc.and_(good, ok)
             columns.append(value)
-        kept = pc.fill_null(good, False) if good is not None else pa.array([True] * len(plain))
-        k = 0
-        for j, ok in zip(plain, kept.to_pylist()):
-            if ok:
-                where[j] = k
-            k += 1
+        kept = pc.fill_null(good, False) if good is not None else None
+        if type(plain) is range and (kept is None or pc.all(kept).as_py()):
+            where = list(plain)          # every row plain and kept (most batches)
+        else:
+            k = 0
+            for j, ok in zip(plain, kept.to_pylist() if kept is not None else [True] * len(plain)):
+                if ok:
+                    where[j] = k
+                k += 1
         return where, [c.to_pylist() for c in columns]
 
     def _numbers(self, table: Any, n: int) -> dict[int, tuple[Any, Any]]:
