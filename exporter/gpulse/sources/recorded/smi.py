@@ -234,15 +234,24 @@ def plain_parts(plan: RowPlan, col: Mapping[str, list[Any]], taken: list[int], g
     as smi_record does). Counters None: no row has any."""
     n = len(taken)
     none = [None] * n
-    us = [col["util"][k] for k in taken] if "util" in col else none
-    ps = [col[plan.power][k] for k in taken] if plan.power is not None else none
-    ms = [col["mem_used"][k] for k in taken] if "mem_used" in col else none
+    first = taken[0] if taken else 0
+
+    def pick(column: list[Any]) -> list[Any]:
+        # the rows taken are ascending places in the columns, most often a run without
+        # a gap (every row of a batch but a GPU's first): a slice then
+        if n and taken[-1] - first == n - 1:
+            return column[first:first + n]
+        return [column[k] for k in taken]
+
+    us = pick(col["util"]) if "util" in col else none
+    ps = pick(col[plan.power]) if plan.power is not None else none
+    ms = pick(col["mem_used"]) if "mem_used" in col else none
     samples = list(map(Sample, ts, us, ps, ms))
     names = tuple(g for _, g in plan.gauges) + (("power_limit_watts",) if plan.limit is not None else ())
     gcols = [col[plan.power if k == "power" else k] for k, _ in plan.gauges]
     if plan.limit is not None:
         gcols.append(col[plan.limit])
-    gauges = ([dict(zip(names, vals)) for vals in zip(*[[c[k] for k in taken] for c in gcols])] if gcols
+    gauges = ([dict(zip(names, vals)) for vals in zip(*map(pick, gcols))] if gcols
               else [{} for _ in taken])
     if plan.remap or plan.pending:
         rcols = [(lab, col[f]) for lab, f in plan.remap]
@@ -257,7 +266,7 @@ def plain_parts(plan: RowPlan, col: Mapping[str, list[Any]], taken: list[int], g
     def dicts(pairs: tuple[tuple[tuple[str], str], ...]) -> list[dict[Any, Any]]:
         """Per row, {label values: value} of these (label values, field) pairs."""
         labels = [lab for lab, _ in pairs]
-        return [dict(zip(labels, vals)) for vals in zip(*[[col[f][k] for k in taken] for _, f in pairs])]
+        return [dict(zip(labels, vals)) for vals in zip(*[pick(col[f]) for _, f in pairs])]
 
     eccs = dicts(plan.ecc) if plan.ecc else None
     thrs = dicts(plan.thr) if plan.thr else None
