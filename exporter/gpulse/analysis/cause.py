@@ -311,25 +311,33 @@ class Stretch:
             return self._aggs[j]
         return aggregate(*self._pairs[j])
 
-    def median(self, name: str, without: int | None = None) -> float | None:
-        """The median of a figure over every GPU but `without` (None where absent left
-        out; None when none has it): statistics.median of the same values."""
+    def median(self, name: str, without: int | tuple[int, ...] | None = None) -> float | None:
+        """The median of a figure over every GPU but `without` (one GPU's place, or
+        several: a slow node's GPUs judged against the rest of a job) (None where absent
+        left out; None when none has it): statistics.median of the same values."""
         col = self.column(name)
         got = self._sorted.get(name)
         if got is None:
             ys = [x for x in col if x is not None]
             got = self._sorted[name] = (sorted(ys), any(map(math.isnan, ys)))
         ys, nan = got
-        own = col[without] if without is not None else None
+        out = (without,) if type(without) is int else without or ()
         if nan:   # NaN does not sort: statistics.median of the peers as listed
-            return _med([x for j, x in enumerate(col) if j != without])
-        n = len(ys) - (own is not None)
+            return _med([x for j, x in enumerate(col) if j not in out])
+        # where in ys the values left out are (equal values at one place: at() then
+        # steps past as many of them)
+        drop = sorted(bisect_left(ys, v) for j in out if (v := col[j]) is not None)
+        n = len(ys) - len(drop)
         if n <= 0:
             return None
-        cut = bisect_left(ys, own) if own is not None else n + 1   # own value's place, left out
 
         def at(i: int) -> float:
-            return ys[i] if i < cut else ys[i + 1]
+            for d in drop:           # the i-th value kept: past each place left out before it
+                if d <= i:
+                    i += 1
+                else:
+                    break
+            return ys[i]
         if n % 2:
             return at(n // 2)
         return (at(n // 2 - 1) + at(n // 2)) / 2
@@ -517,7 +525,7 @@ class Peers:
     """What classify() reads of a GPU's peers: the median of a figure over every GPU
     of a Stretch but the one judged."""
 
-    def __init__(self, stretch: Stretch, without: int | None = None):
+    def __init__(self, stretch: Stretch, without: int | tuple[int, ...] | None = None):
         self.stretch, self.without = stretch, without
 
     def median(self, name: str) -> float | None:
@@ -539,11 +547,12 @@ def describe(cause: str, evidence: Sequence[str], missing: Sequence[str] = ()) -
 
 
 def span_verdict(own: Sequence[tuple[Sequence[float] | None, Sequence[float]]], peers: Stretch,
-                 power_averaged: bool = False) -> Verdict:
+                 power_averaged: bool = False, without: int | tuple[int, ...] | None = None) -> Verdict:
     """classify() of a GPU over several stretches (a straggler's spans: one (start,
     end) vector pair each; the stretches add up) against its peers over the same
-    (span_peers)."""
-    return classify(aggregate(None, span_total(own)), Peers(peers), power_averaged)
+    (span_peers), but `without`: the places among them of the GPU and of those it is
+    not judged against (Stretch.median)."""
+    return classify(aggregate(None, span_total(own)), Peers(peers, without), power_averaged)
 
 
 def span_peers(peers: Sequence[Sequence[tuple[Sequence[float] | None, Sequence[float]]]]) -> Stretch:

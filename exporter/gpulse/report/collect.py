@@ -36,6 +36,10 @@ POWER_N, POWER_SUM = cause.sums_index("power") - 1, cause.sums_index("power")   
 # by at most this much (never outwards: the idle after a job is no part of its span),
 # and 26 doubles a tick would cost 64 GPUs x 4 h about 190 MB.
 SIGNALS_EVERY_SECONDS = 10.0
+# GPUs in the peer Stretches cause_of keeps for the next GPUs judged over the same
+# spans, all together (a Stretch of a thousand GPUs holds ~4 MB of columns): a job's
+# stragglers and slow nodes come in no order of their spans
+PEER_STRETCH_GPUS = 16384
 _ZERO = Integrals()
 
 
@@ -164,8 +168,9 @@ class Recording:
     # see the stalls shorter than a step; None: stalls and lost time are the engine's ticks'
     exporter_counts: dict[Any, float] | None = None
     _order: tuple[int, list[GpuTrack]] = field(default=(-1, []), repr=False, compare=False)
-    # cause_of's peers over spans, for the next GPU judged against the same
-    _peers: tuple[Any, Any] = field(default=(None, None), repr=False, compare=False)
+    # cause_of's peers over spans, for the next GPUs judged against the same: (GPUs,
+    # ticks of the spans, ticks recorded) -> (their Stretch, each GPU's place in it)
+    _peers: dict[tuple, tuple[Any, dict[str, int]]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def ticks(self) -> int:
@@ -179,19 +184,30 @@ class Recording:
         """'GPU 3' on one node, 'node-b GPU 3' when the run spans several."""
         return f"{g.node} GPU {g.gpu}" if self.multi_node and g.node else f"GPU {g.gpu}"
 
-    def cause_of(self, key: str, peers: list[str], spans: list[tuple[float, float]]) -> "cause.Verdict":
-        """analysis.cause of GPU `key` against `peers` over time spans (start, end)."""
+    def cause_of(self, key: str, peers: list[str], spans: list[tuple[float, float]],
+                 exclude: Iterable[str] = ()) -> "cause.Verdict":
+        """analysis.cause of GPU `key` against `peers` (but itself and `exclude`: a slow
+        node's other GPUs) over time spans (start, end)."""
         ticks = [(bisect.bisect_left(self.times, a), bisect.bisect_left(self.times, b)) for a, b in spans]
         own = self._pairs(key, ticks)
         if not own:
             return cause.Verdict("unknown", ("no signals recorded over the span",), ())
-        # the GPUs judged against the same peers over the same spans (a slow node's,
-        # each against the other nodes') share one pass over the peers
-        others = tuple(p for p in peers if p != key)
-        if self._peers[0] != (others, tuple(ticks), self.ticks):
-            stretches = [pairs for p in others if (pairs := self._pairs(p, ticks))]
-            self._peers = ((others, tuple(ticks), self.ticks), cause.span_peers(stretches))
-        return cause.span_verdict(own, self._peers[1], self.power_averaged)
+        # every GPU judged against one list of peers over the same spans shares one
+        # pass over them, its medians taken without itself and `exclude`
+        # (Stretch.median: the same values): the stragglers of a workload, and the GPUs
+        # of its slow nodes, each against the other nodes'; at fleet size hundreds of
+        # them share a few sets of spans
+        members = tuple(peers) if key in peers else (*peers, key)
+        got = self._peers.get((members, tuple(ticks), self.ticks))
+        if got is None:
+            kept = [(p, pairs) for p in members if (pairs := self._pairs(p, ticks))]
+            while self._peers and sum(len(k[0]) for k in self._peers) + len(members) > PEER_STRETCH_GPUS:
+                del self._peers[next(iter(self._peers))]     # the oldest first
+            got = self._peers[(members, tuple(ticks), self.ticks)] = (
+                cause.span_peers([pairs for _, pairs in kept]), {p: i for i, (p, _) in enumerate(kept)})
+        stretch, where = got
+        out = tuple(sorted(where[p] for p in {key, *exclude} if p in where))
+        return cause.span_verdict(own, stretch, self.power_averaged, out[0] if len(out) == 1 else out)
 
     def _pairs(self, key: str, ticks: list[tuple[int, int]]) -> list[tuple[Sequence[float] | None, Sequence[float]]]:
         """GPU `key`'s (start, end) cause vectors over each stretch of ticks it has

@@ -611,7 +611,7 @@ class Judgement:
             peers = gr.gpus if gr else []
             # the node's cause: its GPUs' one verdict when they agree (a power-capped
             # rack), else the first GPU's against the other nodes'
-            verdicts = [self.rec.cause_of(k, [p for p in peers if p not in nd["keys"]] + [k], nd["spans"])
+            verdicts = [self.rec.cause_of(k, peers, nd["spans"], exclude=nd["keys"])
                         for k in sorted(nd["keys"], key=gpu_sort_key)]
             causes = {v.cause for v in verdicts}
             v = verdicts[0] if len(causes) == 1 else next((v for v in verdicts if v.cause != "unknown"), verdicts[0])

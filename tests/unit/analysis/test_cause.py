@@ -301,6 +301,25 @@ def test_a_stretchs_medians_are_the_peers_medians_and_its_verdicts_classifys(pai
         assert cause.verdict_of(stretch, j) == want
 
 
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pairs=_stretches(), data=st.data())
+def test_a_stretchs_medians_without_several_gpus_are_the_others_medians(pairs, data):
+    """A slow node's GPUs are judged against the other nodes' over one Stretch of the
+    whole job: the median of every figure without several GPUs (ties among them and the
+    rest, NaN, absent figures) is the median over the GPUs left, and so is the verdict
+    of one of them against those."""
+    stretch = cause.Stretch(pairs)
+    aggs = [cause.aggregate(s, e) for s, e in pairs]
+    out = tuple(sorted(data.draw(st.sets(st.integers(0, len(pairs) - 1), min_size=1))))
+    for name, figure in PEER_FIGURES.items():
+        want = _median_of([figure(a) for k, a in enumerate(aggs) if k not in out])
+        got = stretch.median(name, out)
+        assert _same(got, want), (name, out, got, want)
+    j = out[0]
+    want = classify(aggs[j], [a for k, a in enumerate(aggs) if k not in out])
+    assert classify(stretch.own(j), cause.Peers(stretch, out)) == want
+
+
 def test_span_verdict_adds_up_a_gpus_stretches():
     """Two stretches of a straggler's span are one: the same verdict as the whole."""
     def vec(t, busy, active, spin):
