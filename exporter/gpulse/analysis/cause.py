@@ -523,7 +523,7 @@ def _link(s: Aggregate, med: Callable[[str], float | None], cold: bool) -> tuple
 
 class Peers:
     """What classify() reads of a GPU's peers: the median of a figure over every GPU
-    of a Stretch but the one judged."""
+    of a Stretch but the one judged (and those it is not judged against: `without`)."""
 
     def __init__(self, stretch: Stretch, without: int | tuple[int, ...] | None = None):
         self.stretch, self.without = stretch, without

@@ -589,8 +589,6 @@ class JobStream:
                 if not gather and p == 0 and k == n:
                     yield item               # a whole Rows (a log read alone, an export's): as it is
                 else:
-                    if not gather.fits(item):
-                        yield gather.rows()
                     gather.add(item, p, k)
                     if len(gather) >= GATHER_ROWS:
                         yield gather.rows()
@@ -673,12 +671,12 @@ class JobStream:
 class _Gather:
     """The rows of several logs' Rows, in the order they are added, as one Rows.
 
-    Rows of one attribution go together (a job's: all). Rows without counters among
-    rows with get an empty dict each, what the replay reads of them either way; the
-    Rows is `uniform` where every row's gauges have the same fields in one order
-    (otherwise the replay takes its rows one by one, as it does any Rows'). A row of one
-    log between two of another's (the nodes' polls interleave) costs the replay a few
-    appends here instead of a Record of its own."""
+    Every Rows of a job carries the job's attribution (_node): the first one's is the
+    gathered rows'. Rows without counters among rows with get an empty dict each, what
+    the replay reads of them either way; the Rows is `uniform` where every row's gauges
+    have the same fields in one order (otherwise the replay takes its rows one by one,
+    as it does any Rows'). A row of one log between two of another's (the nodes' polls
+    interleave) costs the replay a few appends here instead of a Record of its own."""
 
     __slots__ = ("t", "gpu", "line", "samples", "gauges", "counters", "uniform", "attribution", "fields", "n")
 
@@ -687,10 +685,6 @@ class _Gather:
 
     def __len__(self) -> int:
         return self.n
-
-    def fits(self, item: Rows) -> bool:
-        """Whether `item`'s rows may join the rows gathered (any may join none)."""
-        return not self.n or item.attribution is self.attribution or item.attribution == self.attribution
 
     def add(self, item: Rows, p: int, k: int) -> None:
         """Rows p..k of `item`."""

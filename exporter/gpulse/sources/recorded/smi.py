@@ -234,14 +234,13 @@ def plain_parts(plan: RowPlan, col: Mapping[str, list[Any]], taken: list[int], g
     as smi_record does). Counters None: no row has any."""
     n = len(taken)
     none = [None] * n
+    # the rows taken are ascending places in the columns, most often a run without a
+    # gap (every row of a batch but a GPU's first): a slice of each column then
     first = taken[0] if taken else 0
+    run = bool(n) and taken[-1] - first == n - 1
 
     def pick(column: list[Any]) -> list[Any]:
-        # the rows taken are ascending places in the columns, most often a run without
-        # a gap (every row of a batch but a GPU's first): a slice then
-        if n and taken[-1] - first == n - 1:
-            return column[first:first + n]
-        return [column[k] for k in taken]
+        return column[first:first + n] if run else [column[k] for k in taken]
 
     us = pick(col["util"]) if "util" in col else none
     ps = pick(col[plan.power]) if plan.power is not None else none

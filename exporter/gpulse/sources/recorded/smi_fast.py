@@ -110,16 +110,14 @@ class _Reader:
         if whole.isascii() and "\r" not in whole and whole.count(",") == self.commas * n:
             plain: Sequence[int] = range(n)
             try:
-                table = pcsv.read_csv(io.BytesIO(whole.encode("ascii")), self.read_opts, self.parse_opts,
-                                      self.convert_opts)
+                table = self._table(whole)
             except pa.ArrowInvalid:
                 table = None
         if table is None:
             plain = [j for j, t in enumerate(texts) if t.count(",") == self.commas and t.isascii() and "\r" not in t]
             if not plain:
                 return where, []
-            table = pcsv.read_csv(io.BytesIO("\n".join([texts[j] for j in plain]).encode("ascii")),
-                                  self.read_opts, self.parse_opts, self.convert_opts)
+            table = self._table("\n".join([texts[j] for j in plain]))
         good = None
         columns: list[Any] = []
         numbers = self._numbers(table, len(plain))
@@ -150,6 +148,10 @@ class _Reader:
                     where[j] = k
                 k += 1
         return where, [c.to_pylist() for c in columns]
+
+    def _table(self, text: str) -> Any:
+        """Rows of ASCII text, a column of strings per cell of the header."""
+        return pcsv.read_csv(io.BytesIO(text.encode("ascii")), self.read_opts, self.parse_opts, self.convert_opts)
 
     def _numbers(self, table: Any, n: int) -> dict[int, tuple[Any, Any]]:
         """Per numeric column (its index in self.cols): whether each cell is a plain number
