@@ -154,7 +154,7 @@ def _host_prefix(cells: list[str], lines: "_peekable") -> bool:
             and any(_smi_column_known(c) for c in cells[1:]) and lines.next_text().split(",", 1)[0].strip() == first)
 
 
-def _rows_per_poll(times: list[float]) -> int:
+def _rows_per_poll(times: list[float], places: list[int] | None = None) -> int:
     """How many consecutive rows one nvidia-smi poll writes, from the time rhythm alone.
 
     Rows of one poll are written back to back (ms apart); the next poll comes a sampling
@@ -163,16 +163,26 @@ def _rows_per_poll(times: list[float]) -> int:
     half of them are. Score each candidate by its best phase's lower-quartile gap and
     take the smallest N that scores at least half the best (N, 2N, 3N... all score).
     One GPU: every gap is long and N = 1 wins.
+
+    `places`: each time's row's place in the log (its GPU is the place mod N); a row
+    skipped (a truncated line) keeps its place, so the phase of the rows after it does
+    not move. Only gaps between rows of neighbouring places count.
     """
-    gaps = [b - a for a, b in zip(times, times[1:])][:8192]
+    if places is None:
+        places = list(range(len(times)))
+    gaps = [(p, b - a) for p, q, a, b in zip(places, places[1:], times, times[1:]) if q == p + 1][:8192]
     if len(gaps) < 4:
         return 1
     scores: dict[int, float] = {}
     for n in range(1, min(64, len(gaps) // 3) + 1):
+        cols: list[list[float]] = [[] for _ in range(n)]
+        for p, g in gaps:
+            cols[p % n].append(g)
         best = 0.0
-        for phase in range(n):
-            col = sorted(gaps[phase::n])
-            best = max(best, col[len(col) // 4])
+        for col in cols:
+            if col:
+                col.sort()
+                best = max(best, col[len(col) // 4])
         scores[n] = best
     top = max(scores.values())
     if top <= 0:
@@ -475,6 +485,7 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
     # the times of the first RHYTHM_ROWS rows
     ahead: list[Any] = []
     times: list[float] = []
+    places: list[int] = []      # each time's row's place (what names its GPU: `one`)
     seen = 0
     for item in rows:
         ahead.append(item)
@@ -483,14 +494,16 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             tc = next((col for c, col in zip(item.cols, item.columns) if c.field == "t"), None)
             if tc is not None:
                 times += [tc[k] for k in item.where[:take]]
+                places += range(item.position, item.position + take)
             seen += take
         else:
             if item[2] is not None:
                 times.append(item[2])
+                places.append(item[1])
             seen += 1
         if seen >= RHYTHM_ROWS:
             break
-    n_per_poll = _rows_per_poll(times) if run.timed else 1
+    n_per_poll = _rows_per_poll(times, places) if run.timed else 1
     names: dict[str, str] = {}
     found = run.found
     reasons = ReasonTime()
