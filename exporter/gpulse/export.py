@@ -103,6 +103,7 @@ def scrapes(cfg: Any, interval: float, workload: str = "", source: Any = None) -
     if not os.path.isfile(cfg.replay.file):
         raise ExportError(f"{cfg.replay.file}: no such file")
     source = source or ReplaySource(cfg)
+    source.read_ahead = True      # a long log is read on a core of its own (sources/recorded/ahead.py)
     try:
         devices = source.open()
         start = source.run.start

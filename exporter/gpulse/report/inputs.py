@@ -41,6 +41,7 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
     cfg = _config({"source": "replay", "replay.file": path, "replay.format": fmt, "replay.speed": 0,
                    "history": 10, **(analysis or {})})
     source = ReplaySource(cfg)
+    source.read_ahead = True      # a long log is read on a core of its own (sources/recorded/ahead.py)
     # the name as shown: Python keeps undecodable bytes of a file name as lone surrogates,
     # which no UTF-8 output can hold (the path itself still opens the file)
     shown = clean(os.path.basename(path))
@@ -102,6 +103,7 @@ def from_logs(inputs_: list[str], fmt: str = "auto", names: list[str] | None = N
         aligned = job.job_logs(paths, names, fmt, cfg.idle_threshold, cfg.power_gate)
         workload = job.job_name([lg.node for lg in aligned.logs])
         source = job.JobReplay(cfg, aligned.logs, workload)
+        source.read_ahead = True
         rec = Recording(source=f"{len(paths)} logs", interval=cfg.analysis_interval,
                         idle_threshold=cfg.idle_threshold, activity=cfg.activity, window=cfg.analysis_window)
 

@@ -15,14 +15,18 @@ device list.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
+import os
+import stat
 import statistics
 from typing import Any, Iterator
 
 from ..model import DeviceInfo, PollResult, Reading, Sample
 from .base import CountOn, Source
 from .recorded import LogFormatError, LogStream, Record, Rows
+from .recorded import ahead
 
 log = logging.getLogger("gpulse.replay")
 
@@ -38,15 +42,28 @@ def _plain(rows: Rows) -> Record:
 
 # Problems in a log shown one per line; the rest are summed up in one line.
 SHOW_ERRORS = 10
+assert SHOW_ERRORS <= ahead.ERRORS_AS_READ     # a log read ahead passes on that many as they come
 # Records read ahead by open(), to name the GPUs before the first poll.
 LOOKAHEAD = 8192
 # Steps of the first GPU measured for the loop period.
 PERIOD_STEPS = 1000
 
 
+def _size(path: str) -> int:
+    """Bytes of a regular file; 0 for anything else (a pipe, a file that is not there)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+
+
 class ReplaySource(Source):
     name = "replay"
     CHUNK = 2048
+    # a batch command (report, export) sets it: a long log is then read in a process of
+    # its own while the analysis runs (recorded.ahead); a live replay reads in process
+    read_ahead = False
 
     def __init__(self, cfg: Any):
         self.path = cfg.replay.file
@@ -99,9 +116,16 @@ class ReplaySource(Source):
         self.power_averaged = run.facts.power_averaged
         return list(self._devices.values())
 
-    def _open_stream(self) -> LogStream:
+    def _open_stream(self) -> Any:
         """The first pass over the log (a job's many logs: recorded.job.JobReplay)."""
-        return LogStream(self.path, self.fmt, self.untimed_interval)
+        return self._stream_of(functools.partial(LogStream, self.path, self.fmt, self.untimed_interval), [self.path])
+
+    def _stream_of(self, make: Any, paths: list[str]) -> Any:
+        """make(): in a process of its own where read_ahead is set and the logs are long
+        enough to be worth it (recorded.ahead.worth)."""
+        if self.read_ahead and ahead.worth(sum(_size(p) for p in paths)):
+            return ahead.ReadAhead(make)
+        return make()
 
     @property
     def finished(self) -> bool:

@@ -245,6 +245,53 @@ def test_rows_are_read_as_the_same_rows_one_by_one(tmp_path, monkeypatch, logs_r
         assert '"train-n2"' in rows[3]
 
 
+@pytest.mark.parametrize("logs_read", ["job", "one log"])
+def test_logs_read_in_a_process_of_their_own_give_the_same_report(tmp_path, monkeypatch, logs_read):
+    """The 4-node job with its clocks up to 3 s apart (and one node's log alone): read,
+    and scanned for its clock offsets, on the second core (sources/recorded/ahead.py,
+    for long logs), the report keeps what it keeps read in process, to the bit, and
+    finds the same offsets."""
+    pytest.importorskip("pyarrow")
+    from gpulse.report import inputs
+    from gpulse.sources.recorded import ahead
+    write_job(tmp_path, {(2, 5)}, seed=11)
+    logs = sorted(tmp_path.glob("train-n*.csv"))
+    read = [str(p) for p in logs] if logs_read == "job" else [str(logs[1])]
+    used: list[str] = []
+    for name in ("ReadAhead", "Call"):
+        def counted(*args, _cls=getattr(ahead, name), _name=name):
+            used.append(_name)
+            return _cls(*args)
+        monkeypatch.setattr(ahead, name, counted)
+    monkeypatch.setattr(ahead, "AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(ahead, "cpus", lambda: 2)
+    aside = inputs.from_logs(read)
+    assert sorted(set(used)) == (["Call", "ReadAhead"] if logs_read == "job" else ["ReadAhead"])
+    monkeypatch.setattr(ahead, "AHEAD_MIN_BYTES", 1 << 62)
+    here = inputs.from_logs(read)
+    assert _fingerprint(aside) == _fingerprint(here)
+    assert (aside.clocks, aside.notes, aside.source) == (here.clocks, here.notes, here.source)
+    if logs_read == "job":
+        _check_offsets({"clocks": aside.clocks, "notes": aside.notes})
+
+
+def test_a_log_that_fails_in_the_scan_aside_fails_as_it_does_in_process(tmp_path, monkeypatch):
+    """The alignment's scan of the later logs runs in a process of its own: a log there
+    that cannot be read is the same one-line error, after the earlier logs scanned."""
+    from gpulse.sources.recorded import LogFormatError, ahead, job
+    write_job(tmp_path, set(), seed=3)
+    logs = sorted(tmp_path.glob("train-n*.csv"))
+    logs[3].write_text("what,is,this\n1,2,3\n")
+    errors = []
+    for least in (0, 1 << 62):
+        monkeypatch.setattr(ahead, "AHEAD_MIN_BYTES", least)
+        monkeypatch.setattr(ahead, "cpus", lambda: 2)
+        with pytest.raises(LogFormatError) as e:
+            job.job_logs([str(p) for p in logs], [])
+        errors.append(str(e.value))
+    assert errors[0] == errors[1] and "train-n3.csv:1: unknown header" in errors[0]
+
+
 def test_a_repeated_input_used_to_report_on_the_last_log_only(tmp_path):
     """`--input a --input b` once kept only b (8 GPUs of a 16-GPU job, exit 0)."""
     a = tmp_path / "a.csv"

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import glob
 import heapq
 import itertools
@@ -55,6 +56,7 @@ from ...analysis.thresholds import value
 from ...fdlimit import raise_open_files
 from ...model import DeviceInfo, gpu_sort_key, natural_key
 from ..replay import ReplaySource
+from . import ahead
 from .records import LogError, LogFormatError, Record, Rows, RunFacts
 from .stream import REORDER_S, LogStream, kept_as_gap, span_words
 
@@ -160,7 +162,7 @@ def job_logs(paths: list[str], names: list[str], fmt: str = "auto", idle_thresho
     """The logs named (node_logs) and aligned (align) in one read of each log's start:
     the hostnames that name the nodes come from the alignment's own scan (reading them
     apart read the start of every log once more, a batch of rows of each)."""
-    scanned = {p: _edges(p, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S) for p in dict.fromkeys(paths)}
+    scanned = _scans(list(dict.fromkeys(paths)), fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S)
     logs = node_logs(paths, names, {p: sc[4] for p, sc in scanned.items()})
     return _aligned(logs, {lg.node: scanned[lg.path][:4] for lg in logs}, fmt, idle_threshold, power_gate,
                     interval)
@@ -169,8 +171,8 @@ def job_logs(paths: list[str], names: list[str], fmt: str = "auto", idle_thresho
 def align(logs: list[NodeLog], fmt: str = "auto", idle_threshold: float = value("idle_ratio"),
           power_gate: float = value("power_gate_ratio"), interval: float = 1.0) -> Alignment:
     """The logs with each node's clock offset against the reference node (see module doc)."""
-    scanned = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S)[:4] for lg in logs}
-    return _aligned(logs, scanned, fmt, idle_threshold, power_gate, interval)
+    scans = _scans([lg.path for lg in logs], fmt, idle_threshold, power_gate, interval, ALIGN_SCAN_S)
+    return _aligned(logs, {lg.node: scans[lg.path][:4] for lg in logs}, fmt, idle_threshold, power_gate, interval)
 
 
 def _aligned(logs: list[NodeLog], scanned: dict[str, tuple[Any, ...]], fmt: str, idle_threshold: float,
@@ -185,8 +187,8 @@ def _aligned(logs: list[NodeLog], scanned: dict[str, tuple[Any, ...]], fmt: str,
         _overlap(logs, {n: span for n, (_, _, _, span) in scanned.items()})
     out = _align(logs, {n: e for n, (e, _, _, _) in scanned.items()})
     if any(not lg.aligned for lg in out.logs) and any(cut for _, cut, _, _ in scanned.values()):
-        whole = {lg.node: _edges(lg.path, fmt, idle_threshold, power_gate, interval, None)[0] for lg in logs}
-        out = _align(logs, whole)
+        scans = _scans([lg.path for lg in logs], fmt, idle_threshold, power_gate, interval, None)
+        out = _align(logs, {lg.node: scans[lg.path][0] for lg in logs})
     return out
 
 
@@ -308,6 +310,34 @@ def _edges(path: str, fmt: str, idle: float, gate: float, interval: float, scan:
         stream.close()
     return ((starts, ends), cut, stream.facts.timed, None if first is None else (first, last if whole else math.inf),
             hosts)
+
+
+def _scans(paths: list[str], fmt: str, idle: float, gate: float, interval: float, scan: float | None
+           ) -> dict[str, tuple[Any, ...]]:
+    """_edges of each log, by path. Where the logs are long (recorded.ahead.worth), the
+    later half of them (by size) is scanned in a process of its own while this one
+    scans the first half: the same scans, and the same error (the first log's that
+    fails, in order) as one after the other."""
+    sizes = [os.stat(p).st_size if os.path.isfile(p) else 0 for p in paths]
+    if len(paths) < 2 or not ahead.worth(sum(sizes)):
+        return {p: _edges(p, fmt, idle, gate, interval, scan) for p in paths}
+    half, total = 1, sizes[0]
+    while half < len(paths) - 1 and 2 * (total + sizes[half]) <= sum(sizes):
+        total += sizes[half]
+        half += 1
+    aside = ahead.Call(_scan_all, paths[half:], fmt, idle, gate, interval, scan)
+    try:
+        near = {p: _edges(p, fmt, idle, gate, interval, scan) for p in paths[:half]}
+    except BaseException:
+        aside.close()
+        raise
+    return {**near, **dict(zip(paths[half:], aside.result()))}
+
+
+def _scan_all(paths: list[str], fmt: str, idle: float, gate: float, interval: float, scan: float | None
+              ) -> list[tuple[Any, ...]]:
+    """_edges of each log, in order (the half _scans hands to a process of its own)."""
+    return [_edges(p, fmt, idle, gate, interval, scan) for p in paths]
 
 
 def _readings(items: Iterable[Record | Rows]) -> Iterator[tuple[float, str, Any, dict[str, Any] | None]]:
@@ -734,7 +764,8 @@ class JobReplay(ReplaySource):
         self.logs, self.workload, self.keyed = logs, workload, keyed
 
     def _open_stream(self) -> Any:
-        return JobStream(self.logs, self.fmt, self.untimed_interval, self.workload, self.keyed)
+        return self._stream_of(functools.partial(JobStream, self.logs, self.fmt, self.untimed_interval, self.workload,
+                                                 self.keyed), [lg.path for lg in self.logs])
 
 
 __all__ = ["ALIGN_LAG_S", "Alignment", "JobStream", "NodeLog", "align", "expand", "job_logs", "job_name", "JobReplay",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -148,6 +149,13 @@ class Rows:
         self.attribution = attribution
         self._fields: tuple[str, ...] | None = None
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickled for another process (recorded.ahead): the samples as columns, a tuple
+        # per field, not a Sample each (a named tuple pickles and unpickles through a
+        # Python call per row, most of what sending a log's rows cost)
+        return (_rows, (self.t, self.gpu, self.line, tuple(zip(*self.samples)), self.gauges, self.counters,
+                        self.uniform, self.attribution))
+
     def fields(self) -> tuple[str, ...] | None:
         """The gauge fields every row has, in their order, where the rows are uniform
         and there are any; None otherwise."""
@@ -170,3 +178,12 @@ class Rows:
         for k in range(i, len(self.t) if j is None else j):
             yield Record(Reading(self.gpu[k], [self.samples[k]], self.gauges[k], {} if c is None else c[k], True,
                                  None, dict(a) if a else None), self.line[k])
+
+
+def _rows(t: list[float], gpu: list[str], line: list[int], samples: tuple[tuple[Any, ...], ...],
+          gauges: list[dict[str, Any]], counters: list[dict[str, Any]] | None, uniform: bool,
+          attribution: dict[str, str] | None) -> Rows:
+    """Rows.__reduce__'s: each row's Sample made again from the columns, in C
+    (tuple.__new__ is what a named tuple's own constructor calls)."""
+    return Rows(t, gpu, line, list(map(tuple.__new__, itertools.repeat(Sample, len(t)), zip(*samples))), gauges,
+                counters, uniform, attribution)

@@ -168,16 +168,24 @@ def _rows_per_poll(times: list[float], places: list[int] | None = None) -> int:
     skipped (a truncated line) keeps its place, so the phase of the rows after it does
     not move. Only gaps between rows of neighbouring places count.
     """
-    if places is None:
-        places = list(range(len(times)))
-    gaps = [(p, b - a) for p, q, a, b in zip(places, places[1:], times, times[1:]) if q == p + 1][:8192]
+    if places is None or not places or places[-1] - places[0] == len(places) - 1:
+        # no place left empty (most logs): a phase's gaps are a slice
+        gaps = [b - a for a, b in zip(times, times[1:])][:8192]
+        at = None
+    else:
+        pairs = [(p, b - a) for p, q, a, b in zip(places, places[1:], times, times[1:]) if q == p + 1][:8192]
+        gaps = [g for _, g in pairs]
+        at = [p for p, _ in pairs]
     if len(gaps) < 4:
         return 1
     scores: dict[int, float] = {}
     for n in range(1, min(64, len(gaps) // 3) + 1):
-        cols: list[list[float]] = [[] for _ in range(n)]
-        for p, g in gaps:
-            cols[p % n].append(g)
+        if at is None:
+            cols = [gaps[phase::n] for phase in range(n)]
+        else:
+            cols = [[] for _ in range(n)]
+            for p, g in zip(at, gaps):
+                cols[p % n].append(g)
         best = 0.0
         for col in cols:
             if col:
