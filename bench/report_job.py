@@ -89,12 +89,19 @@ def main() -> int:
         if ctx is not None:
             trees.append((ns.against[:8], ctx.__enter__()))
         try:
+            # CPU and peak RSS: of the report and the processes it reads the logs in
+            # (wait4 counts the children a process has waited for)
             print("| tree | wall s | CPU s | peak RSS MiB |")
             print("|---|---|---|---|")
-            for name, root in trees:
-                wall, cpu, rss, rc = run(pattern, Path(tmp) / f"out-{len(name)}", root)
+            outs = []
+            for k, (name, root) in enumerate(trees):
+                outs.append(Path(tmp) / f"out-{k}")
+                wall, cpu, rss, rc = run(pattern, outs[-1], root)
                 print(f"| {name} | {wall:.1f} | {cpu:.1f} | {rss / 2 ** 20:.0f} |" + ("" if rc == 0 else f" exit {rc}"),
                       flush=True)
+            if len(outs) == 2:
+                same = (outs[0] / "findings.json").read_bytes() == (outs[1] / "findings.json").read_bytes()
+                print(f"findings.json of the two trees: {'byte-identical' if same else 'DIFFERENT'}")
             if ns.profile:
                 prof = Path(tmp) / "report.prof"
                 run(pattern, Path(tmp) / "out-prof", ROOT, prof)
