@@ -180,6 +180,48 @@ def test_a_truncated_row_of_a_log_without_an_index_loses_only_itself(tmp_path, c
     assert _rows_per_poll(ts, [r.line - 2 for r in sorted(run.records, key=lambda r: r.line)]) == 8
 
 
+@pytest.mark.parametrize("rows_read", ["in batches", "row by row"])
+@pytest.mark.parametrize("damage", ["restart", "run together", "both, early"])
+def test_rows_after_a_line_that_held_more_than_a_row_keep_their_gpus(tmp_path, monkeypatch, damage, rows_read):
+    """An index-less log names a row's GPU by its place in its poll. A logger killed
+    mid-row and restarted onto the same file (its header on the end of the partial
+    row, then a poll from GPU 0), or two rows run together on one line: the line is
+    one problem, but the places after it were one or more off, and every later row of
+    the real trace (33,595 of them) was read as another GPU's. From the next poll on,
+    each row is its own GPU again, and the rhythm is still read as 8 GPUs."""
+    lines = require_data(TRACES + "ckpt10.csv").read_text().splitlines()
+    keep = list(range(len(lines)))          # the trace's line each line of the damaged log is
+    if damage == "restart":
+        cut = 10004                         # GPU 3's row, partly written
+        nxt = next(k for k in range(cut + 1, cut + 20) if (k - 1) % 8 == 0)
+        new = lines[:cut] + [lines[cut][:20] + lines[0]] + lines[nxt:]
+        keep = keep[:cut] + [-1] + keep[nxt:]
+    elif damage == "run together":
+        cut = 10004
+        new = lines[:cut] + [lines[cut][:20] + lines[cut + 1]] + lines[cut + 2:]
+        keep = keep[:cut] + [-1] + keep[cut + 2:]
+    else:
+        new, keep = list(lines), list(keep)
+        for cut in (3000, 700):             # within the rows the rhythm is read from
+            new[cut:cut + 2] = [new[cut][:15] + new[cut + 1]]
+            keep[cut:cut + 2] = [-1]
+    p = tmp_path / "damaged.csv"
+    p.write_text("\n".join(new) + "\n")
+    if rows_read == "row by row":
+        from gpulse.sources.recorded import smi_fast
+        monkeypatch.setattr(smi_fast, "available", lambda: False)
+    whole = {r.line: r.gpu for r in read_log(str(require_data(TRACES + "ckpt10.csv"))).records}
+    run = read_log(str(p))
+    assert len({e.line for e in run.errors}) == (2 if damage.startswith("both") else 1)
+    assert {r.gpu for r in run.records} == {str(g) for g in range(8)}
+    first_bad = min(n for n, k in enumerate(keep) if k < 0)
+    wrong = [(r.line, r.gpu, whole[keep[r.line - 1] + 1]) for r in run.records
+             if whole.get(keep[r.line - 1] + 1) != r.gpu]
+    # only rows of the poll a line ran into may be off (up to 7 rows each)
+    assert len(wrong) <= 7 * len({e.line for e in run.errors}), wrong[:10]
+    assert all(line - first_bad < 8 or any(0 <= line - e.line < 8 for e in run.errors) for line, _, _ in wrong)
+
+
 def test_rows_per_poll_rhythms():
     # 4 GPUs, rows 2 ms apart, polls 100 ms apart
     ts = [k * 0.1 + i * 0.002 for k in range(50) for i in range(4)]

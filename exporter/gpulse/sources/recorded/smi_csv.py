@@ -155,29 +155,53 @@ def _host_prefix(cells: list[str], lines: "_peekable") -> bool:
 
 
 def _rows_per_poll(times: list[float], places: list[int] | None = None) -> int:
-    """How many consecutive rows one nvidia-smi poll writes, from the time rhythm alone.
+    """How many consecutive rows one nvidia-smi poll writes, from the time rhythm alone
+    (_poll_rhythm)."""
+    return _poll_rhythm(times, places)[0]
+
+
+# a stretch of rows without a row missing this long is rhythm enough (_poll_rhythm)
+RHYTHM_RUN = 1024
+
+
+def _poll_rhythm(times: list[float], places: list[int] | None = None) -> tuple[int, float]:
+    """(N, the gap between polls): how many consecutive rows one nvidia-smi poll
+    writes, from the time rhythm alone.
 
     Rows of one poll are written back to back (ms apart); the next poll comes a sampling
     interval later. For the true row count N, the gap after every N-th row is the long
     one, so at one phase of k mod N nearly all gaps are long; at any other N at most
     half of them are. Score each candidate by its best phase's lower-quartile gap and
     take the smallest N that scores at least half the best (N, 2N, 3N... all score).
-    One GPU: every gap is long and N = 1 wins.
+    One GPU: every gap is long and N = 1 wins. The best score is the gap between polls.
 
-    `places`: each time's row's place in the log (its GPU is the place mod N); a row
-    skipped (a truncated line) keeps its place, so the phase of the rows after it does
-    not move. Only gaps between rows of neighbouring places count.
+    `places`: each time's row's place in the log (the row-by-row reader's count of its
+    lines). A row missing there (a line skipped) may have kept its place (a truncated
+    line) or taken two (two rows run together on one line), so the phase is read off
+    the longest stretch without one, where that is RHYTHM_RUN rows or all of them; else
+    each gap at its row's place.
     """
-    if places is None or not places or places[-1] - places[0] == len(places) - 1:
-        # no place left empty (most logs): a phase's gaps are a slice
+    at = None
+    if places is not None and places and places[-1] - places[0] != len(places) - 1:
+        runs, start = [], 0
+        for i in range(1, len(places) + 1):
+            if i == len(places) or places[i] != places[i - 1] + 1:
+                runs.append((i - start, start))
+                start = i
+        length, start = max(runs)
+        if length >= min(RHYTHM_RUN, len(places)):
+            times = times[start:start + length]
+        else:
+            at = places
+    if at is None:
+        # a phase's gaps are a slice
         gaps = [b - a for a, b in zip(times, times[1:])][:8192]
-        at = None
     else:
-        pairs = [(p, b - a) for p, q, a, b in zip(places, places[1:], times, times[1:]) if q == p + 1][:8192]
+        pairs = [(p, b - a) for p, q, a, b in zip(at, at[1:], times, times[1:]) if q == p + 1][:8192]
         gaps = [g for _, g in pairs]
         at = [p for p, _ in pairs]
     if len(gaps) < 4:
-        return 1
+        return 1, 0.0
     scores: dict[int, float] = {}
     for n in range(1, min(64, len(gaps) // 3) + 1):
         if at is None:
@@ -194,8 +218,8 @@ def _rows_per_poll(times: list[float], places: list[int] | None = None) -> int:
         scores[n] = best
     top = max(scores.values())
     if top <= 0:
-        return 1
-    return min(n for n, s in scores.items() if s >= 0.5 * top)
+        return 1, 0.0
+    return min(n for n, s in scores.items() if s >= 0.5 * top), top
 
 
 @dataclass
@@ -485,6 +509,76 @@ ROWS_PIECE = 4096
 RARE_PIECE = 1024
 
 
+class _Sync:
+    """The places of an index-less log's rows, kept in step with its polls after a line
+    is skipped (read()): `place` of a row, `run` of a run of consecutive rows.
+
+    After a place missing, a row that comes `gap` or more after the last is a poll's
+    first and its GPU 0; the places are taken as in step again once a whole poll (N rows
+    from one such gap to the next) has come. The poll the line ran into may have lost
+    its first row, so until then each poll's first row is GPU 0 again: the rows of that
+    one poll may be off, none after it."""
+
+    __slots__ = ("n", "gap", "shift", "expect", "suspect", "last_t", "since")
+
+    def __init__(self, n: int, gap: float):
+        self.n, self.gap = n, gap
+        self.shift = 0                  # added to a row's place
+        self.expect: int | None = None  # the next row's place
+        self.suspect = False            # a place went missing and no whole poll has come since
+        self.last_t: float | None = None
+        self.since = -1                 # rows since the last poll's start, while suspect (-1: none yet)
+
+    def _came(self, pos: int) -> None:
+        expect = self.expect
+        if expect is not None and pos != expect:
+            if pos < expect:            # a header: places start over
+                self.shift, self.suspect = 0, False
+            else:
+                self.suspect, self.since = True, -1
+
+    def _next(self, pos: int, t: float | None) -> None:
+        """Row `pos` at time t, while suspect."""
+        last = self.last_t
+        if t is not None:
+            if last is not None and t - last >= self.gap:      # a poll's first row
+                if self.since == self.n and (pos + self.shift) % self.n == 0:
+                    self.suspect = False                        # a whole poll came: in step
+                else:
+                    self.shift = -pos % self.n
+                self.since = 0
+            self.last_t = t
+        if self.since >= 0:
+            self.since += 1
+
+    def place(self, pos: int, t: float | None) -> int:
+        self._came(pos)
+        if self.suspect:
+            self._next(pos, t)
+        elif t is not None:
+            self.last_t = t
+        self.expect = pos + 1
+        return pos + self.shift
+
+    def run(self, first: int, ts: list[float]) -> int | list[int]:
+        """The shift of each of the rows first, first + 1, ... at times ts: one for all,
+        where the places are in step."""
+        self._came(first)
+        self.expect = first + len(ts)
+        if not self.suspect:
+            if ts:
+                self.last_t = ts[-1]
+            return self.shift
+        shifts = []
+        for j, t in enumerate(ts):
+            if self.suspect:
+                self._next(first + j, t)
+            else:
+                self.last_t = t
+            shifts.append(self.shift)
+        return shifts
+
+
 def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) -> Iterator[Record | Rows]:
     """Records, and Rows for the runs of plain rows the vectorised reader took (a GPU's
     first row is always a Record: the stream and the replay see it as they would
@@ -511,7 +605,14 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             seen += 1
         if seen >= RHYTHM_ROWS:
             break
-    n_per_poll = _rows_per_poll(times, places) if run.timed else 1
+    n_per_poll, poll_gap = _poll_rhythm(times, places) if run.timed else (1, 0.0)
+    # Without a key column a row's GPU is its place in its poll (place mod N). A line
+    # skipped may have held two rows run together, or a killed logger's partial row and
+    # its restart's header, and the places after it would be off for the rest of the
+    # log: after a place missing, the next row that comes half a poll's gap or more
+    # after the last is a poll's first again (`sync`). A log without a place missing
+    # never moves.
+    sync = _Sync(n_per_poll, 0.5 * poll_gap) if n_per_poll > 1 and poll_gap > 0 else None
     names: dict[str, str] = {}
     found = run.found
     reasons = ReasonTime()
@@ -608,9 +709,12 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
             taken.clear()
             out_lines.clear()
 
+        shift = 0
+        if key_field is None and sync is not None:
+            shift = sync.run(b.position, [tcol[k] for k in where])
         for j, k in enumerate(where):
             if key_field is None:
-                gpu: str | None = str((b.position + j) % n_per_poll)
+                gpu: str | None = str((b.position + j + (shift if type(shift) is int else shift[j])) % n_per_poll)
             else:
                 raw = keycol[k]
                 if raw is None:
@@ -628,7 +732,8 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
                         gpu = f"{host}:{gpu}"
             if gpu is None or gpu not in found:
                 yield from rows_so_far()
-                rec = one(lines[j], b.position + j, tcol[k], b.values(j, err), None, key_field)
+                pos = b.position + j + (shift if type(shift) is int else shift[j])
+                rec = one(lines[j], pos, tcol[k], b.values(j, err), None, key_field)
                 if rec is not None:
                     yield rec
                 continue
@@ -651,7 +756,11 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
         if isinstance(item, _Plain):
             yield from plain(item)
             continue
-        rec = one(*item)
+        if sync is not None and item[5] is None:
+            line, pos, t, values, lost, key_field = item
+            rec = one(line, sync.place(pos, t), t, values, lost, key_field)
+        else:
+            rec = one(*item)
         if rec is not None:
             yield rec
 
