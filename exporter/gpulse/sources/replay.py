@@ -49,7 +49,7 @@ LOOKAHEAD = 8192
 PERIOD_STEPS = 1000
 
 
-def _size(path: str) -> int:
+def file_size(path: str) -> int:
     """Bytes of a regular file; 0 for anything else (a pipe, a file that is not there)."""
     try:
         st = os.stat(path)
@@ -123,7 +123,7 @@ class ReplaySource(Source):
     def _stream_of(self, make: Any, paths: list[str]) -> Any:
         """make(): in a process of its own where read_ahead is set and the logs are long
         enough to be worth it (recorded.ahead.worth)."""
-        if self.read_ahead and ahead.worth(sum(_size(p) for p in paths)):
+        if self.read_ahead and ahead.worth(sum(file_size(p) for p in paths)):
             return ahead.ReadAhead(make)
         return make()
 

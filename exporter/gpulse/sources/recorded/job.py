@@ -55,7 +55,7 @@ from ...analysis.activity import activity_of, spin_gate_watts
 from ...analysis.thresholds import value
 from ...fdlimit import raise_open_files
 from ...model import DeviceInfo, gpu_sort_key, natural_key
-from ..replay import ReplaySource
+from ..replay import ReplaySource, file_size
 from . import ahead
 from .records import LogError, LogFormatError, Record, Rows, RunFacts
 from .stream import REORDER_S, LogStream, kept_as_gap, span_words
@@ -318,7 +318,7 @@ def _scans(paths: list[str], fmt: str, idle: float, gate: float, interval: float
     later half of them (by size) is scanned in a process of its own while this one
     scans the first half: the same scans, and the same error (the first log's that
     fails, in order) as one after the other."""
-    sizes = [os.stat(p).st_size if os.path.isfile(p) else 0 for p in paths]
+    sizes = [file_size(p) for p in paths]
     if len(paths) < 2 or not ahead.worth(sum(sizes)):
         return {p: _edges(p, fmt, idle, gate, interval, scan) for p in paths}
     half, total = 1, sizes[0]
