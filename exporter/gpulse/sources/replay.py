@@ -124,7 +124,10 @@ class ReplaySource(Source):
         """make(): in a process of its own where read_ahead is set and the logs are long
         enough to be worth it (recorded.ahead.worth)."""
         if self.read_ahead and ahead.worth(sum(file_size(p) for p in paths)):
-            return ahead.ReadAhead(make)
+            try:
+                return ahead.ReadAhead(make)
+            except ahead.NoProcess as e:
+                log.warning("%s; reading the log in this process", e)
         return make()
 
     @property

@@ -151,3 +151,29 @@ def test_rows_cross_as_the_same_rows():
     assert all(type(s) is Sample for s in back.samples)
     none = pickle.loads(pickle.dumps(Rows([], [], [], [], []), protocol=pickle.HIGHEST_PROTOCOL))
     assert len(none) == 0 and none.samples == [] and none.counters is None
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python3", "/bin/false"])
+def test_without_a_process_to_read_in_the_log_is_read_here(tmp_path, monkeypatch, caplog, python):
+    """No process to be had (a Python that is not there, one that ends at once: a
+    limit on processes, an interpreter that cannot import gpulse): the report reads
+    the log, and the job's scan its logs, in its own process, with a warning, to the
+    same result."""
+    import shutil
+    import sys
+    from gpulse.report import inputs
+    from gpulse.sources.recorded import job
+    trace = require_data(TRACE)
+    logs = [shutil.copy(trace, tmp_path / f"n{k}.csv") for k in range(2)]
+    here = inputs.from_logs([str(trace)])
+    scanned = job.job_logs([str(p) for p in logs], [])
+    monkeypatch.setattr(ahead, "AHEAD_MIN_BYTES", 0)
+    monkeypatch.setattr(ahead, "cpus", lambda: 2)
+    monkeypatch.setattr(sys, "executable", python)
+    with caplog.at_level("WARNING", logger="gpulse.replay"):
+        there = inputs.from_logs([str(trace)])
+    assert [r.message for r in caplog.records if "reading the log in this process" in r.message]
+    assert (bytes(there.times), there.notes) == (bytes(here.times), here.notes)
+    assert {k: bytes(g.busy) for k, g in there.gpus.items()} == {k: bytes(g.busy) for k, g in here.gpus.items()}
+    again = job.job_logs([str(p) for p in logs], [])
+    assert (again.logs, again.edges, again.notes) == (scanned.logs, scanned.edges, scanned.notes)

@@ -65,6 +65,12 @@ def worth(size: int) -> bool:
     return size >= AHEAD_MIN_BYTES and cpus() >= 2 and bool(sys.executable)
 
 
+class NoProcess(SourceError):
+    """The process of its own could not be started, or ended before it began to read
+    (a limit on processes, a Python that cannot import gpulse): the caller reads in
+    process instead."""
+
+
 class _Err:
     """The stream's problems as a reader sees them while it reads (Problems' items, count)."""
 
@@ -86,9 +92,13 @@ class _Aside:
         mine, theirs = socket.socketpair()
         self._conn = Connection(mine.detach())
         with theirs:
-            self._proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(theirs.fileno())],
-                                          pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.DEVNULL)
+            try:
+                self._proc = subprocess.Popen([sys.executable, "-c", _BOOT, str(theirs.fileno())],
+                                              pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                              stdout=subprocess.DEVNULL)
+            except OSError as e:
+                self._conn.close()
+                raise NoProcess(f"cannot start a process to read in: {e}") from None
         try:
             self._conn.send(sys.path)
             self._conn.send((*task, gc.get_threshold()))
@@ -118,8 +128,11 @@ class Call(_Aside):
         super().__init__(("call", fn, args))
 
     def result(self) -> Any:
+        """Raises NoProcess where the process ended without an answer."""
         try:
             kind, value = self._recv()
+        except SourceError as e:
+            raise NoProcess(str(e)) from None
         finally:
             self.close()
         if kind == "failed":
@@ -132,6 +145,8 @@ class ReadAhead(_Aside):
     interface (see module doc). `make` builds the stream there: a picklable callable."""
 
     def __init__(self, make: Callable[[], Any]):
+        """Raises NoProcess where the process cannot be had, and what make() raised
+        there (the log's one-line LogFormatError) where it could not be opened."""
         super().__init__(("stream", make))
         self._ended = False
         self.err = _Err()
@@ -146,7 +161,10 @@ class ReadAhead(_Aside):
         self._errors: list[LogError] | None = None
         self._warnings: list[str] = []
         try:
-            msg = self._recv()
+            try:
+                msg = self._recv()
+            except SourceError as e:
+                raise NoProcess(str(e)) from None
             if msg[0] == "failed":
                 raise msg[1]
             _, (self.path, self.format, self.size), learnt = msg
@@ -315,4 +333,4 @@ def _portable(e: BaseException) -> BaseException:
         return RuntimeError(f"reading the log failed: {type(e).__name__}: {e}\n{text}")
 
 
-__all__ = ["AHEAD_MIN_BYTES", "ReadAhead", "cpus", "worth"]
+__all__ = ["AHEAD_MIN_BYTES", "Call", "NoProcess", "ReadAhead", "cpus", "worth"]

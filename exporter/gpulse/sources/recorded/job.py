@@ -325,13 +325,22 @@ def _scans(paths: list[str], fmt: str, idle: float, gate: float, interval: float
     while half < len(paths) - 1 and 2 * (total + sizes[half]) <= sum(sizes):
         total += sizes[half]
         half += 1
-    aside = ahead.Call(_scan_all, paths[half:], fmt, idle, gate, interval, scan)
+    try:
+        aside: ahead.Call | None = ahead.Call(_scan_all, paths[half:], fmt, idle, gate, interval, scan)
+    except ahead.NoProcess:
+        aside = None
     try:
         near = {p: _edges(p, fmt, idle, gate, interval, scan) for p in paths[:half]}
     except BaseException:
-        aside.close()
+        if aside is not None:
+            aside.close()
         raise
-    return {**near, **dict(zip(paths[half:], aside.result()))}
+    try:
+        if aside is not None:
+            return {**near, **dict(zip(paths[half:], aside.result()))}
+    except ahead.NoProcess:
+        pass
+    return {**near, **{p: _edges(p, fmt, idle, gate, interval, scan) for p in paths[half:]}}
 
 
 def _scan_all(paths: list[str], fmt: str, idle: float, gate: float, interval: float, scan: float | None
