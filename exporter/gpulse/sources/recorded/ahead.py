@@ -2,23 +2,26 @@
 
     stream = ReadAhead(functools.partial(LogStream, "big.csv"))   # or a JobStream's
     for item in stream.items(): ...     # the stream's items, in its order
+    Call(fn, *args).result()            # fn(*args) over there (a job's clock scan)
 
 A report or export of a long log does two things at the speed of Python: reading the
 log (its CSV, each row's values, a job's merge of its nodes' logs), about half of the
 work, and the analysis. ReadAhead runs the reading in a process of its own (the
-machine's second core; the same Python, sent the stream's maker pickled over a socket) and hands the stream's items on in the same order. Each item comes with
-what the stream had learnt when it yielded it (the GPUs found, how far it has read,
-its problems), so whoever reads the stream sees at every item what reading it in
-process shows, and the report made of it is the same to the bit
+machine's second core: the same Python, sent the stream's maker pickled over a socket)
+and hands the stream's items on in the same order. Each item comes with what the
+stream had learnt when it yielded it (the GPUs found, how far it has read, its
+problems), so whoever reads the stream sees at every item what reading it in process
+shows, and the report made of it is the same to the bit
 (tests/unit/sources/test_read_ahead.py). Two things are kept as they are read only in
 part: of the problems, the first ERRORS_AS_READ (what a replay shows one by one as
-they come; all of them, and the timestamp warnings, once the stream has ended).
+they come); all of them, and the timestamp warnings, come once the stream has ended.
 
-The reader runs at most one message ahead: it makes the next CHUNK_ROWS rows while the
-pipe holds the last, and blocks in send until that is taken, so memory stays that of
-the stream plus two messages, whatever the log's size. Closing the stream, or the
-reading process ending, stops the other side. A stream that cannot be opened raises
-its one-line LogFormatError from the constructor, as it does in process.
+The reading process runs at most one message ahead: it makes the next CHUNK_ROWS rows
+while the socket holds the last, and blocks in send until that is taken, so memory
+stays that of the stream plus two messages, whatever the log's size. Closing the
+stream, or the reading process ending, stops the other side. A stream that cannot be
+opened raises its one-line LogFormatError from the constructor, as it does in process;
+where no process can be had, NoProcess, and the caller reads in process.
 
 Only worth it for a log that takes seconds (a process and its imports cost ~0.5 s of
 the other core) and where a second core is there to run it: `worth()`.

@@ -560,17 +560,17 @@ class _Sync:
         self.expect = pos + 1
         return pos + self.shift
 
-    def run(self, first: int, ts: list[float]) -> int | list[int]:
-        """The shift of each of the rows first, first + 1, ... at times ts: one for all,
-        where the places are in step."""
+    def run(self, first: int, times: list[float], where: list[int]) -> int | list[int]:
+        """The shift of each of the rows first, first + 1, ... (their times: times[k] for k
+        in where): one for all, where the places are in step."""
         self._came(first)
-        self.expect = first + len(ts)
+        self.expect = first + len(where)
         if not self.suspect:
-            if ts:
-                self.last_t = ts[-1]
+            if where:
+                self.last_t = times[where[-1]]
             return self.shift
         shifts = []
-        for j, t in enumerate(ts):
+        for j, t in enumerate(times[k] for k in where):
             if self.suspect:
                 self._next(first + j, t)
             else:
@@ -711,7 +711,7 @@ def read(lines: Iterable[str], err: Problems, interval: float, run: RunFacts) ->
 
         shift = 0
         if key_field is None and sync is not None:
-            shift = sync.run(b.position, [tcol[k] for k in where])
+            shift = sync.run(b.position, tcol, where)
         for j, k in enumerate(where):
             if key_field is None:
                 gpu: str | None = str((b.position + j + (shift if type(shift) is int else shift[j])) % n_per_poll)
