@@ -177,3 +177,25 @@ def test_without_a_process_to_read_in_the_log_is_read_here(tmp_path, monkeypatch
     assert {k: bytes(g.busy) for k, g in there.gpus.items()} == {k: bytes(g.busy) for k, g in here.gpus.items()}
     again = job.job_logs([str(p) for p in logs], [])
     assert (again.logs, again.edges, again.notes) == (scanned.logs, scanned.edges, scanned.notes)
+
+
+@pytest.mark.parametrize("files, quota, n", [
+    ({"v2": "max 100000\n"}, None, 2),
+    ({"v2": "100000 100000\n"}, 1.0, 1),          # a pod limited to one CPU: read here
+    ({"v2": "150000 100000\n"}, 1.5, 1),
+    ({"v2": "400000 100000\n"}, 4.0, 2),          # no more than the CPUs it may run on
+    ({"quota": "-1\n", "period": "100000\n"}, None, 2),
+    ({"quota": "50000\n", "period": "100000\n"}, 0.5, 1),
+    ({"v2": "garbage"}, None, 2),
+    ({}, None, 2),
+])
+def test_a_containers_cpu_limit_counts_as_fewer_cpus(tmp_path, monkeypatch, files, quota, n):
+    paths = {"v2": "CPU_MAX", "quota": "CFS_QUOTA", "period": "CFS_PERIOD"}
+    for key, name in paths.items():
+        p = tmp_path / key
+        if key in files:
+            p.write_text(files[key])
+        monkeypatch.setattr(ahead, name, str(p))
+    monkeypatch.setattr(ahead.os, "sched_getaffinity", lambda pid: {0, 1})
+    assert ahead.cpu_quota() == quota and ahead.cpus() == n
+    assert ahead.worth(ahead.AHEAD_MIN_BYTES) == (n >= 2)

@@ -54,12 +54,38 @@ CHUNK_ITEMS = 4096
 ERRORS_AS_READ = 16
 
 
+# Where a container's CPU quota is read (cgroup v2, then v1), as the container sees it.
+CPU_MAX = "/sys/fs/cgroup/cpu.max"
+CFS_QUOTA = "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+CFS_PERIOD = "/sys/fs/cgroup/cpu/cpu.cfs_period_us"
+
+
 def cpus() -> int:
-    """CPUs this process may run on."""
+    """CPUs this process may run on: its affinity, and a container's CPU quota (a pod's
+    CPU limit) rounded down, at least one: two processes under a one-CPU limit take
+    turns, and the second only costs."""
     try:
-        return len(os.sched_getaffinity(0))
+        n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    quota = cpu_quota()
+    return n if quota is None else max(1, min(n, int(quota)))
+
+
+def cpu_quota() -> float | None:
+    """CPUs' worth of time the container may use (None: no limit, or none to be read)."""
+    try:
+        with open(CPU_MAX) as f:
+            limit, _, period = f.read().partition(" ")
+        return None if limit.strip() == "max" else int(limit) / int(period)
+    except (OSError, ValueError, ZeroDivisionError):
+        pass
+    try:
+        with open(CFS_QUOTA) as f, open(CFS_PERIOD) as g:
+            quota, period = int(f.read()), int(g.read())
+        return quota / period if quota > 0 and period > 0 else None
+    except (OSError, ValueError):
+        return None
 
 
 def worth(size: int) -> bool:
