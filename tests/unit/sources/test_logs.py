@@ -10,7 +10,7 @@ from gpulse.catalog import THROTTLE_REASONS
 from conftest import require_data
 from gpulse.sources.cells import CellError, parse_quantity, parse_smi_time
 from gpulse.sources.recorded import LogFormatError, detect_format, read_log
-from gpulse.sources.recorded.smi_csv import _rows_per_poll
+from gpulse.sources.recorded.smi_csv import _poll_rhythm
 
 MIB = 2 ** 20
 TRACES = "traces/h100-8gpu/"
@@ -157,7 +157,7 @@ def test_trace_units_converted():
 def test_trace_without_index_column_rows_per_poll():
     run = _trace("ckpt1000")
     ts = [r.t for r in sorted(run.records, key=lambda r: r.line)]
-    assert _rows_per_poll(ts) == 8
+    assert _poll_rhythm(ts)[0] == 8
 
 
 @pytest.mark.parametrize("cut", [7, 5000, 20000])
@@ -177,7 +177,7 @@ def test_a_truncated_row_of_a_log_without_an_index_loses_only_itself(tmp_path, c
     assert kept == {(r.gpu, r.t) for r in whole.records if r.line != cut + 1}
     # the rhythm alone, the row's place left empty
     ts = [r.t for r in sorted(run.records, key=lambda r: r.line)]
-    assert _rows_per_poll(ts, [r.line - 2 for r in sorted(run.records, key=lambda r: r.line)]) == 8
+    assert _poll_rhythm(ts, [r.line - 2 for r in sorted(run.records, key=lambda r: r.line)])[0] == 8
 
 
 @pytest.mark.parametrize("rows_read", ["in batches", "row by row"])
@@ -225,11 +225,11 @@ def test_rows_after_a_line_that_held_more_than_a_row_keep_their_gpus(tmp_path, m
 def test_rows_per_poll_rhythms():
     # 4 GPUs, rows 2 ms apart, polls 100 ms apart
     ts = [k * 0.1 + i * 0.002 for k in range(50) for i in range(4)]
-    assert _rows_per_poll(ts) == 4
+    assert _poll_rhythm(ts)[0] == 4
     # one GPU
-    assert _rows_per_poll([k * 0.1 for k in range(50)]) == 1
+    assert _poll_rhythm([k * 0.1 for k in range(50)])[0] == 1
     # identical timestamps within a poll
-    assert _rows_per_poll([k * 1.0 for k in range(30) for _ in range(3)]) == 3
+    assert _poll_rhythm([k * 1.0 for k in range(30) for _ in range(3)])[0] == 3
 
 
 # ---------------------------------------------------------------- small logs in every format

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterator
 
 from ...model import DeviceInfo
 from ..base import SourceError
-from .records import LogError, LogFormatError, Record, Rows, RunFacts
+from .records import LogError, Problems, Record, Rows, RunFacts
 
 # Logs this large or larger (all of a job's together) are read in a process of their own.
 AHEAD_MIN_BYTES = 32 << 20
@@ -98,16 +98,6 @@ class NoProcess(SourceError):
     """The process of its own could not be started, or ended before it began to read
     (a limit on processes, a Python that cannot import gpulse): the caller reads in
     process instead."""
-
-
-class _Err:
-    """The stream's problems as a reader sees them while it reads (Problems' items, count)."""
-
-    __slots__ = ("items", "count")
-
-    def __init__(self) -> None:
-        self.items: list[LogError] = []
-        self.count = 0
 
 
 class _Aside:
@@ -178,7 +168,7 @@ class ReadAhead(_Aside):
         there (the log's one-line LogFormatError) where it could not be opened."""
         super().__init__(("stream", make))
         self._ended = False
-        self.err = _Err()
+        self.err = Problems("")     # its items and count as the reading process passes them on
         self.facts = RunFacts()
         self.devices: list[DeviceInfo] = []
         self.nodes: tuple[str, ...] = ()
@@ -245,14 +235,6 @@ class ReadAhead(_Aside):
                     raise error
         finally:
             self.close()
-
-    def records(self) -> Iterator[Record]:
-        """Every record, a Record per row (LogStream.records)."""
-        for item in self.items():
-            if type(item) is Rows:
-                yield from item.records()
-            else:
-                yield item
 
     def _learn(self, learnt: tuple[Any, ...]) -> None:
         (self.lines_read, self.chars_read, self.fraction, self.err.count, self.start, self.end, self.done,

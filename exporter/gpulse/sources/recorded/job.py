@@ -335,11 +335,11 @@ def _scans(paths: list[str], fmt: str, idle: float, gate: float, interval: float
         if aside is not None:
             aside.close()
         raise
-    try:
-        if aside is not None:
+    if aside is not None:
+        try:
             return {**near, **dict(zip(paths[half:], aside.result()))}
-    except ahead.NoProcess:
-        pass
+        except ahead.NoProcess:
+            pass                         # it ended without an answer: scanned here
     return {**near, **{p: _edges(p, fmt, idle, gate, interval, scan) for p in paths[half:]}}
 
 

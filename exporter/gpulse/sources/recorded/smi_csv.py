@@ -154,12 +154,6 @@ def _host_prefix(cells: list[str], lines: "_peekable") -> bool:
             and any(_smi_column_known(c) for c in cells[1:]) and lines.next_text().split(",", 1)[0].strip() == first)
 
 
-def _rows_per_poll(times: list[float], places: list[int] | None = None) -> int:
-    """How many consecutive rows one nvidia-smi poll writes, from the time rhythm alone
-    (_poll_rhythm)."""
-    return _poll_rhythm(times, places)[0]
-
-
 # a stretch of rows without a row missing this long is rhythm enough (_poll_rhythm)
 RHYTHM_RUN = 1024
 
@@ -499,7 +493,7 @@ def _link_gen_max(values: dict[str, Any]) -> None:
         values["link_gen_max"] = min(values["link_gen_gpumax"], host) if host else values["link_gen_gpumax"]
 
 
-# rows read ahead to learn how many rows one poll writes (see _rows_per_poll)
+# rows read ahead to learn how many rows one poll writes (see _poll_rhythm)
 RHYTHM_ROWS = 8193
 # a batch's plain rows are made Rows this many at a time: each row's Sample and gauges
 # are made as the stream asks for them, not a whole batch's at once (memory)

@@ -11,7 +11,7 @@ Formats (`fmt`):
   nvidia-smi-csv  `nvidia-smi --query-gpu=... --format=csv[,nounits]` logs. Without an
                   `index`/`uuid`/`pci.bus_id` column the GPUs are the rows of each
                   sampling instant in order; how many rows make one instant is read
-                  from the timestamp rhythm (see _rows_per_poll).
+                  from the timestamp rhythm (see smi_csv._poll_rhythm).
   dmon            `nvidia-smi dmon [-o DT]` output.
   nvidia-smi-q    `nvidia-smi -q [-l N]` text.
   dcgm            dcgm-exporter output: exposition text (one or many scrapes), CSV
