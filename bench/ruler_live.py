@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/ruler_live.py                          # 1,024 GPUs, ~12 minutes
     nice -n 10 .venv/bin/python bench/ruler_live.py --gpus 16384  # the fleet of issue 31, ~15 minutes
+    .venv/bin/python bench/ruler_live.py --groups 'cells15s$' --unit  # one group, and the unit it is counted in
 
 bench/fleet.py prices each rule group as instant queries over a backfilled store: the
 query engine reading compacted blocks, the answer encoded as JSON. A ruler does neither:
@@ -23,7 +24,9 @@ windows full, every record written) their CPU is read over --measure seconds:
   an evaluation, read every cycle; wall, not CPU: groups run concurrently on the cores
   the machine has) and the evaluations missed;
 - that the rules computed what they should: the number of per-GPU straggler records
-  (one per GPU of a job) and of the node rank records.
+  (one per GPU of a job) and of the node rank records;
+- with --unit, each set's cost in units of one rule that reads every GPU's busy counter
+  and records it: a ruler's cost is paid per series selected (bench/README.md, "Fleet").
 
 No value here is a measurement of a GPU; only the shape and size of the series are.
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 import argparse
 import http.server
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -61,6 +65,8 @@ SHARD_NODES = 32
 PATTERNS = 16
 # the record the check counts: one per GPU of a job
 PER_GPU = "node_gpu:gpulse_gpu_peer_wait:ratio5m"
+# the record of --unit
+UNIT_RECORD = "node_gpu:ruler_live_unit:copy"
 TOP_RULES = 12
 
 
@@ -181,8 +187,9 @@ def _seconds(duration: str) -> float:
     return float(duration[:-1]) * {"s": 1, "m": 60, "h": 3600}[duration[-1]]
 
 
-def measure(gpus: int, folders: list[Path], warmup: float, window: float, work: Path) -> dict:
-    """Each rule folder in its own Prometheus, beside one without rules, on one fleet."""
+def measure(gpus: int, sets: dict[str, Path], warmup: float, window: float, work: Path) -> dict:
+    """Each rule set (name: folder) in its own Prometheus, beside one without rules, on one fleet."""
+    folders = list(sets.values())
     t0 = time.process_time()
     fleet = Fleet(gpus)
     print(f"ruler_live: {gpus} GPUs, {fleet.series:,} series in {len(fleet.shards)} targets "
@@ -217,7 +224,7 @@ def measure(gpus: int, folders: list[Path], warmup: float, window: float, work: 
                "without_rss_mb": rss_bytes(proms[None].proc.pid) / 1e6, "rules": {}}
         for f in folders:
             iters0, missed0 = count0[f]
-            out["rules"][str(f)] = {
+            out["rules"][next(n for n, v in sets.items() if v == f)] = {
                 "ruler_cpu_s": cpu[f] - cpu[None], "cpu_s": cpu[f],
                 "groups": {g: statistics.mean(d) for g, d in durations[f].items()},
                 "rule_walls": {r: statistics.mean(d) for r, d in rule_walls[f].items()},
@@ -251,6 +258,43 @@ def report(r: dict) -> None:
             print(f"      {d:8.3f}  {name}")
         per_cycle = sum(d * STEP_S / x["intervals"].get(g, STEP_S) for g, d in x["groups"].items())
         print(f"    the groups' wall per 15 s cycle: {per_cycle:.3f} s (a group at a 1 m interval counted a quarter)")
+    unit = next((x for name, x in r["rules"].items() if name.startswith("unit:")), None)
+    if unit is not None and unit["ruler_cpu_s"] > 0:
+        print(f"  in units (one per-GPU series read and recorded every 15 s, {unit['ruler_cpu_s']:.3f} s a cycle, "
+              f"{unit['ruler_cpu_s'] / r['gpus'] * 1e6:.1f} µs a GPU):")
+        for name, x in r["rules"].items():
+            print(f"    {x['ruler_cpu_s'] / unit['ruler_cpu_s']:7.1f}  {name}")
+
+
+def rule_sets(folders: list[Path], groups: str | None, unit: bool, work: Path) -> dict[str, Path]:
+    """{name shown: folder} of the rule sets to run: each folder as it is, or only its
+    groups whose name matches `groups` (copied into `work`); with `unit`, one more set
+    of one rule that reads every GPU's busy counter and records it, the cost of one
+    per-GPU series read and written every 15 s, in which the others can be counted."""
+    sets: dict[str, Path] = {}
+    for i, folder in enumerate(folders):
+        name = str(folder.relative_to(ROOT) if folder.is_relative_to(ROOT) else folder)
+        if groups is None:
+            sets[name] = folder
+            continue
+        kept = work / f"set-{i}"
+        kept.mkdir(parents=True)
+        found = 0
+        for path in sorted(folder.glob("*.yml")):
+            doc = yaml.safe_load(path.read_text())
+            chosen = [g for g in doc["groups"] if re.search(groups, g["name"])]
+            found += len(chosen)
+            if chosen:
+                (kept / path.name).write_text(yaml.safe_dump({"groups": chosen}, sort_keys=False))
+        if not found:
+            raise SystemExit(f"ruler_live: no group of {folder} matches --groups {groups!r}")
+        sets[f"{name} [groups {groups}]"] = kept
+    if unit:
+        (work / "unit").mkdir(parents=True)
+        (work / "unit" / "unit.yml").write_text(yaml.safe_dump({"groups": [{"name": "unit", "interval": f"{STEP_S}s", "rules": [
+            {"record": UNIT_RECORD, "expr": "gpulse_gpu_busy_seconds_total"}]}]}, sort_keys=False))
+        sets["unit: one per-GPU series read and recorded"] = work / "unit"
+    return sets
 
 
 def main(argv=None) -> int:
@@ -258,12 +302,16 @@ def main(argv=None) -> int:
     ap.add_argument("--gpus", type=int, nargs="+", default=[1024])
     ap.add_argument("--rules", type=Path, action="append",
                     help=f"a folder of rule files, each in its own Prometheus (default {RULES.relative_to(ROOT)})")
+    ap.add_argument("--groups", help="only the groups whose name matches this regular expression")
+    ap.add_argument("--unit", action="store_true",
+                    help="beside them, one rule copying every GPU's busy counter: the unit the costs are counted in")
     ap.add_argument("--warmup", type=float, default=420.0, help="seconds before measuring (default %(default)s)")
     ap.add_argument("--measure", type=float, default=300.0, help="seconds measured (default %(default)s)")
     a = ap.parse_args(argv)
     for gpus in a.gpus:
         with tempfile.TemporaryDirectory(prefix="gpulse-ruler-") as d:
-            report(measure(gpus, [f.resolve() for f in a.rules or [RULES]], a.warmup, a.measure, Path(d)))
+            sets = rule_sets([f.resolve() for f in a.rules or [RULES]], a.groups, a.unit, Path(d) / "sets")
+            report(measure(gpus, sets, a.warmup, a.measure, Path(d)))
     return 0
 
 
