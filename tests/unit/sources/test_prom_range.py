@@ -1,4 +1,5 @@
-"""The Prometheus range reader's step grid and how a long range is split into queries."""
+"""The Prometheus range reader's step grid, how a long range is split into queries, and how
+those queries are asked one ahead."""
 from __future__ import annotations
 
 
@@ -20,3 +21,92 @@ def test_grid_reads_like_the_mapping_it_replaces():
     assert [g.get(t) for t in (1000.0, 1015.0, 1030.0, 1045.0)] == [1.0, None, 3.5, None]
     assert g.get(1015.0, -1.0) == -1.0 and g.get(5000.0) is None
     assert g.values() == [1.0, 3.5]
+
+
+class _Scripted:
+    """A Prometheus that answers each query_range with the query's own text as its one
+    series' label, and refuses the query named `bad`; it tells the test which queries
+    it has been asked (an Event per query), so nothing here waits on the clock."""
+
+    def __init__(self, bad: str = ""):
+        import http.server
+        import json
+        import threading
+        import urllib.parse
+        self.asked: dict[str, threading.Event] = {}
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
+                owner.asked.setdefault(q, threading.Event()).set()
+                if q == bad:
+                    doc = {"status": "error", "errorType": "bad_data", "error": f"cannot run {q}"}
+                else:
+                    doc = {"status": "success", "data": {"resultType": "matrix",
+                                                         "result": [{"metric": {"q": q}, "values": [[0, "1"]]}]}}
+                body = json.dumps(doc).encode()
+                self.send_response(200 if q != bad else 400)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def was_asked(self, q: str) -> bool:
+        import threading
+        return self.asked.setdefault(q, threading.Event()).wait(60)
+
+    def stop(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_ranges_ahead_answers_in_order_and_asks_the_next_while_one_is_read():
+    from gpulse.sources.prom import PromClient
+    srv = _Scripted()
+    try:
+        asks = [(f"q{i}", 0.0, 60.0) for i in range(5)]
+        answers = PromClient(srv.url).ranges_ahead(asks, 15.0)
+        got = []
+        for i, result in enumerate(answers):
+            got.append(result[0]["metric"]["q"])
+            if i + 1 < len(asks):
+                # the next query is asked before this answer is done with: it is ahead
+                assert srv.was_asked(f"q{i + 1}")
+        assert got == [q for q, _, _ in asks]
+    finally:
+        srv.stop()
+
+
+def test_ranges_ahead_raises_a_refused_query_where_it_comes_and_stops_asking_when_closed():
+    import threading
+
+    import pytest
+
+    from gpulse.sources.base import SourceError
+    from gpulse.sources.prom import PromClient
+    srv = _Scripted(bad="q2")
+    try:
+        answers = PromClient(srv.url).ranges_ahead([(f"q{i}", 0.0, 60.0) for i in range(5)], 15.0)
+        assert [next(answers)[0]["metric"]["q"] for _ in range(2)] == ["q0", "q1"]
+        with pytest.raises(SourceError, match="Prometheus rejected the query .bad_data.: cannot run q2"):
+            next(answers)
+        assert "q3" not in srv.asked       # nothing is asked past a refused query
+        # closed early: its thread ends
+        early = PromClient(srv.url).ranges_ahead([(f"r{i}", 0.0, 60.0) for i in range(50)], 15.0)
+        next(early)
+        early.close()
+        threads = [t for t in threading.enumerate() if t.name == "gpulse-prometheus-ahead"]
+        for t in threads:
+            t.join(60)
+        assert not any(t.is_alive() for t in threads)
+        assert len(srv.asked) < 2 + 3 + 50 and "r49" not in srv.asked
+    finally:
+        srv.stop()
