@@ -242,8 +242,10 @@ class PromClient:
         next one asked while the one before is read: the server computes an answer and
         encodes its JSON (about 40 % of a report's fetch, measured) on another core
         meanwhile. At most one answer is held ahead, as bytes; it is decoded here, in
-        order, so an error is raised where asking one at a time would raise it. The thread
-        that asks stops when this generator is closed or dropped."""
+        order, so an error is raised where asking one at a time would raise it. Nothing is
+        asked past a failed exchange or an HTTP status other than success; past an
+        answer that is a success but not one (malformed), one query may have been. The
+        thread that asks stops when this generator is closed or dropped."""
         answers: queue.Queue[tuple[bounded.Answer | None, BaseException | None]] = queue.Queue(maxsize=1)
         stop = threading.Event()
 
@@ -260,7 +262,10 @@ class PromClient:
                         break
                     except queue.Full:
                         continue
-                if stop.is_set() or item[1] is not None:
+                # nothing is asked past a failed exchange or an answer that is not a
+                # success (a refused query, an overloaded server): the reader raises there
+                answer, error = item
+                if stop.is_set() or error is not None or not 200 <= answer.status < 300:
                     return
 
         worker = threading.Thread(target=ask, name="gpulse-prometheus-ahead", daemon=True)

@@ -206,6 +206,25 @@ def test_more_gpus_than_the_cap_is_one_line(tmp_path):
     _one_line(p, f"matches more than {prom.MAX_GPUS} GPUs", "--node")
 
 
+
+def test_a_query_refused_part_way_through_the_fetch_is_one_line_and_nothing_after_it_is_asked(tmp_path):
+    """The range queries are asked one ahead of the report (PromClient.ranges_ahead):
+    the fourth refused, the report ends with that one line once it has read the three
+    before it, asks no fifth, and its process ends (its asking thread does not hold it)."""
+    ranges: list[str] = []
+
+    def fourth_refused(path, params):
+        if not path.endswith("query_range"):
+            return _ok([])
+        ranges.append(params["query"])
+        if len(ranges) == 4:
+            return 400, {"Content-Type": "application/json"}, json.dumps(
+                {"status": "error", "errorType": "bad_data", "error": "the fourth query is refused"}).encode()
+        return _ok(_counters(params))
+    p = _against(fourth_refused, tmp_path)
+    _one_line(p, "Prometheus rejected the query (bad_data): the fourth query is refused")
+    assert len(ranges) == 4, ranges
+
 @pytest.mark.parametrize("result, needle", [
     ("not a list", "not a list of series"),
     ([{"metric": "node", "values": []}], "not a list of series"),
