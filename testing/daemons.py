@@ -1,6 +1,7 @@
 """Outside programs for tests and benchmarks: the binary a check needs and the recorded
-data (missing: a skip on a laptop, a failure in CI), a free loopback port, waiting for
-an HTTP endpoint, a daemon with its log, and a `gpulse serve` process."""
+data (missing: a skip on a laptop, a failure in CI), a command under resource limits,
+a free loopback port, waiting for an HTTP endpoint, a daemon with its log, and a
+`gpulse serve` process."""
 from __future__ import annotations
 
 import os
@@ -28,6 +29,22 @@ def require_binary(name: str) -> str:
             pytest.fail(msg + " (CI=true: .ci/run must install it)")
         pytest.skip(msg)
     return path
+
+
+def limited(argv: list[str], *, address_space: int | None = None,
+            open_files: tuple[int, int] | None = None) -> list[str]:
+    """argv run under resource limits: prlimit(1) (util-linux) sets them on itself and
+    executes argv, so the process, its pid and its exit status are argv's. Not
+    subprocess's preexec_fn: that forks and runs Python in the child before the exec,
+    where the fork handlers of a library another test loaded in the same process run
+    too, and gRPC's event engine aborted such children (SIGABRT, "epoll_wait error:
+    Bad file descriptor") once they had closed its descriptors."""
+    opts = []
+    if address_space is not None:
+        opts.append(f"--as={address_space}:{address_space}")
+    if open_files is not None:
+        opts.append(f"--nofile={open_files[0]}:{open_files[1]}")
+    return [require_binary("prlimit"), *opts, "--", *argv]
 
 
 # Every port free_port() hands out, held for the life of this process (see there).

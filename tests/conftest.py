@@ -10,7 +10,7 @@ import pytest
 
 # the harness lives in testing/ (benchmarks start it too); tests import it from here
 from testing import ROOT  # noqa: F401
-from testing.daemons import (IN_CI, SHARED_DATA, Gpulse, free_port, require_binary,  # noqa: F401
+from testing.daemons import (IN_CI, SHARED_DATA, Gpulse, free_port, limited, require_binary,  # noqa: F401
                              require_data, wait_http)
 
 

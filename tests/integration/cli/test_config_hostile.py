@@ -5,7 +5,6 @@ never a traceback, a hang or a process that eats the machine's memory."""
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import subprocess
 import sys
@@ -14,7 +13,7 @@ import time
 import pytest
 import requests
 
-from conftest import ROOT, Gpulse
+from conftest import ROOT, Gpulse, limited
 from gpulse.config import FIELDS, ConfigError, load_config
 from gpulse.safeyaml import MAX_ALIAS_EXPANSION
 from gpulse.http.webconfig import WebConfigError, parse_web_config
@@ -26,15 +25,11 @@ MEMORY_CAP = 1536 << 20
 LOOPBACK = ("--web.listen-address", "127.0.0.1:0")
 
 
-def _cap_memory() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
-
-
 def gpulse(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     e = {k: v for k, v in os.environ.items() if not k.startswith("GPULSE_")}
     e.update(PYTHONPATH=str(ROOT / "exporter"), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "gpulse", *args], capture_output=True, text=True, env=e,
-                          timeout=timeout, preexec_fn=_cap_memory)
+    return subprocess.run(limited([sys.executable, "-m", "gpulse", *args], address_space=MEMORY_CAP),
+                          capture_output=True, text=True, env=e, timeout=timeout)
 
 
 def one_line_error(p: subprocess.CompletedProcess, *needles: str) -> str:

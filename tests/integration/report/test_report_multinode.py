@@ -23,7 +23,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import require_data
+from conftest import limited, require_data
 
 GPUS, NODES = 8, 4
 # seconds each node's clock reads ahead of true time; node 0 is the reference
@@ -554,9 +554,9 @@ def test_a_job_of_more_logs_than_the_soft_open_file_limit(tmp_path):
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 
     def run(soft: int, hard: int) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "gpulse", "report", "--quiet", "--input", *logs,
-                               "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300,
-                              preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard)))
+        return subprocess.run(limited([sys.executable, "-m", "gpulse", "report", "--quiet", "--input", *logs,
+                                       "--out", str(tmp_path / "r")], open_files=(soft, hard)),
+                              capture_output=True, text=True, timeout=300)
     p = run(40, hard)
     assert p.returncode == 0, p.stderr
     assert json.loads((tmp_path / "r" / "findings.json").read_text())["run"]["gpus"] == 50 * 8

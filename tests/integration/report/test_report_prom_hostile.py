@@ -4,7 +4,6 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -12,7 +11,7 @@ import urllib.parse
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, limited
 from hostilelogs import smi_csv
 
 from gpulse.sources import prom
@@ -144,10 +143,10 @@ def _range_answer(odd=lambda gpu, k, v: v, nodes=("n1", "n1")):
 
 def _report(srv, tmp_path, *extra, timeout=120):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "exporter")}
-    return subprocess.run([sys.executable, "-m", "gpulse", "report", "--prometheus", srv.url, "--start",
-                           str(T_END - 600), "--end", str(T_END), "--out", str(tmp_path / "out"), *extra],
-                          capture_output=True, text=True, timeout=timeout, env=env,
-                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP)))
+    return subprocess.run(limited([sys.executable, "-m", "gpulse", "report", "--prometheus", srv.url, "--start",
+                                   str(T_END - 600), "--end", str(T_END), "--out", str(tmp_path / "out"), *extra],
+                                  address_space=MEMORY_CAP),
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _against(answer, tmp_path, *extra, stop=lambda: None):
