@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT / "grafana"))
 sys.path.insert(0, str(ROOT))          # bench.lib, testing/
 
 from bench.lib.proc import cpu_seconds, free_port  # noqa: E402
+from gpulse.config import parse_duration  # noqa: E402
 from gpulse.rulenames import NODE_CELLS_15S  # noqa: E402
 from bench.lib.dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
 from testing.grafana_queries import (choices, fixed_values, format_value,  # noqa: E402
@@ -136,9 +137,30 @@ def rule_levels() -> list[list[tuple[str, dict]]]:
     return out
 
 
+EVAL_INTERVAL = "15s"   # what promtool evaluates a group without an interval at (the example config's)
+
+
+def rules_start(start: int, levels: list[list[tuple[str, dict]]]) -> int:
+    """Where promtool's rule backfill must start for every group of `levels` to record
+    from `start` on. promtool evaluates each group block by block (2 h blocks), from the
+    group's first evaluation inside each (aligned by a hash of the group and its file),
+    and stops the group at the first block that holds none: a range starting less than
+    one group interval before a block boundary records nothing for that group. Started
+    two intervals before the boundary, the first block holds an evaluation of every
+    group; those before the data record nothing."""
+    longest = max((parse_duration(iv or EVAL_INTERVAL) for level in levels for iv, _ in level),
+                  default=parse_duration(EVAL_INTERVAL))
+    boundary = (start // BLOCK_S + 1) * BLOCK_S
+    return min(start, boundary - math.ceil(2 * longest))
+
+
 def backfill_rules(prom: Prometheus, start: int, end: int, work: Path,
                    levels: list[list[tuple[str, dict]]] | None = None) -> None:
-    for i, rules in enumerate(rule_levels() if levels is None else levels):
+    """Record the rules' results over [start, end] into `prom`'s TSDB with promtool's
+    rule backfill, level by level (each level reads what the ones before recorded)."""
+    levels = rule_levels() if levels is None else levels
+    start = rules_start(start, levels)
+    for i, rules in enumerate(levels):
         groups: dict[str, list[dict]] = {}
         for interval, r in rules:
             groups.setdefault(interval, []).append(r)
@@ -149,7 +171,7 @@ def backfill_rules(prom: Prometheus, start: int, end: int, work: Path,
         out = work / f"rules-{i}"
         # groups without an interval use the example config's evaluation_interval
         run([need("promtool"), "tsdb", "create-blocks-from", "rules", f"--start={start}", f"--end={end}",
-             f"--url={prom.url}", f"--output-dir={out}", "--eval-interval=15s", str(rules_file)])
+             f"--url={prom.url}", f"--output-dir={out}", f"--eval-interval={EVAL_INTERVAL}", str(rules_file)])
         prom.stop()
         if not out.is_dir():
             raise SystemExit(f"dashboards_scale: promtool wrote no block for rule level {i} ({rules_file}): "

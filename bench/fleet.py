@@ -81,7 +81,7 @@ from bench.lib.proc import cpu_seconds, free_port, rss_bytes, wait_ready  # noqa
 from bench.lib.dashboards_data import GPUS_PER_NODE, STEP_S, Cluster  # noqa: E402
 from bench.lib.dashboards_data import write_families  # noqa: E402
 from bench.dashboards_scale import (BLOCK_S, VARIABLES, WINDOW_S, Prometheus, backfill_rules, du,  # noqa: E402
-                              load_windows, need, requests_for, rule_levels, run, sizes_and_hours,
+                              load_windows, need, requests_for, rule_levels, rules_start, run, sizes_and_hours,
                               timed, wait_loaded)
 
 DCGM_CAPTURE = ROOT.parent / "shared" / "data" / "captures" / "dcgm-exporter" / "l4-gpu-operator.prom"
@@ -550,7 +550,8 @@ def prom_rules(data: Path, start: int, end: int, work: Path, only: re.Pattern | 
                     dict(name=f"level{i}-{part}-{n}", rules=rs, **({"interval": iv} if iv else {}))
                     for n, (iv, rs) in enumerate(groups.items())]}, sort_keys=False))
                 out = work / f"rules-{i}-{part}"
-                run([need("promtool"), "tsdb", "create-blocks-from", "rules", f"--start={a}", f"--end={end}",
+                run([need("promtool"), "tsdb", "create-blocks-from", "rules",
+                     f"--start={rules_start(a, [chosen])}", f"--end={end}",
                      f"--url={prom.url}", f"--output-dir={out}", f"--eval-interval={STEP_S}s", str(rules_file)])
                 print(f"  rules level {i} ({part}, {len(chosen)} records) backfilled after "
                       f"{time.monotonic() - t0:.0f} s", flush=True)
