@@ -194,6 +194,24 @@ def test_cli_unreadable_log_is_one_line(tmp_path):
     assert line.startswith(f"gpulse: {bad}:1: unknown header")
 
 
+def test_cli_compressed_or_binary_log_is_named_so(tmp_path):
+    """A gzipped log (nvidia-smi logs are often kept compressed) or any binary file is
+    one line that says what it is, not its first bytes quoted as a header."""
+    import gzip
+    real = require_data(ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1.csv")
+    gz = tmp_path / "node1.csv.gz"
+    gz.write_bytes(gzip.compress(real.read_bytes()[:200_000]))
+    junk = tmp_path / "junk.csv"
+    junk.write_bytes(bytes(range(256)) * 4)
+    for path, says in ((gz, "gzip-compressed, not a text log: decompress it first (zcat"),
+                       (junk, "binary data, not a text log")):
+        p = run_cli("--input", str(path), "--out", str(tmp_path / "out"))
+        assert p.returncode == 1, p.stderr
+        [line] = p.stderr.strip().splitlines()
+        assert line.startswith(f"gpulse: {path}:1: {says}"), line
+        assert "\ufffd" not in line and "\\x" not in line and len(line) < 300, line
+
+
 @pytest.mark.parametrize("capture, gpus", [("l4-gpu-operator.prom", "1 GPU"), ("h100x8-eks-aicr-sampled.prom", "8 GPUs")])
 def test_a_single_snapshot_is_too_little_input(tmp_path, capture, gpus):
     """One scrape of dcgm-exporter holds no interval: one line and status 1, never

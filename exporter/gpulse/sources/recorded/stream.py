@@ -67,6 +67,23 @@ MAX_GPUS = 4096
 MARK_LINES = 256
 
 
+# what a compressed log starts with, as read here (a byte that is not UTF-8 reads as U+FFFD)
+_COMPRESSED = (("\x1f\ufffd", "gzip", "zcat"), ("(\ufffd/\ufffd", "zstd", "zstdcat"), ("\ufffd7zXZ", "xz", "xzcat"),
+               ("BZh", "bzip2", "bzcat"))
+
+
+def _not_a_header(first: str) -> str:
+    """Why a log's first line is no header: binary bytes named as such (a compressed
+    log by its kind), a text line quoted."""
+    binary = "\ufffd" in first or any(c < " " and c not in "\t\r\n" for c in first)
+    if binary:
+        for magic, kind, cat in _COMPRESSED:
+            if first.startswith(magic):
+                return f"{kind}-compressed, not a text log: decompress it first ({cat})"
+        return f"binary data, not a text log: expected {expected()}"
+    return f"unknown header {first.strip()[:80]!r}: expected {expected()}"
+
+
 class LogStream:
     """One recorded log, read as `records()` is consumed: time-ordered records, the
     devices, format, nodes and problems found so far. Reading it again means a new
@@ -132,7 +149,7 @@ class LogStream:
             fmt = detect_format(head) or ""
             if not fmt:
                 first_no, first = next((n, ln) for n, ln in enumerate(head, 1) if ln.strip())
-                raise self.err.fatal(first_no, f"unknown header {first.strip()[:80]!r}: expected {expected()}")
+                raise self.err.fatal(first_no, _not_a_header(first))
         if fmt not in FORMATS:
             raise LogFormatError(f"{self.path}: unknown log format {fmt!r} (one of: auto, {', '.join(FORMATS)})")
         return fmt, itertools.chain(head, lines)
