@@ -110,15 +110,6 @@ def _range(ns: argparse.Namespace) -> tuple[float, float]:
     raise UsageError("with --prometheus, give the range: --last 4h, or --start (and --end)")
 
 
-def _log_format(path: str, fmt: str) -> str | None:
-    """The format the replay source read (the same detector, on the same first lines)."""
-    if fmt != "auto":
-        return fmt
-    from ..sources.recorded import detect_format
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
-        return detect_format([fh.readline().rstrip("\r\n") for _ in range(50)])
-
-
 def run(ns: argparse.Namespace) -> int:
     setup_command_logging()
     try:
@@ -132,7 +123,6 @@ def _run(ns: argparse.Namespace) -> int:
     from . import inputs
     from .findings import analyse
     from ..sources.prom import Auth, selector
-    from ..sources.recorded.job import expand
     from .outputs import write_outputs
     from .render import summary_lines
 
@@ -158,7 +148,7 @@ def _run(ns: argparse.Namespace) -> int:
     progress.done()
     if not rec.gpus:
         raise ReportError(f"{rec.source}: no GPU data to report on")
-    settle(rec, _log_format(expand(ns.input)[0], ns.input_format) if ns.input else None, ns.timezone)
+    settle(rec, rec.log_format, ns.timezone)
     a = analyse(rec)
     try:
         paths = write_outputs(a, ns.out, order=ns.order)

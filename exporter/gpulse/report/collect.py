@@ -160,6 +160,7 @@ class Recording:
     groups: dict[str, GroupTrack] = field(default_factory=dict)
     times: array = field(default_factory=lambda: array("d"))
     epoch: bool = True            # times are Unix seconds (a clock was recorded)
+    log_format: str | None = None  # the recorded log's format, as read (None: from Prometheus)
     power_averaged: bool = False  # the engine found power lagging utilisation (a ~1 s average)
     notes: list[str] = field(default_factory=list)
     clock: Any = None             # report.clock.Clock the times are shown on (None: UTC)

@@ -72,6 +72,7 @@ def from_log(path: str, fmt: str = "auto", node_name: str = "", analysis: dict[s
     run = source.run
     if run is not None:
         rec.source = f"{shown} ({run.format})"
+        rec.log_format = run.format
         rec.epoch = run.facts.timed and (run.start or 0) > 1e8
         if run.error_count:
             first = f" (first: {run.errors[0]})" if run.errors else ""
@@ -117,6 +118,7 @@ def from_logs(inputs_: list[str], fmt: str = "auto", names: list[str] | None = N
     _require_time(rec, f"{', '.join(shown)}: {_gpus(rec)} but no time between two readings of any GPU")
     run = source.run
     rec.source = f"{len(paths)} logs of workload {workload} ({run.format}): {', '.join(shown)}"
+    rec.log_format = run.format
     rec.epoch = run.facts.timed and (run.start or 0) > 1e8
     rec.clocks = {"reference": aligned.reference or None,
                   "nodes": [{"node": lg.node, "log": clean(p), "offset_seconds": round(lg.offset, 3),

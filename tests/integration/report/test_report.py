@@ -194,22 +194,34 @@ def test_cli_unreadable_log_is_one_line(tmp_path):
     assert line.startswith(f"gpulse: {bad}:1: unknown header")
 
 
-def test_cli_compressed_or_binary_log_is_named_so(tmp_path):
-    """A gzipped log (nvidia-smi logs are often kept compressed) or any binary file is
-    one line that says what it is, not its first bytes quoted as a header."""
+def test_cli_reports_a_gzipped_log_as_the_log(tmp_path):
+    """A gzipped log (long 100 ms logs are often kept so) gives the report the log
+    gives, its zone note included; one cut short by a killed logger gives a report of
+    its rows up to the cut, with the cut in its notes; a binary file is one line
+    saying so, not its first bytes quoted as a header."""
     import gzip
     real = require_data(ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1.csv")
-    gz = tmp_path / "node1.csv.gz"
-    gz.write_bytes(gzip.compress(real.read_bytes()[:200_000]))
+    text = b"".join(real.read_bytes().splitlines(keepends=True)[:16000])    # 8 GPUs, 200 s
+    plain, packed, cut = tmp_path / "node.csv", tmp_path / "node.csv.gz", tmp_path / "cut.csv.gz"
+    plain.write_bytes(text)
+    packed.write_bytes(gzip.compress(text))
+    cut.write_bytes(packed.read_bytes()[:packed.stat().st_size * 3 // 4])
+    docs = {}
+    for path in (plain, packed, cut):
+        p = run_cli("--input", str(path), "--out", str(tmp_path / f"out-{path.name}"), "--quiet")
+        assert p.returncode == 0, p.stderr
+        docs[path] = json.loads((tmp_path / f"out-{path.name}" / "findings.json").read_text())
+        docs[path].pop("source")
+    assert docs[plain] == docs[packed]
+    assert any("carry no time zone" in n for n in docs[packed]["notes"])
+    [note] = [n for n in docs[cut]["notes"] if "gzip stream" in n]
+    assert note.startswith(f"{cut}: its gzip stream ends before its end (cut short) after line "), note
     junk = tmp_path / "junk.csv"
     junk.write_bytes(bytes(range(256)) * 4)
-    for path, says in ((gz, "gzip-compressed, not a text log: decompress it first (zcat"),
-                       (junk, "binary data, not a text log")):
-        p = run_cli("--input", str(path), "--out", str(tmp_path / "out"))
-        assert p.returncode == 1, p.stderr
-        [line] = p.stderr.strip().splitlines()
-        assert line.startswith(f"gpulse: {path}:1: {says}"), line
-        assert "\ufffd" not in line and "\\x" not in line and len(line) < 300, line
+    p = run_cli("--input", str(junk), "--out", str(tmp_path / "out"))
+    assert p.returncode == 1, p.stderr
+    [line] = p.stderr.strip().splitlines()
+    assert line.startswith(f"gpulse: {junk}:1: binary data, not a text log"), line
 
 
 @pytest.mark.parametrize("capture, gpus", [("l4-gpu-operator.prom", "1 GPU"), ("h100x8-eks-aicr-sampled.prom", "8 GPUs")])

@@ -26,12 +26,17 @@ only differences matter to the analysis.
 from __future__ import annotations
 
 import bisect
+import bz2
 import collections
+import gzip
 import heapq
+import io
 import itertools
+import lzma
 import math
 import os
 import stat
+import zlib
 from typing import Iterable, Iterator
 
 from ...model import DeviceInfo, gpu_sort_key
@@ -67,19 +72,29 @@ MAX_GPUS = 4096
 MARK_LINES = 256
 
 
-# what a compressed log starts with, as read here (a byte that is not UTF-8 reads as U+FFFD)
-_COMPRESSED = (("\x1f\ufffd", "gzip", "zcat"), ("(\ufffd/\ufffd", "zstd", "zstdcat"), ("\ufffd7zXZ", "xz", "xzcat"),
-               ("BZh", "bzip2", "bzcat"))
+# Compressed logs are read as they are (long 100 ms logs are often kept gzipped), each
+# kind known by its first bytes, never by its name. zstd has no reader in this Python's
+# standard library: such a log is one line asking for it decompressed.
+_READERS = ((b"\x1f\x8b", "gzip", lambda raw: gzip.GzipFile(fileobj=raw, mode="rb")),
+            (b"BZh", "bzip2", bz2.BZ2File),
+            (b"\xfd7zXZ\x00", "xz", lzma.LZMAFile))
+_ZSTD = b"\x28\xb5\x2f\xfd"
+# what a damaged or cut-short compressed stream raises while read
+_DAMAGED = (EOFError, OSError, zlib.error, lzma.LZMAError)
+
+
+def _compression(head: bytes) -> tuple[str, object] | None:
+    """(kind, reader over the raw file) of a compressed log's first bytes, else None."""
+    for magic, kind, reader in _READERS:
+        if head.startswith(magic) and (kind != "bzip2" or head[3:4].isdigit() and head[3:4] != b"0"):
+            return kind, reader
+    return None
 
 
 def _not_a_header(first: str) -> str:
-    """Why a log's first line is no header: binary bytes named as such (a compressed
-    log by its kind), a text line quoted."""
-    binary = "\ufffd" in first or any(c < " " and c not in "\t\r\n" for c in first)
-    if binary:
-        for magic, kind, cat in _COMPRESSED:
-            if first.startswith(magic):
-                return f"{kind}-compressed, not a text log: decompress it first ({cat})"
+    """Why a log's first line is no header: binary bytes named as such, a text line
+    quoted."""
+    if "\ufffd" in first or any(c < " " and c not in "\t\r\n" for c in first):
         return f"binary data, not a text log: expected {expected()}"
     return f"unknown header {first.strip()[:80]!r}: expected {expected()}"
 
@@ -119,10 +134,26 @@ class LogStream:
             raise LogFormatError(f"{path}: is {what}, not a recorded log")
         self.size = st.st_size if stat.S_ISREG(st.st_mode) else 0
         try:
-            # utf-8-sig: a byte-order mark is no part of the first column's name
-            self._fh = open(path, encoding="utf-8-sig", errors="replace", newline="")
+            raw = open(path, "rb")
         except OSError as e:
             raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+        try:
+            head = raw.peek(8)[:8]      # a pipe's first bytes stay in it
+        except OSError as e:
+            raw.close()
+            raise LogFormatError(f"{path}: cannot read: {e.strerror or e}") from None
+        if head.startswith(_ZSTD):
+            raw.close()
+            raise LogFormatError(f"{path}:1: zstd-compressed: decompress it first (zstdcat)")
+        found = _compression(head)
+        # the kind of compression, and where the compressed file has been read to (progress
+        # counts compressed bytes against the file's size); None for a text log
+        self.compression, self._raw_at = (found[0], raw.tell) if found else (None, None)
+        self.damaged: str | None = None    # a compressed stream's damage, once met
+        # utf-8-sig: a byte-order mark is no part of the first column's name
+        self._raw = raw                    # a decompressing reader leaves its file open
+        self._fh = io.TextIOWrapper(found[1](raw) if found else raw, encoding="utf-8-sig", errors="replace",
+                                    newline="")
         self._line_no = 0
         self.chars_read = 0                # ~bytes for these ASCII logs
         # (line, chars read through it) every MARK_LINES lines not yet handed out: a reader
@@ -203,23 +234,42 @@ class LogStream:
             if n:
                 more = f" and {n - len(lines)} more" if n > len(lines) else ""
                 out.append(f"{self.path}: {n} time(s) {what} (line {', '.join(map(str, lines))}{more})")
+        if self.damaged:
+            out.append(self.damaged)
         return out
 
     def close(self) -> None:
         self._fh.close()
+        self._raw.close()
+
+    def _damage(self, e: BaseException) -> None:
+        """A compressed stream cut short or damaged after line self._line_no: the rows
+        before it are the log (a logger killed mid-write leaves a gzip stream without its
+        end), said in a warning; before any line, nothing to read."""
+        what = "ends before its end (cut short)" if isinstance(e, EOFError) else f"is damaged ({e})"
+        if not self._line_no:
+            raise LogFormatError(f"{self.path}:1: its {self.compression} stream {what}: nothing to read")
+        self.damaged = f"{self.path}: its {self.compression} stream {what} after line {self._line_no}; " \
+                       "the lines before it are read"
 
     # -- reading
 
     def _lines(self) -> Iterator[str]:
-        fh = self._fh
+        fh, raw_at = self._fh, self._raw_at
         while True:
-            line = fh.readline(MAX_LINE + 1)
+            try:
+                line = fh.readline(MAX_LINE + 1)
+            except _DAMAGED as e:
+                if raw_at is None:
+                    raise LogFormatError(f"{self.path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+                self._damage(e)
+                return
             if not line:
                 return
             self._line_no += 1
             self.chars_read += len(line)
             if self._line_no % MARK_LINES == 0:
-                self._marks.append((self._line_no, self.chars_read))
+                self._marks.append((self._line_no, self.chars_read if raw_at is None else raw_at()))
             if len(line) > MAX_LINE and not line.endswith(("\n", "\r")):
                 raise self.err.fatal(self._line_no, f"a line longer than {MAX_LINE >> 20} MiB characters: "
                                                      "not a text log")
