@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 from ..model import DeviceInfo, PollResult, Reading, Sample
 from .base import CountOn, Source
-from .recorded import LogFormatError, LogStream, Record, Rows
+from .recorded import COMPRESSED_TEXT, LogFormatError, LogStream, Record, Rows, compression_of
 from .recorded import ahead
 
 log = logging.getLogger("gpulse.replay")
@@ -50,12 +50,18 @@ PERIOD_STEPS = 1000
 
 
 def file_size(path: str) -> int:
-    """Bytes of a regular file; 0 for anything else (a pipe, a file that is not there)."""
+    """About how many bytes of text a log holds, what reading it costs: a regular file's
+    size, a compressed one's times COMPRESSED_TEXT; 0 for anything else (a pipe, a file
+    that is not there)."""
     try:
         st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return 0
+        with open(path, "rb") as f:
+            head = f.read(8)
     except OSError:
         return 0
-    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+    return st.st_size * (COMPRESSED_TEXT if compression_of(head) else 1)
 
 
 class ReplaySource(Source):

@@ -132,3 +132,17 @@ def test_a_zstd_log_from_the_real_tool_is_named(plain, tmp_path):
     subprocess.run(["zstd", "-q", "-o", str(out), str(plain)], check=True)
     with pytest.raises(LogFormatError, match="zstd-compressed: decompress it first"):
         read_log(str(out))
+
+
+def test_a_compressed_log_counts_as_the_text_it_holds(plain, tmp_path):
+    """Whether a log is worth reading in a process of its own goes by what reading it
+    costs, its text: a gzipped 200 MB log is ~15 MB of file."""
+    from gpulse.sources.recorded import COMPRESSED_TEXT
+    from gpulse.sources.replay import file_size
+    packed = tmp_path / "node.csv.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    assert file_size(str(plain)) == plain.stat().st_size
+    assert file_size(str(packed)) == COMPRESSED_TEXT * packed.stat().st_size
+    # the factor stays below what the real trace compresses to: never more text than it holds
+    assert file_size(str(packed)) < plain.stat().st_size
+    assert file_size(str(tmp_path)) == 0 and file_size(str(tmp_path / "absent.csv")) == 0
