@@ -11,13 +11,20 @@ With --against REV the tree at git revision REV reports on the same logs, one af
 the other, and each size's CPU and RSS are printed against it: CPU is the fair
 figure on a shared machine, where wall time follows whatever else runs.
 
-    .venv/bin/python bench/logs_memory.py [--sizes 20,100,200] [--against REV]
+With --gzip each log is also reported on gzipped (level 6, as `gzip` writes it), as
+users keep long logs: its time, CPU and RSS against the plain log's, and whether its
+findings are the plain log's.
+
+    .venv/bin/python bench/logs_memory.py [--sizes 20,100,200] [--against REV] [--gzip]
 """
 from __future__ import annotations
 
 import argparse
 import calendar
+import gzip
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -86,10 +93,30 @@ def run_report(log: Path, out: Path, root: Path = ROOT) -> tuple[float, int, int
     return took, usage.ru_maxrss * 1024, p.returncode, usage.ru_utime + usage.ru_stime
 
 
+def _findings(out: Path) -> dict:
+    doc = json.loads((out / "findings.json").read_text())
+    doc.pop("source")           # names the file read
+    return doc
+
+
+def compressed(log: Path, tmp: Path, mb: int, plain: tuple[float, int, float]) -> None:
+    """The report on `log` gzipped, printed against the plain log's (seconds, RSS, CPU)."""
+    packed = tmp / f"{log.name}.gz"
+    with log.open("rb") as src, gzip.open(packed, "wb", compresslevel=6) as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+    took, rss, rc, cpu = run_report(packed, tmp / f"gz-{mb}")
+    same = rc == 0 and _findings(tmp / f"gz-{mb}") == _findings(tmp / f"out-{mb}")
+    print(f"{'':12}gzipped ({packed.stat().st_size / MB:.1f} MB, {log.stat().st_size / packed.stat().st_size:.1f}x): "
+          f"{took:6.1f} s, CPU {cpu:6.1f} s, peak RSS {rss / 2 ** 20:7.1f} MiB; time ratio {took / plain[0]:.3f}, "
+          f"CPU ratio {cpu / plain[2]:.3f}; findings {'the same' if same else 'DIFFER'}", flush=True)
+    packed.unlink()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="20,100,200", help="log sizes in MB (default: 20,100,200)")
     ap.add_argument("--against", metavar="REV", help="also report with the tree at git revision REV")
+    ap.add_argument("--gzip", action="store_true", help="also report on each log gzipped")
     ns = ap.parse_args()
     if ns.against:
         with tree_at(ns.against) as old:
@@ -110,13 +137,15 @@ def measure(ns: argparse.Namespace, old: Path | None) -> int:
             took, rss, rc, cpu = run_report(log, Path(tmp) / f"out-{mb}")
             base = run_report(log, Path(tmp) / f"base-{mb}", old) if old is not None else None
             results.append((n, real, took, rss, rc, cpu, base))
-            log.unlink()
             print(f"{real / MB:7.1f} MB log: report {took:6.1f} s, CPU {cpu:6.1f} s, peak RSS {rss / 2 ** 20:7.1f} MiB"
                   f"{'' if rc == 0 else f'  (exit {rc})'}", flush=True)
             if base is not None:
                 print(f"{'':12}{ns.against[:8]}: {base[0]:6.1f} s, CPU {base[3]:6.1f} s, peak RSS "
                       f"{base[1] / 2 ** 20:7.1f} MiB; CPU ratio {cpu / base[3]:.3f}, RSS ratio {rss / base[1]:.2f}",
                       flush=True)
+            if ns.gzip:
+                compressed(log, Path(tmp), mb, (took, rss, cpu))
+            log.unlink()
     _, size0, _, rss0, _, cpu0, _ = results[0]
     print()
     print("| log MB | rows | report s | CPU s | peak RSS MiB | RSS ÷ log size | × size | × CPU | × RSS |"
