@@ -146,3 +146,24 @@ def test_a_compressed_log_counts_as_the_text_it_holds(plain, tmp_path):
     # the factor stays below what the real trace compresses to: never more text than it holds
     assert file_size(str(packed)) < plain.stat().st_size
     assert file_size(str(tmp_path)) == 0 and file_size(str(tmp_path / "absent.csv")) == 0
+
+
+def test_a_compressed_log_through_a_pipe_reads_as_the_log(plain, tmp_path):
+    """`gpulse report --input <(ssh node cat node.csv.gz)`: no size, no place to tell."""
+    import os
+    import threading
+    fifo = tmp_path / "node.pipe"
+    os.mkfifo(fifo)
+    data = gzip.compress(plain.read_bytes())
+
+    def write():
+        with open(fifo, "wb") as f:
+            f.write(data)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        got = read_log(str(fifo))
+    finally:
+        writer.join(timeout=30)
+    _same(read_log(str(plain)), got)

@@ -58,6 +58,22 @@ def test_inputs_expand_in_order_and_bad_ones_are_one_line(tmp_path):
         job.expand([f"{d}/n1.csv", f"{d}/n*.csv"])
     with pytest.raises(LogFormatError, match="gone.csv: no such file"):
         job.expand([f"{d}/gone.csv"])
+    with pytest.raises(LogFormatError, match=r"^-: no such file \(a log is read by its path; a stream as a pipe"):
+        job.expand(["-"])
+
+
+def test_a_pipe_is_one_log_but_never_one_of_a_job(tmp_path):
+    """A job's logs are read twice (their clocks aligned on a first read): a pipe among
+    them would read empty the second time, and be reported as an empty file."""
+    import os
+    fifo = tmp_path / "n2.pipe"
+    os.mkfifo(fifo)
+    (tmp_path / "n1.csv").write_text("x\n")
+    assert job.expand([str(fifo)]) == [str(fifo)]
+    with pytest.raises(LogFormatError) as e:
+        job.expand([str(tmp_path / "n1.csv"), str(fifo)])
+    assert str(e.value) == (f"{fifo}: a pipe among a job's logs, which are read twice (their clocks are aligned "
+                            "on a first read): give each node's log as a file")
 
 
 def test_the_job_is_named_after_what_its_nodes_share():

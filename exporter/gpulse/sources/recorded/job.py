@@ -47,6 +47,7 @@ import heapq
 import itertools
 import math
 import os
+import stat
 import statistics
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
@@ -88,10 +89,12 @@ ALIGN_SCAN_S = 1800.0
 
 def expand(inputs: list[str]) -> list[str]:
     """Paths and glob patterns, in the order given (a pattern's matches sorted).
-    Raises LogFormatError naming a pattern that matches nothing, a missing file or
-    a file given twice."""
+    Raises LogFormatError naming a pattern that matches nothing, a missing file, a file
+    given twice, or a pipe among several logs (a job's logs are read twice: their clocks
+    are aligned on a first read)."""
     out: list[str] = []
     seen: dict[tuple[int, int], str] = {}
+    pipes: list[str] = []
     for item in inputs:
         if glob.has_magic(item) and not os.path.lexists(item):     # a file named run[1].csv is that file
             paths = sorted(glob.glob(item))
@@ -103,12 +106,20 @@ def expand(inputs: list[str]) -> list[str]:
             try:
                 st = os.stat(p)
             except OSError as e:
+                if p == "-":
+                    raise LogFormatError("-: no such file (a log is read by its path; a stream as a pipe, "
+                                         "--input <(command))") from None
                 raise LogFormatError(f"{p}: {'no such file' if not os.path.lexists(p) else e.strerror}") from None
             ident = (st.st_dev, st.st_ino)
             if ident in seen:
                 raise LogFormatError(f"{p}: given twice (also as {seen[ident]}); give each node's log once")
             seen[ident] = p
+            if stat.S_ISFIFO(st.st_mode) or stat.S_ISSOCK(st.st_mode):
+                pipes.append(p)
             out.append(p)
+    if pipes and len(out) > 1:
+        raise LogFormatError(f"{pipes[0]}: a pipe among a job's logs, which are read twice (their clocks are "
+                             "aligned on a first read): give each node's log as a file")
     return out
 
 

@@ -151,10 +151,11 @@ class LogStream:
         if head.startswith(_ZSTD):
             raw.close()
             raise LogFormatError(f"{path}:1: zstd-compressed: decompress it first (zstdcat)")
-        # the kind of compression, and where the compressed file has been read to (progress
-        # counts compressed bytes against the file's size); None for a text log
-        self.compression = compression_of(head)
-        self._raw_at = raw.tell if self.compression else None
+        self.compression = compression_of(head)     # None: a text log
+        # where a compressed file has been read to, for progress (compressed bytes against
+        # the file's size); None where progress counts the characters read (a text log, or
+        # a pipe, which has no size and no place to tell)
+        self._raw_at = raw.tell if self.compression and self.size else None
         self.damaged: str | None = None    # a compressed stream's damage, once met
         self._raw = raw                    # a decompressing reader leaves its file open
         # utf-8-sig: a byte-order mark is no part of the first column's name
@@ -266,7 +267,7 @@ class LogStream:
             try:
                 line = fh.readline(MAX_LINE + 1)
             except _DAMAGED as e:
-                if raw_at is None:
+                if self.compression is None:
                     raise LogFormatError(f"{self.path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
                 self._damage(e)
                 return
