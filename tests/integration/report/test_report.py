@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT, require_data
+from conftest import ROOT, require_binary, require_data
 
 from testing.config import test_config
 from gpulse.report.findings import analyse
@@ -222,6 +222,17 @@ def test_cli_reports_a_gzipped_log_as_the_log(tmp_path):
     assert p.returncode == 1, p.stderr
     [line] = p.stderr.strip().splitlines()
     assert line.startswith(f"gpulse: {junk}:1: binary data, not a text log"), line
+
+
+def test_cli_names_a_zstd_log(tmp_path):
+    """zstd has no reader in this Python's standard library: a log the real zstd wrote
+    is one line asking for it decompressed, known by its magic, not its name."""
+    real = require_data(ROOT.parent / "shared" / "data" / "traces" / "h100-8gpu" / "ckpt1.csv")
+    out = tmp_path / "node.log"
+    subprocess.run([require_binary("zstd"), "-q", "-o", str(out), str(real)], check=True)
+    p = run_cli("--input", str(out), "--out", str(tmp_path / "out"))
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.strip().splitlines() == [f"gpulse: {out}:1: zstd-compressed: decompress it first (zstdcat)"]
 
 
 @pytest.mark.parametrize("capture, gpus", [("l4-gpu-operator.prom", "1 GPU"), ("h100x8-eks-aicr-sampled.prom", "8 GPUs")])

@@ -13,11 +13,10 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-import subprocess
 
 import pytest
 
-from conftest import require_binary, require_data
+from conftest import require_data
 from gpulse.sources.recorded import LogFormatError, LogStream, read_log
 
 TRACE = "traces/h100-8gpu/ckpt1.csv"
@@ -121,14 +120,6 @@ def test_what_cannot_be_read_is_one_line(tmp_path, name, data, says):
         read_log(str(path))
     [line] = str(e.value).splitlines()
     assert line.startswith(f"{path}:1: ") and says in line, line
-
-
-def test_a_zstd_log_from_the_real_tool_is_named(plain, tmp_path):
-    """The magic checked against what zstd itself writes."""
-    out = tmp_path / "node.csv.zst"
-    subprocess.run([require_binary("zstd"), "-q", "-o", str(out), str(plain)], check=True)
-    with pytest.raises(LogFormatError, match="zstd-compressed: decompress it first"):
-        read_log(str(out))
 
 
 def test_a_compressed_log_counts_as_the_text_it_holds(plain, tmp_path):
