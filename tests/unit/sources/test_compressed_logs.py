@@ -1,4 +1,4 @@
-"""Compressed logs read as they are: a 100 ms nvidia-smi log of a long run is often
+"""Compressed (and UTF-16) logs read as they are: a 100 ms nvidia-smi log of a long run is often
 kept gzipped (or piped through a compressor as it is written), and a user hands the
 report the file as it lies. The kind is known by the file's first bytes, never its
 name; what the log holds must read the same, row for row, as the log uncompressed.
@@ -155,3 +155,17 @@ def test_a_compressed_log_through_a_pipe_reads_as_the_log(plain, tmp_path):
     finally:
         writer.join(timeout=30)
     _same(read_log(str(plain)), got)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be"])
+def test_a_utf16_log_reads_as_the_log(plain, tmp_path, encoding):
+    """nvidia-smi redirected by Windows PowerShell (`nvidia-smi ... > node.csv`) is
+    UTF-16 with a byte-order mark; read as the text it holds, progress over its bytes."""
+    wide = tmp_path / "node.csv"
+    bom = "\ufeff" if encoding == "utf-16-be" else ""       # Python's utf-16 writes its own
+    wide.write_bytes((bom + plain.read_text()).encode(encoding))
+    _same(read_log(str(plain)), read_log(str(wide)))
+    stream = LogStream(str(wide))
+    seen = [stream.fraction for rec in stream.records() if rec.line % 500 == 0]
+    stream.close()
+    assert seen == sorted(seen) and 0 < seen[0] < 0.5 < seen[-1] <= 1.0, seen

@@ -152,15 +152,17 @@ class LogStream:
             raw.close()
             raise LogFormatError(f"{path}:1: zstd-compressed: decompress it first (zstdcat)")
         self.compression = compression_of(head)     # None: a text log
-        # where a compressed file has been read to, for progress (compressed bytes against
-        # the file's size); None where progress counts the characters read (a text log, or
-        # a pipe, which has no size and no place to tell)
-        self._raw_at = raw.tell if self.compression and self.size else None
+        # UTF-16 with its byte-order mark: what PowerShell's `>` writes of nvidia-smi on
+        # Windows; else UTF-8, a byte-order mark no part of the first column's name
+        wide = not self.compression and head[:2] in (b"\xff\xfe", b"\xfe\xff")
+        # where the file has been read to, for progress against its size, where characters
+        # are not its bytes (compressed, or UTF-16); None where progress counts the
+        # characters read (a UTF-8 log, or a pipe, which has no size and no place to tell)
+        self._raw_at = raw.tell if (self.compression or wide) and self.size else None
         self.damaged: str | None = None    # a compressed stream's damage, once met
         self._raw = raw                    # a decompressing reader leaves its file open
-        # utf-8-sig: a byte-order mark is no part of the first column's name
         self._fh = io.TextIOWrapper(_READERS[self.compression][1](raw) if self.compression else raw,
-                                    encoding="utf-8-sig", errors="replace", newline="")
+                                    encoding="utf-16" if wide else "utf-8-sig", errors="replace", newline="")
         self._line_no = 0
         self.chars_read = 0                # ~bytes for these ASCII logs
         # (line, chars read through it) every MARK_LINES lines not yet handed out: a reader
