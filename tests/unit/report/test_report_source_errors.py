@@ -2,9 +2,7 @@
 into a ReportError with the same one line, so `gpulse report` prints it and exits 1."""
 from __future__ import annotations
 
-import http.server
 import socket
-import threading
 
 import pytest
 
@@ -12,29 +10,15 @@ from gpulse.report.errors import ReportError
 from gpulse.report.inputs import from_prometheus
 from gpulse.sources import prom
 from gpulse.sources.base import SourceError
+from testing.httpstub import StubServer
 
 
 @pytest.fixture
 def rejecting_prometheus():
     """A real HTTP server answering every query the way Prometheus rejects a bad one."""
     body = b'{"status": "error", "errorType": "bad_data", "error": "parse error at char 3\\nmore"}'
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(400)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *a):
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with StubServer(lambda path, params: (400, body)) as srv:
+        yield srv.url
 
 
 def _closed_port() -> int:

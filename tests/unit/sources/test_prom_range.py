@@ -29,43 +29,28 @@ class _Scripted:
     it has been asked (an Event per query), so nothing here waits on the clock."""
 
     def __init__(self, bad: str = ""):
-        import http.server
         import json
         import threading
-        import urllib.parse
+        from testing.httpstub import StubServer
         self.asked: dict[str, threading.Event] = {}
-        owner = self
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)["query"][0]
-                owner.asked.setdefault(q, threading.Event()).set()
-                if q == bad:
-                    doc = {"status": "error", "errorType": "bad_data", "error": f"cannot run {q}"}
-                else:
-                    doc = {"status": "success", "data": {"resultType": "matrix",
-                                                         "result": [{"metric": {"q": q}, "values": [[0, "1"]]}]}}
-                body = json.dumps(doc).encode()
-                self.send_response(200 if q != bad else 400)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+        def answer(path: str, params: dict[str, str]) -> tuple[int, bytes]:
+            q = params["query"]
+            self.asked.setdefault(q, threading.Event()).set()
+            if q == bad:
+                return 400, json.dumps({"status": "error", "errorType": "bad_data", "error": f"cannot run {q}"}).encode()
+            return 200, json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": {"q": q}, "values": [[0, "1"]]}]}}).encode()
 
-            def log_message(self, *a):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.server = StubServer(answer)
+        self.url = self.server.url
 
     def was_asked(self, q: str) -> bool:
         import threading
         return self.asked.setdefault(q, threading.Event()).wait(60)
 
     def stop(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.server.close()
 
 
 def test_ranges_ahead_answers_in_order_and_asks_the_next_while_one_is_read():
