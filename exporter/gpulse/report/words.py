@@ -167,6 +167,7 @@ def _straggler_words(j: Judgement, st: dict[str, Any], why: str) -> Finding:
     peers = [p for p in (gr.gpus if gr else []) if p != k]
     stats = st["stats"]
     peers = [p for p in peers if p in stats]
+    named = _peer_names(j, k, peers, gr.gpus if gr else [])
     me = stats[k]
     peer_busy = median(stats[p]["busy_fraction"] for p in peers
                        if stats[p]["busy_fraction"] is not None)
@@ -186,24 +187,35 @@ def _straggler_words(j: Judgement, st: dict[str, Any], why: str) -> Finding:
                  if peer_busy > 0 and peer_spin >= SPIN_WAITING * peer_busy else "")
         if why == "off_gpu":
             text = (f"{j.label(k)} was idle {pct(me['idle_fraction'])} {what} while "
-                    f"{j.labels(peers)} read {pct(peer_busy)} busy{power}, i.e. waiting for it: "
+                    f"{named} read {pct(peer_busy)} busy{power}, i.e. waiting for it: "
                     f"{rank} is the bottleneck and its work is off the GPU (checkpointing, data loading, "
                     "host-side preprocessing).")
         elif why == "more_work":
             text = (f"{j.label(k)} was busy only {pct(me['busy_fraction'])} {what} against "
-                    f"{pct(peer_busy)} for {j.labels(peers)}, which compute meanwhile: it gets too "
+                    f"{pct(peer_busy)} for {named}, which compute meanwhile: it gets too "
                     "little work.")
         else:
             text = (f"{j.label(k)} was busy only {pct(me['busy_fraction'])} {what} against "
-                    f"{pct(peer_busy)} for {j.labels(peers)}.")
+                    f"{pct(peer_busy)} for {named}.")
         return Finding("straggler", sev, text, "", spans)   # the cause's remedy is set by _with_cause
     peer_act = median(stats[p]["active_fraction"] or 0.0 for p in peers)
     wait = f", spending {pct(peer_spin)} of the time spin-waiting" if peer_spin >= value("spin_wait_mention_ratio") else ""
     lost = (f" They lost {_hours(st['lost_gpu_seconds'])} waiting for it ({pct(st['cost'])} of their time)."
             if st["lost_gpu_seconds"] >= 1 else "")
     text = (f"{j.label(k)} worked {pct(me['active_fraction'])} {what} against {pct(peer_act)} "
-            f"for {j.labels(peers)}{wait}: they wait for it at every synchronisation point.{lost}")
+            f"for {named}{wait}: they wait for it at every synchronisation point.{lost}")
     return Finding("straggler", sev, text, "", spans)   # the cause's remedy is set by _with_cause
+
+
+def _peer_names(j: Judgement, k: str, peers: list[str], group: list[str]) -> str:
+    """A straggler's peers as its sentence names them: by GPU on one node ('GPUs 0–4, 6
+    and 7'); on several, where they are every other GPU of its group, counted ('its 31
+    peers on 4 nodes'): every node's GPUs listed, all of them but one, said no more than
+    the count, and read as if some GPUs had been left out."""
+    nodes = {j.rec.gpus[p].node for p in peers if p in j.rec.gpus}
+    if j.rec.multi_node and len(nodes) > 1 and set(peers) == set(group) - {k}:
+        return f"its {len(peers):,} peers on {len(nodes):,} nodes"
+    return j.labels(peers)
 
 
 def _node_words(j: Judgement, nd: dict[str, Any]) -> Finding:

@@ -159,7 +159,12 @@ def test_a_slow_gpu_on_another_node_is_named_by_node_and_gpu(tmp_path):
     assert not doc["straggler_nodes"]
     named = {(s["node"], s["gpu"]) for s in doc["stragglers"]}
     assert named == {("train-n2", "5")}, doc["stragglers"]
-    assert any(f["kind"] == "straggler" and "train-n2 GPU 5" in f["text"] for f in doc["findings"])
+    [text] = [f["text"] for f in doc["findings"] if f["kind"] == "straggler"]
+    assert text.startswith("train-n2 GPU 5 worked "), text
+    # its peers counted, not listed node by node ("train-n0 GPUs 0–7; train-n1 GPUs 0–7;
+    # train-n2 GPUs 0–4, 6 and 7; ..."): the sentence names the straggler's node alone
+    assert f"for its {NODES * GPUS - 1} peers on {NODES} nodes" in text, text
+    assert not [n for n in range(NODES) if n != 2 and f"train-n{n}" in text], text
 
 
 def _fingerprint(rec) -> tuple:
