@@ -298,8 +298,7 @@ class Engine:
         # the cause signals' gauge sums take every reading of the gauges, at the rate the
         # source read them: a replayed chunk's instants each count with their own values
         if r.instants is not None:
-            for _, gauges, _ in r.instants:
-                cause.accumulate(g.signals, gauges)
+            cause.accumulate_each(g.signals, [gauges for _, gauges, _ in r.instants])
         elif r.gauges:
             cause.accumulate(g.signals, r.gauges)
         g.src_attr = r.attribution

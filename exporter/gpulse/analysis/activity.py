@@ -144,11 +144,17 @@ def share_of(s: Sample, mode: str, act: float, levels: tuple[float, float]) -> f
     """The active share of one sample between its GPU's levels (module doc), for
     mode auto or power-gated; act, what activity_of() gave, where the share does not
     apply (SM activity under auto, low utilisation, no power)."""
-    if (s.util is None or s.util < SPIN_UTIL or s.power_w is None
-            or (mode == "auto" and s.sm_active is not None)):
+    u, pw = s.util, s.power_w
+    if u is None or u < SPIN_UTIL or pw is None or (mode == "auto" and s.sm_active is not None):
         return act
     spin, work = levels
-    return min(s.util, max(0.0, min(1.0, (s.power_w - spin) / (work - spin))))
+    # min(u, clamp(x, 0, 1)), written as the comparisons min() and max() make, in their
+    # order (so the same value, NaN included): it runs for every sample of a log, and
+    # the three builtin calls were most of its cost
+    x = (pw - spin) / (work - spin)
+    x = x if x < 1.0 else 1.0
+    x = x if x > 0.0 else 0.0
+    return x if x < u else u
 
 
 def _power_gated(s: Sample, gate_w: float | None) -> float | None:

@@ -155,6 +155,35 @@ def accumulate(v: list[float], gauges: Mapping[str, Any]) -> None:
             v[i] += x
 
 
+def accumulate_each(v: list[float], readings: Sequence[dict[str, Any]]) -> None:
+    """Several readings of a GPU's gauges, in order, into its running sums: what
+    accumulate() makes of them one by one, to the last bit (each slot's sum still adds
+    its values in the readings' order; a count adds whole numbers, exact), a slot at a
+    time: a replayed log hands over ten readings a GPU and tick, and most gauges are in
+    none of them."""
+    if not readings:
+        return
+    keys = readings[0].keys()
+    if all(map(keys.__eq__, map(dict.keys, readings))):
+        # one set of fields in every reading (a log's rows): only the slots it has are read
+        for n, i, key in _GAUGE_SLOTS:
+            if key in keys:
+                _add(v, n, i, [x for x in [r[key] for r in readings] if x is not None])
+        return
+    for n, i, key in _GAUGE_SLOTS:
+        _add(v, n, i, [x for x in [r.get(key) for r in readings] if x is not None])
+
+
+def _add(v: list[float], n: int, i: int, xs: list[Any]) -> None:
+    """Values of one gauge, in order, into its count and sum (accumulate_each)."""
+    if xs:
+        v[n] += float(len(xs))
+        acc = v[i]
+        for x in xs:
+            acc += x
+        v[i] = acc
+
+
 def vector(sums: Sequence[float], totals: Any, counters: Mapping[str, Any]) -> list[float]:
     """The cumulative vector of a GPU now: its running gauge sums, `totals` its
     cumulative Integrals, `counters` its latest Reading counters (NaN where absent)."""

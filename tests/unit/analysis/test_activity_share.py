@@ -3,9 +3,13 @@ where its power lies between its GPU's own spin-wait and working levels, and the
 calibration that decides when those levels are known well enough to use."""
 from __future__ import annotations
 
-import pytest
+import struct
 
-from gpulse.analysis.activity import PowerLevels, activity_of, share_of, spin_gate_watts
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpulse.analysis.activity import SPIN_UTIL, PowerLevels, activity_of, share_of, spin_gate_watts
 from gpulse.analysis.thresholds import value
 from gpulse.model import Sample
 
@@ -100,3 +104,23 @@ def test_each_gpu_is_calibrated_on_itself_and_follows_a_new_level():
     lv = calibrated(work=550.0)
     feed(lv, [450.0] * int(3 * PowerLevels.SPAN / DT), 1000.0)
     assert lv.levels(GATE, 151.0) == pytest.approx((151.0, 451.0))
+
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.none(), st.floats()), st.one_of(st.none(), st.floats()), st.floats(), st.floats(),
+       st.floats(-5, 5), st.sampled_from(["auto", "power-gated"]))
+def test_the_share_is_min_util_clamp_to_the_bit(util, power, spin, work, act, mode):
+    """share_of writes min(util, clamp(x, 0, 1)) as comparisons, not builtin calls (it runs
+    for every sample of a log): the value the builtins give, to the bit, NaN, infinities
+    and signed zeros included (findings are compared byte for byte across trees)."""
+    s = Sample(0.0, util=util, power_w=power)
+    if util is None or util < SPIN_UTIL or power is None:
+        expect = act
+    elif work - spin == 0:
+        with pytest.raises(ZeroDivisionError):
+            share_of(s, mode, act, (spin, work))
+        return
+    else:
+        expect = min(util, max(0.0, min(1.0, (power - spin) / (work - spin))))
+    assert struct.pack("<d", share_of(s, mode, act, (spin, work))) == struct.pack("<d", expect)

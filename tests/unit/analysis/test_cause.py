@@ -3,6 +3,7 @@ aggregates and the cumulative vectors it is computed from (every straggler-cause
 scenario through the engine: integration/cause/test_cause_scenarios.py)."""
 import math
 import statistics
+import struct
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -329,3 +330,34 @@ def test_span_verdict_adds_up_a_gpus_stretches():
     split = cause.span_verdict([(a0, a1), (a1, a2)], cause.span_peers([[(p0, p1), (p1, p2)]] * 5))
     whole = cause.span_verdict([(a0, a2)], cause.span_peers([[(p0, p2)]] * 5))
     assert split == whole and split.cause == "off_gpu"
+
+
+_GAUGE_KEYS = [key for _, _, key in cause._GAUGE_SLOTS]
+_gauge_value = st.one_of(st.none(), st.booleans(), st.integers(-10 ** 6, 10 ** 6),
+                         st.floats(allow_nan=True, allow_infinity=True))
+
+
+_gauge_keys = st.sampled_from(_GAUGE_KEYS + ["memory_used_bytes"])
+# readings of one set of fields (a log's rows, the common case), or of any
+_one_set = st.lists(_gauge_keys, unique=True).flatmap(
+    lambda keys: st.lists(st.fixed_dictionaries({k: _gauge_value for k in keys}), max_size=30))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_one_set, st.lists(st.dictionaries(_gauge_keys, _gauge_value), max_size=30)),
+       st.lists(st.tuples(st.integers(0, 2 ** 40), st.floats(-1e12, 1e12)),
+                min_size=len(_GAUGE_KEYS), max_size=len(_GAUGE_KEYS)))
+def test_a_readings_instants_summed_at_once_are_the_same_bits_as_one_by_one(readings, start):
+    """The engine sums a replayed chunk's instants a slot at a time (accumulate_each): each
+    slot's sum and count (a whole number, as it only ever adds ones) must be what
+    accumulate() makes of them one reading at a time, to the bit (the findings are
+    compared byte for byte across trees), missing values, integers, booleans and NaN
+    included."""
+    one = cause.new_sums()
+    for (n, i, _), (count, total) in zip(cause._GAUGE_SLOTS, start):
+        one[n], one[i] = float(count), total
+    each = list(one)
+    for r in readings:
+        cause.accumulate(one, r)
+    cause.accumulate_each(each, readings)
+    assert [struct.pack("<d", x) for x in each] == [struct.pack("<d", x) for x in one]
