@@ -2,7 +2,8 @@
 
 Pure and clock-free. The engine (live) and the report (afterwards) keep, per GPU, a
 cumulative signal vector (`accumulate`, one call per reading of its gauges, at the
-source's own rate: every row of a log); the difference
+source's own rate: every row of a log; `accumulate_each`, a replayed chunk's readings
+at once, to the same bits); the difference
 of two vectors is the GPU's `Aggregate` over that stretch (`aggregate`), and
 `classify` compares the straggler's aggregate with its peers' (median) to name the
 cause. Every number comes from analysis/thresholds.py; docs/activity.md ("Why a
