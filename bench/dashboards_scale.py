@@ -147,7 +147,9 @@ def rules_start(start: int, levels: list[list[tuple[str, dict]]]) -> int:
     and stops the group at the first block that holds none: a range starting less than
     one group interval before a block boundary records nothing for that group. Started
     two intervals before the boundary, the first block holds an evaluation of every
-    group; those before the data record nothing."""
+    group; those before the data record nothing. One loss remains, promtool's own: it
+    ends each block's range query on a whole second, so an evaluation in the last second
+    before a block boundary (1 group in `interval` seconds) is never made."""
     longest = max((parse_duration(iv or EVAL_INTERVAL) for level in levels for iv, _ in level),
                   default=parse_duration(EVAL_INTERVAL))
     boundary = (start // BLOCK_S + 1) * BLOCK_S
