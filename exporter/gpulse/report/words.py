@@ -303,12 +303,15 @@ def _pattern_words(j: Judgement, p: dict[str, Any]) -> Finding | None:
 
 def _missing_words(j: Judgement) -> list[Finding]:
     """A GPU silent for MISSING_MIN seconds of work while its peers report (lost,
-    hung, off the bus): the engine marks it down; the report says when."""
+    hung, off the bus): the engine marks it down; the report says when. Where every
+    GPU of a node went silent together, that is the node (down, or its exporter or
+    logger stopped), not its GPUs one by one: one finding names the node."""
     out = []
     need = max(1, math.ceil(MISSING_MIN / j.iv))
     for gr in j.rec.groups.values():
         ticks = j.work_ticks.get(gr.workload, [])
         members = [j.rec.gpus[k] for k in gr.gpus if k in j.rec.gpus]
+        runs: dict[str, tuple[int, int]] = {}
         for g in members:
             best: tuple[int, int] | None = None
             run_start = None
@@ -320,30 +323,77 @@ def _missing_words(j: Judgement) -> list[Finding]:
                     if best is None or n - run_start > best[1] - best[0]:
                         best = (run_start, n)
                     run_start = None
-            if best is None or best[1] - best[0] < need:
+            if best is not None and best[1] - best[0] >= need:
+                runs[g.key] = best
+        by_node: dict[str, list[Any]] = {}
+        for g in members:
+            by_node.setdefault(g.node, []).append(g)
+        for g in members:
+            if g.key not in runs:
                 continue
-            a, b = ticks[best[0]], ticks[best[1] - 1]
-            length = j.tick_end(b) - j.tick_start(a)
-            to_end = b == ticks[-1]
-            if not any(x > 0 for x in g.sampled[:a]):
-                # silent from the start, so nothing stopped: a GPU or node (or its
-                # logger) that joined late, or one never read while its peers worked
-                text = (f"{j.label(g.key)} gave no reading while its peers worked" if to_end else
-                        f"{j.label(g.key)} gave its first reading at {when_of(j, j.tick_end(b))}, "
-                        f"{secs(length)} after its peers began working")
-                text += (": it joined late (a replacement node, a logger started late) or its rows were "
-                         "unreadable until then; its peers' numbers cover that time without it.")
-                remedy = ("if it was not meant to join late, look at why its node or logger started late (a "
-                          "failed start, a node replaced during the job)")
-            else:
-                text = (f"{j.label(g.key)} stopped reporting at {when_of(j, j.tick_start(a))} while its peers "
-                        + ("went on, and never came back" if to_end else f"went on, for {secs(length)}")
-                        + ": lost, hung or fallen off the bus; its peers' numbers cover that time without it.")
-                remedy = ("check the node's kernel log for XID errors (79: fallen off the bus) and the GPU's "
-                          "health; drain the node if it repeats")
-            out.append(Finding("gpu_missing", "high" if to_end else "medium", text, remedy,
-                               [(j.tick_start(a), j.tick_end(b))]))
+            mates = by_node[g.node]
+            whole = (j.rec.multi_node and len(by_node) > 1 and len(mates) > 1
+                     and all(runs.get(o.key) == runs[g.key] for o in mates))
+            if whole and g is not mates[0]:
+                continue        # said once, for the node
+            out.append(_missing_finding(j, g, ticks, runs[g.key], len(mates) if whole else 0))
     return out
+
+
+def _missing_finding(j: Judgement, g: Any, ticks: list[int], run: tuple[int, int], node_gpus: int) -> Finding:
+    """GPU g's silent run (or, node_gpus > 0, its whole node's) in plain words."""
+    a, b = ticks[run[0]], ticks[run[1] - 1]
+    length = j.tick_end(b) - j.tick_start(a)
+    to_end = b == ticks[-1]
+    who, peers = (f"Node {g.node}", "the other nodes") if node_gpus else (j.label(g.key), "its peers")
+    together = f", all {node_gpus} of its GPUs at once," if node_gpus else ""
+    # a whole node's log that seems to begin or end apart from the others' may be its clock
+    doubt = _clock_doubt(j, g.node) if node_gpus else ""
+    if not any(x > 0 for x in g.sampled[:a]):
+        # silent from the start, so nothing stopped: a GPU or node (or its logger)
+        # that joined late, or one never read while its peers worked
+        text = (f"{who} gave no reading while {peers} worked" if to_end else
+                f"{who} gave its first reading at {when_of(j, j.tick_end(b))}, "
+                f"{secs(length)} after {peers} began working")
+        text += (": it joined late (a replacement node, a logger started late) or its rows were "
+                 f"unreadable until then{doubt}; {peers}' numbers cover that time without it.")
+        remedy = ("if it was not meant to join late, look at why its node or logger started late (a "
+                  "failed start, a node replaced during the job)")
+        severity = "high" if to_end and not doubt else "medium"
+    elif node_gpus:
+        text = (f"{who} stopped reporting at {when_of(j, j.tick_start(a))}{together} while {peers} went on"
+                + (", and never came back" if to_end else f", for {secs(length)}")
+                + f": the node went down, or its exporter or logger stopped{doubt}; "
+                f"{peers}' numbers cover that time without it.")
+        remedy = ("check whether the node went down then (its kernel log, the scheduler's node events); if it "
+                  "did not, its exporter or logger stopped early: keep one running on every node for the "
+                  "whole job")
+        severity = "high" if to_end and not doubt else "medium"
+    else:
+        text = (f"{who} stopped reporting at {when_of(j, j.tick_start(a))} while {peers} "
+                + ("went on, and never came back" if to_end else f"went on, for {secs(length)}")
+                + ": lost, hung or fallen off the bus; its peers' numbers cover that time without it.")
+        remedy = ("check the node's kernel log for XID errors (79: fallen off the bus) and the GPU's "
+                  "health; drain the node if it repeats")
+        severity = "high" if to_end else "medium"
+    return Finding("gpu_missing", severity, text, remedy, [(j.tick_start(a), j.tick_end(b))])
+
+
+def _clock_doubt(j: Judgement, node: str) -> str:
+    """Where a job's node clocks could not all be aligned, a node's log that seems to
+    begin or end apart from the others' may only be its clock: say so."""
+    clocks = j.rec.clocks
+    kept = [n["node"] for n in clocks["nodes"] if not n["aligned"]] if clocks else []
+    if not kept or not j.rec.multi_node:
+        return ""
+    if kept == [node]:
+        whose = "its clock was"
+    elif len(kept) > NODES_NAMED:
+        whose = f"the clocks of {len(kept):,} nodes were"
+    else:
+        whose = "the clocks of " + (", ".join(kept[:-1]) + " and " + kept[-1] if len(kept) > 1 else kept[0]) + " were"
+    return (f" (or {whose} taken as recorded, with no all-GPU stall edges to align on, and "
+            "differ by that much)")
 
 
 def _input_limit(j: Judgement) -> Finding | None:

@@ -503,11 +503,76 @@ def test_a_node_that_joins_while_the_others_run_is_one_job(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     assert doc["run"]["gpus"] == 24
     assert {g["node"] for g in doc["gpus"] if g["sampled_seconds"]} == {"a", "d", "e"}
-    missing = {f["text"].split(" GPU ")[0]: f["text"] for f in doc["findings"] if f["kind"] == "gpu_missing"}
-    # d's node failed; e's joined late: its GPUs did not stop, they began
-    assert "stopped reporting" in missing["d"] and "never came back" in missing["d"], missing
-    assert "gave its first reading at " in missing["e"] and "joined late" in missing["e"], missing
-    assert "stopped" not in missing["e"], missing
+    missing = _missing(doc)
+    # d's node failed; e's joined late: its GPUs did not stop, they began; a's log ends
+    # before e's. Each is its whole node, said once for the node
+    assert set(missing) == {"Node a", "Node d", "Node e"}, missing
+    assert "stopped reporting" in missing["Node d"]["text"] and "never came back" in missing["Node d"]["text"]
+    assert "all 8 of its GPUs at once" in missing["Node d"]["text"], missing
+    assert "gave its first reading at " in missing["Node e"]["text"] and "joined late" in missing["Node e"]["text"]
+    assert "stopped" not in missing["Node e"]["text"], missing
+
+
+def _missing(doc: dict) -> dict[str, dict]:
+    """The gpu_missing findings by whom they name ('Node d', 'n1 GPU 5')."""
+    out = {}
+    for f in doc["findings"]:
+        if f["kind"] == "gpu_missing":
+            who = re.match(r"(Node \S+|\S+ GPU \d+) ", f["text"]).group(1)
+            assert who not in out, (who, doc["findings"])
+            out[who] = f
+    return out
+
+
+def _cut(path: Path, share: float, gpu: str | None = None) -> None:
+    """Rows of `path` from `share` of its rows on dropped: all of them (its logger
+    stopped), or GPU `gpu`'s only (it fell off the bus)."""
+    head, *rows = path.read_text().splitlines(keepends=True)
+    at = int(len(rows) * share)
+    kept = rows[:at] + ([r for r in rows[at:] if r.split(", ")[1] != gpu] if gpu is not None else [])
+    path.write_text(head + "".join(kept))
+
+
+def test_a_node_whose_log_ends_early_is_one_finding_for_the_node(tmp_path):
+    """Every GPU of a node going silent at once is the node (down, its exporter or
+    logger stopped), not eight GPUs fallen off the bus: a 4 x 8 job (clocks aligned)
+    whose node 3 logger stopped at 70 % of the run once gave eight 'train-n3 GPU k
+    stopped reporting ... lost, hung or fallen off the bus' findings; it is one for the
+    node. A single GPU that stopped (node 1's GPU 5) is still that GPU."""
+    paths = write_job(tmp_path, set(), seed=11)
+    _cut(paths[3], 0.7)
+    _cut(paths[1], 0.6, gpu="5")
+    p, doc = report("--input", *map(str, paths), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr[-2000:]
+    validate(doc)
+    _check_offsets(doc)
+    missing = _missing(doc)
+    assert set(missing) == {"Node train-n3", "train-n1 GPU 5"}, missing
+    node, gpu = missing["Node train-n3"], missing["train-n1 GPU 5"]
+    assert node["severity"] == "high" and "all 8 of its GPUs at once" in node["text"], node
+    assert "never came back" in node["text"] and "the node went down, or its exporter or logger stopped" in node["text"]
+    assert "taken as recorded" not in node["text"], node
+    assert gpu["severity"] == "high" and "fallen off the bus" in gpu["text"], gpu
+
+
+def test_logs_ending_apart_on_clocks_not_aligned_name_nodes_not_gpus(tmp_path):
+    """A node's clock 45 s ahead, beyond the alignment's lag range (ALIGN_LAG_S): its
+    log seems to run on 45 s after the others end (23 s of them its training). The report once said all 24 GPUs
+    of the other three nodes 'stopped reporting ... and never came back: lost, hung or
+    fallen off the bus' (high). They are one finding per node, medium, each saying
+    that the clock of the node taken as recorded may be why."""
+    from gpulse.sources.recorded import job
+    assert 45.0 > job.ALIGN_LAG_S
+    paths = write_job(tmp_path, set(), seed=12, offsets=(0.0, 0.0, 0.0, 45.0))
+    p, doc = report("--input", *map(str, paths), out=tmp_path / "r")
+    assert p.returncode == 0, p.stderr[-2000:]
+    validate(doc)
+    assert [n["node"] for n in doc["clocks"]["nodes"] if not n["aligned"]] == ["train-n3"], doc["clocks"]
+    missing = _missing(doc)
+    assert set(missing) == {"Node train-n0", "Node train-n1", "Node train-n2"}, missing
+    for f in missing.values():
+        assert f["severity"] == "medium" and "never came back" in f["text"], f
+        assert "the clocks of train-n3 were taken as recorded" in f["text"], f
 
 
 def test_off_gpu_ranks_of_a_job_are_named_by_node_and_gpu(tmp_path):
