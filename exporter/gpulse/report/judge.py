@@ -118,6 +118,11 @@ class Stall:
         return self.episode.open
 
 
+def and_list(items: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else items[0]
+
+
 class Judgement:
     """The judged facts of one Recording."""
 
@@ -180,7 +185,7 @@ class Judgement:
                 j = k + 1
             runs += [str(i) for i in ids if not isinstance(i, int)]
             word = "GPU" if len(ids) == 1 else "GPUs"
-            text = f"{word} " + (", ".join(runs[:-1]) + " and " + runs[-1] if len(runs) > 1 else runs[0])
+            text = f"{word} {and_list(runs)}"
             parts.append((node, text))
         if not multi:
             return "; ".join(text for _, text in parts)

@@ -19,7 +19,7 @@ from ..analysis.thresholds import value
 from ..analysis.verdict import imbalance_explained
 from ..model import gpu_sort_key
 from .clock import clock_of
-from .judge import NODES_NAMED, WORK_BUSY, Judgement, union
+from .judge import NODES_NAMED, WORK_BUSY, Judgement, and_list, union
 
 WORK_SUSTAIN = value("work_sustain_seconds")
 SPIN_WAITING = value("spin_wait_share_ratio")
@@ -391,7 +391,7 @@ def _clock_doubt(j: Judgement, node: str) -> str:
     elif len(kept) > NODES_NAMED:
         whose = f"the clocks of {len(kept):,} nodes were"
     else:
-        whose = "the clocks of " + (", ".join(kept[:-1]) + " and " + kept[-1] if len(kept) > 1 else kept[0]) + " were"
+        whose = f"the clocks of {and_list(kept)} were"
     return (f" (or {whose} taken as recorded, with no all-GPU stall edges to align on, and "
             "differ by that much)")
 

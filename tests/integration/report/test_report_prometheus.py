@@ -195,3 +195,32 @@ def test_a_slow_node_of_a_workload_is_named_once_as_the_node():
     assert not [s for s in doc["stragglers"] if s["node"] == "c"]
     [f] = [f for f in doc["findings"] if f["kind"] == "straggler_node"]
     assert f["text"].startswith("Node c is a straggler of workload train") and "6 GPUs" in f["text"]
+
+
+def test_a_node_whose_series_end_early_is_one_finding_for_the_node():
+    """From Prometheus, a node whose exporter went down (its series end at 200 s of 300
+    while the other nodes' go on) is one finding for the node, as from its log
+    (test_report_multinode.py), not one 'fallen off the bus' per GPU; a single GPU
+    gone on another node is still that GPU."""
+    from testing.config import test_config
+    from gpulse.report.collect import Recording, collect
+    from gpulse.report.findings import analyse
+    from gpulse.sources.prom import PromRangeSource
+    from gpulse.drive import run_offline
+    data = counters({(n, g): 0.9 for n in "abcd" for g in "01"}, 300)
+    for name in data:
+        for key in [("d", "0"), ("d", "1"), ("b", "1")]:
+            pts = data[name][key]["points"]
+            for t in [t for t in pts if t > 1200.0]:
+                del pts[t]
+    src = PromRangeSource(data, 1000.0, 1300.0, 1.0)
+    cfg = test_config(source="sim", sample_interval=1.0, analysis_interval=1.0, history=10)
+    rec = Recording("test", 1.0, cfg.idle_threshold, "sm_active", cfg.analysis_window)
+    collect((snap for _, snap in run_offline(src, cfg)), rec, src.node_and_gpu)
+    doc = analyse(rec).as_json()
+    missing = sorted((f["severity"], f["text"]) for f in doc["findings"] if f["kind"] == "gpu_missing")
+    assert len(missing) == 2, missing
+    (_, node), (_, gpu) = missing       # sorted: "Node d ..." before "b GPU 1 ..."
+    assert gpu.startswith("b GPU 1 stopped reporting at ") and "fallen off the bus" in gpu, missing
+    assert node.startswith("Node d stopped reporting at ") and "all 2 of its GPUs at once" in node, missing
+    assert "taken as recorded" not in node and all(sev == "high" for sev, _ in missing), missing
